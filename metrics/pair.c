@@ -1,0 +1,317 @@
+/*
+ * pair.c: head sums (§2), pairs of rows and of heads (§4, §5), flip rates.
+ */
+#include <math.h>
+
+#include "swm.h"
+#include "swm_math.h"
+
+#define LANES 8
+#define AI __attribute__((always_inline)) static inline
+
+static double
+lane_sum(const double *a)
+{
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+double
+swm_content_dist2(const double *lx, const double *ly, size_t n, size_t k)
+{
+	double sd = 0, ss = 0;
+	if (n < 2)
+		return NAN;
+	for (size_t i = 0; i < n; i++)
+		sd += i == k ? 0.0 : lx[i] - ly[i];
+	double mean = sd / (double)(n - 1);
+	for (size_t i = 0; i < n; i++) {
+		double d = lx[i] - ly[i] - mean;
+		ss += i == k ? 0.0 : d * d;
+	}
+	return ss;
+}
+
+double
+swm_balance(const double *l, size_t n, size_t k)
+{
+	double sum = 0;
+	if (n < 2 || k >= n)
+		return NAN;
+	for (size_t i = 0; i < n; i++)
+		sum += i == k ? 0.0 : l[i];
+	double m = (double)(n - 1);
+	return sqrt(m / (double)n) * (l[k] - sum / m);
+}
+
+enum { Q_DOT, Q_NX, Q_NY, Q_HM, Q_HMC, Q_SD, Q__N };
+
+/* One content element of a row pair. */
+AI void
+pair_elem(double p, double q, double lp, double lq, double ixw, double iyw,
+    double a[Q__N][LANES], int j)
+{
+	double m = 0.5 * (p + q);
+	double mc = 0.5 * (p * ixw + q * iyw);
+	a[Q_DOT][j] += p * q;
+	a[Q_NX][j] += p * p;
+	a[Q_NY][j] += q * q;
+	a[Q_HM][j] += m > 0 ? m * swm_ln(m) : 0.0;
+	a[Q_HMC][j] += mc > 0 ? mc * swm_ln(mc) : 0.0;
+	a[Q_SD][j] += lp - lq;
+}
+
+AI void
+pair_range(const double *px, const double *py, const double *lx,
+    const double *ly, size_t lo, size_t hi, double ixw, double iyw,
+    double a[Q__N][LANES])
+{
+	size_t i = lo;
+	for (; i + LANES <= hi; i += LANES)
+		for (int j = 0; j < LANES; j++)
+			pair_elem(px[i + j], py[i + j], lx[i + j], ly[i + j], ixw, iyw, a, j);
+	for (; i < hi; i++)
+		pair_elem(px[i], py[i], lx[i], ly[i], ixw, iyw, a, 0);
+}
+
+static double
+sq_dev_range(const double *lx, const double *ly, size_t lo, size_t hi, double mean)
+{
+	double a[LANES] = { 0 };
+	size_t i = lo;
+	for (; i + LANES <= hi; i += LANES)
+		for (int j = 0; j < LANES; j++) {
+			double d = lx[i + j] - ly[i + j] - mean;
+			a[j] += d * d;
+		}
+	for (; i < hi; i++) {
+		double d = lx[i] - ly[i] - mean;
+		a[0] += d * d;
+	}
+	return lane_sum(a);
+}
+
+void
+swm_row_pair(const swm_row *rx, const double *px, const double *lx,
+    const swm_row *ry, const double *py, const double *ly, size_t k,
+    swm_pair *out)
+{
+	size_t n = rx->n;
+	double a[Q__N][LANES] = { { 0 } };
+	int drop = rx->w > 0 && ry->w > 0;
+	double ixw = drop ? 1.0 / rx->w : 0.0, iyw = drop ? 1.0 / ry->w : 0.0;
+
+	pair_range(px, py, lx, ly, 0, k, ixw, iyw, a);
+	pair_range(px, py, lx, ly, k + 1, n, ixw, iyw, a);
+	double dot = lane_sum(a[Q_DOT]), nx = lane_sum(a[Q_NX]), ny = lane_sum(a[Q_NY]);
+	double hm = lane_sum(a[Q_HM]), hmc = lane_sum(a[Q_HMC]);
+	double mean = lane_sum(a[Q_SD]) / (double)(n - 1);
+	double c2 = sq_dev_range(lx, ly, 0, k, mean) + sq_dev_range(lx, ly, k + 1, n, mean);
+
+	double pk = px[k], qk = py[k], mk = 0.5 * (pk + qk);
+	out->cos_keep = (dot + pk * qk) / sqrt((nx + pk * pk) * (ny + qk * qk));
+	/* JS = H(m) - (H(x) + H(y)) / 2, one logarithm per element */
+	double js = -(hm + swm_xlnx(mk)) - 0.5 * (rx->H + ry->H);
+	out->js_keep = js > 0 ? js : 0.0;
+	if (drop) {
+		out->cos_drop = dot / sqrt(nx * ny);
+		js = -hmc - 0.5 * (rx->Hc + ry->Hc);
+		out->js_drop = js > 0 ? js : 0.0;
+	} else {
+		out->cos_drop = NAN;
+		out->js_drop = NAN;
+	}
+	double db = rx->b - ry->b;
+	out->sink2 = db * db;
+	out->content2 = c2;
+}
+
+void
+swm_head_add(swm_head_acc *acc, const swm_row *r)
+{
+	if (r->status != SWM_OK) {
+		if ((unsigned)r->status < SWM_STATUS__N)
+			acc->rejected[r->status]++;
+		return;
+	}
+	acc->rows++;
+	acc->s += r->s;
+	acc->w += r->w;
+	acc->H += r->H;
+	acc->hb += r->hb;
+	acc->Hc += r->Hc;
+	acc->C += r->C;
+	acc->b += r->b;
+}
+
+void
+swm_head_merge(swm_head_acc *a, const swm_head_acc *b)
+{
+	a->rows += b->rows;
+	for (int i = 0; i < SWM_STATUS__N; i++)
+		a->rejected[i] += b->rejected[i];
+	a->s += b->s;
+	a->w += b->w;
+	a->H += b->H;
+	a->hb += b->hb;
+	a->Hc += b->Hc;
+	a->C += b->C;
+	a->b += b->b;
+}
+
+void
+swm_head_finish(const swm_head_acc *acc, swm_head *out)
+{
+	out->rows = acc->rows;
+	if (acc->rows == 0) {
+		out->s = out->w = out->H = out->hb = out->Hc = out->C = out->b = NAN;
+		out->Hcw = NAN;
+		return;
+	}
+	double inv = 1.0 / (double)acc->rows;
+	out->s = acc->s * inv;
+	out->w = acc->w * inv;
+	out->H = acc->H * inv;
+	out->hb = acc->hb * inv;
+	out->Hc = acc->Hc * inv;
+	out->C = acc->C * inv;
+	out->b = acc->b * inv;
+	out->Hcw = out->w > 0 ? out->C / out->w : 0.0;
+}
+
+/* Scratch: rows[heads], then p[heads][keys] and l[heads][keys]. */
+size_t
+swm_block_scratch(size_t heads, size_t keys)
+{
+	size_t rows = (heads * sizeof(swm_row) + 63) & ~(size_t)63;
+	return rows + 2 * heads * keys * sizeof(double);
+}
+
+void
+swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
+    swm_head_acc *acc, swm_pair_acc *pairs)
+{
+	size_t H = blk->heads, K = blk->keys, es = swm_dtype_size(blk->dtype);
+	swm_row *st = scratch;
+	double *p = (double *)((char *)scratch +
+	    ((H * sizeof(swm_row) + 63) & ~(size_t)63));
+	double *l = p + H * K;
+	const char *base = blk->data;
+
+	for (size_t r = 0; r < blk->rows; r++) {
+		size_t n = blk->nvalid ? blk->nvalid[r] : K;
+		if (n > K)
+			n = K;
+		for (size_t h = 0; h < H; h++) {
+			const char *row = base + (h * blk->head_stride + r * blk->row_stride) * es;
+			swm_row_stats(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h]);
+			swm_head_add(&acc[h], &st[h]);
+			if (pairs && st[h].status == SWM_OK)
+				swm_row_expand(row, blk->dtype, blk->kind, &st[h],
+				    p + h * K, l + h * K);
+		}
+		if (!pairs)
+			continue;
+		for (size_t i = 0; i < H; i++) {
+			if (st[i].status != SWM_OK)
+				continue;
+			for (size_t j = i + 1; j < H; j++) {
+				if (st[j].status != SWM_OK)
+					continue;
+				swm_pair v;
+				swm_pair_acc *a = &pairs[i * H + j];
+				swm_row_pair(&st[i], p + i * K, l + i * K, &st[j],
+				    p + j * K, l + j * K, blk->sink, &v);
+				a->rows++;
+				a->cos_keep += v.cos_keep;
+				a->js_keep += v.js_keep;
+				a->sink2 += v.sink2;
+				a->content2 += v.content2;
+				if (v.cos_drop == v.cos_drop) {
+					a->rows_drop++;
+					a->cos_drop += v.cos_drop;
+					a->js_drop += v.js_drop;
+				}
+			}
+		}
+	}
+}
+
+static double
+mean_or_nan(double sum, uint64_t n)
+{
+	return n ? sum / (double)n : NAN;
+}
+
+void
+swm_pairs_finish(const swm_pair_acc *pairs, const uint64_t *head_rows,
+    size_t heads, swm_pair_matrices *out)
+{
+	size_t H = heads;
+	for (size_t i = 0; i < H; i++) {
+		size_t d = i * H + i;
+		int has = head_rows[i] > 0;
+		out->cos_keep[d] = out->cos_drop[d] = has ? 1.0 : NAN;
+		out->js_keep[d] = out->js_drop[d] = has ? 0.0 : NAN;
+		out->pair_sink[d] = out->pair_content[d] = has ? 0.0 : NAN;
+		out->rows[d] = head_rows[i];
+		for (size_t j = i + 1; j < H; j++) {
+			const swm_pair_acc *a = &pairs[i * H + j];
+			size_t u = i * H + j, v = j * H + i;
+			out->cos_keep[u] = out->cos_keep[v] = mean_or_nan(a->cos_keep, a->rows);
+			out->cos_drop[u] = out->cos_drop[v] = mean_or_nan(a->cos_drop, a->rows_drop);
+			out->js_keep[u] = out->js_keep[v] = mean_or_nan(a->js_keep, a->rows);
+			out->js_drop[u] = out->js_drop[v] = mean_or_nan(a->js_drop, a->rows_drop);
+			out->pair_sink[u] = out->pair_sink[v] = sqrt(mean_or_nan(a->sink2, a->rows));
+			out->pair_content[u] = out->pair_content[v] =
+			    sqrt(mean_or_nan(a->content2, a->rows));
+			out->rows[u] = out->rows[v] = a->rows;
+		}
+	}
+}
+
+static int
+sgn(double x)
+{
+	return (x > 0) - (x < 0);
+}
+
+double
+swm_flip_rate(const double *keep, const double *drop, size_t heads,
+    uint64_t *comparisons)
+{
+	uint64_t comps = 0, flips = 0;
+	size_t H = heads;
+
+	for (size_t i = 0; i < H; i++)
+		for (size_t j = 0; j < H; j++) {
+			if (j == i)
+				continue;
+			for (size_t l = j + 1; l < H; l++) {
+				if (l == i)
+					continue;
+				double a = keep[i * H + j], b = keep[i * H + l];
+				double c = drop[i * H + j], d = drop[i * H + l];
+				if (isnan(a) || isnan(b) || isnan(c) || isnan(d))
+					continue;
+				comps++;
+				int sk = sgn(a - b), sd = sgn(c - d);
+				flips += sk != 0 && sd != 0 && sk != sd;
+			}
+		}
+	if (comparisons)
+		*comparisons = comps;
+	return comps ? (double)flips / (double)comps : NAN;
+}
+
+double
+swm_flip_rate_entropy(const double *Hkeep, const double *Hdrop, size_t heads,
+    double *scratch, uint64_t *comparisons)
+{
+	double *dk = scratch, *dd = scratch + heads * heads;
+	for (size_t i = 0; i < heads; i++)
+		for (size_t j = 0; j < heads; j++) {
+			dk[i * heads + j] = fabs(Hkeep[i] - Hkeep[j]);
+			dd[i * heads + j] = fabs(Hdrop[i] - Hdrop[j]);
+		}
+	return swm_flip_rate(dk, dd, heads, comparisons);
+}

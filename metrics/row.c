@@ -1,0 +1,386 @@
+/*
+ * row.c: statistics of one attention row (METRICS.md §1, §4).
+ *
+ * The per-element loops keep LANES independent double accumulators and
+ * process LANES elements per iteration, so the compiler vectorizes them
+ * without reassociating floating-point sums (-ffast-math would also break
+ * the rounding tricks in swm_math.h). The result is the same on every
+ * build: the summation order is fixed by the code, not by the compiler.
+ */
+#include <math.h>
+
+#include "swm.h"
+#include "swm_math.h"
+
+#define LANES 8
+#define AI __attribute__((always_inline)) static inline
+
+static const char *const status_names[SWM_STATUS__N] = {
+	"ok", "short", "nosink", "nonfinite", "negative", "sum"
+};
+
+const char *
+swm_status_name(swm_status st)
+{
+	return (unsigned)st < SWM_STATUS__N ? status_names[st] : "invalid";
+}
+
+const char *
+swm_dtype_name(swm_dtype dt)
+{
+	static const char *const names[SWM_DTYPE__N] = { "f32", "f16", "bf16", "f64" };
+	return (unsigned)dt < SWM_DTYPE__N ? names[dt] : "invalid";
+}
+
+size_t
+swm_dtype_size(swm_dtype dt)
+{
+	static const size_t sizes[SWM_DTYPE__N] = { 4, 2, 2, 8 };
+	return (unsigned)dt < SWM_DTYPE__N ? sizes[dt] : 0;
+}
+
+void
+swm_opts_default(swm_opts *o)
+{
+	o->delta = SWM_DEFAULT_DELTA;
+	o->tol = -1;
+}
+
+double
+swm_opts_tol(const swm_opts *o, swm_dtype dt)
+{
+	if (o->tol >= 0)
+		return o->tol;
+	return (dt == SWM_F16 || dt == SWM_BF16) ? SWM_TOL_F16 : SWM_TOL_F32;
+}
+
+/* Element i of x as a double; dt is a constant wherever this is inlined. */
+AI double
+ld(const void *x, size_t i, swm_dtype dt)
+{
+	switch (dt) {
+	case SWM_F16:
+		return swm_f16_to_f32(((const uint16_t *)x)[i]);
+	case SWM_BF16:
+		return swm_bf16_to_f32(((const uint16_t *)x)[i]);
+	case SWM_F64:
+		return ((const double *)x)[i];
+	default:
+		return ((const float *)x)[i];
+	}
+}
+
+static double
+lane_sum(const double *a)
+{
+	/* pairwise, in a fixed order */
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* ---- probabilities ---------------------------------------------------- */
+
+/* Sums over content entries of a probability row (raw, unnormalized). */
+struct psum {
+	double W;	/* sum x */
+	double P;	/* sum x ln x */
+	double L;	/* sum ln x over parts >= thr */
+	double Wbig;	/* sum x over parts >= thr */
+	double nsmall;	/* parts < thr */
+	double band;	/* parts in [blo, bhi): replacement depends on the sum */
+	double neg, nonfin;
+};
+
+enum { P_W, P_P, P_L, P_WB, P_NS, P_BAND, P_NEG, P_NF, P__N };
+
+AI void
+probs_elem(double v, double thr, double blo, double bhi, double a[P__N][LANES], int j)
+{
+	double lv = swm_ln(v > 0 ? v : 1.0);
+	int small = v < thr;
+	a[P_NF][j] += (fabs(v) <= DBL_MAX) ? 0.0 : 1.0;
+	a[P_NEG][j] += v < 0 ? 1.0 : 0.0;
+	a[P_W][j] += v;
+	a[P_P][j] += v * lv;
+	a[P_NS][j] += small ? 1.0 : 0.0;
+	a[P_L][j] += small ? 0.0 : lv;
+	a[P_WB][j] += small ? 0.0 : v;
+	a[P_BAND][j] += (v >= blo && v < bhi) ? 1.0 : 0.0;
+}
+
+AI void
+probs_range(const void *x, swm_dtype dt, size_t lo, size_t hi, double thr,
+    double blo, double bhi, double a[P__N][LANES])
+{
+	size_t i = lo;
+	for (; i + LANES <= hi; i += LANES)
+		for (int j = 0; j < LANES; j++)
+			probs_elem(ld(x, i + j, dt), thr, blo, bhi, a, j);
+	for (; i < hi; i++)
+		probs_elem(ld(x, i, dt), thr, blo, bhi, a, 0);
+}
+
+AI void
+probs_content(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
+    double blo, double bhi, struct psum *ps)
+{
+	double a[P__N][LANES] = { { 0 } };
+	probs_range(x, dt, 0, k, thr, blo, bhi, a);
+	probs_range(x, dt, k + 1, n, thr, blo, bhi, a);
+	ps->W = lane_sum(a[P_W]);
+	ps->P = lane_sum(a[P_P]);
+	ps->L = lane_sum(a[P_L]);
+	ps->Wbig = lane_sum(a[P_WB]);
+	ps->nsmall = lane_sum(a[P_NS]);
+	ps->band = lane_sum(a[P_BAND]);
+	ps->neg = lane_sum(a[P_NEG]);
+	ps->nonfin = lane_sum(a[P_NF]);
+}
+
+static void
+probs_content_any(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
+    double blo, double bhi, struct psum *ps)
+{
+	switch (dt) {
+	case SWM_F16: probs_content(x, SWM_F16, n, k, thr, blo, bhi, ps); break;
+	case SWM_BF16: probs_content(x, SWM_BF16, n, k, thr, blo, bhi, ps); break;
+	case SWM_F64: probs_content(x, SWM_F64, n, k, thr, blo, bhi, ps); break;
+	default: probs_content(x, SWM_F32, n, k, thr, blo, bhi, ps); break;
+	}
+}
+
+/* Fills the §1 values shared by both kinds from s, w and Hc. */
+static void
+finish_common(swm_row *r, double s, double w, double H, double Hc)
+{
+	r->s = s;
+	r->w = w;
+	r->H = H;
+	r->hb = -swm_xlnx(s) - swm_xlnx(w);
+	r->Hc = Hc;
+	r->C = w * Hc;
+}
+
+static swm_status
+row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
+    swm_row *r)
+{
+	double tol = swm_opts_tol(o, dt), delta = o->delta;
+	double xk = ld(x, k, dt);
+	struct psum ps;
+
+	/*
+	 * A part is replaced when x_i / S < delta. S is known only after the
+	 * pass, but an accepted row has |S - 1| <= tol: classify against delta
+	 * and count the parts whose class could depend on S (the band); only
+	 * then, rarely, run the pass again with the exact threshold.
+	 */
+	double thr = delta;
+	probs_content_any(x, dt, n, k, thr, delta * (1 - tol), delta * (1 + tol), &ps);
+	if (ps.nonfin > 0 || !(fabs(xk) <= DBL_MAX))
+		return SWM_REJ_NONFINITE;
+	if (ps.neg > 0 || xk < 0)
+		return SWM_REJ_NEGATIVE;
+	double S = xk + ps.W;
+	if (!(fabs(S - 1.0) <= tol) || !(S > 0))
+		return SWM_REJ_SUM;
+	if (ps.band > 0 || (xk >= delta * (1 - tol) && xk < delta * (1 + tol))) {
+		thr = delta * S;
+		probs_content_any(x, dt, n, k, thr, 0, 0, &ps);
+	}
+
+	double lnxk = xk > 0 ? swm_ln(xk) : 0.0;
+	double s = xk / S, w = ps.W / S;
+	double H = swm_ln(S) - (xk * lnxk + ps.P) / S;
+	double Hc = ps.W > 0 ? swm_ln(ps.W) - ps.P / ps.W : 0.0;
+	finish_common(r, s, w, H, Hc);
+
+	/*
+	 * §4 multiplicative replacement: replaced parts are delta, the others
+	 * x_i / S * (1 - delta r) / (Wbig / S), so ln a~_i = ln x_i + lnscale.
+	 */
+	int ksmall = xk < thr;
+	double nrep = ps.nsmall + (ksmall ? 1 : 0);
+	double Wbig = ps.Wbig + (ksmall ? 0.0 : xk);
+	double lnscale = log1p(-delta * nrep) - swm_ln(Wbig);
+	double lndelta = swm_ln(delta);
+	double lk = ksmall ? lndelta : lnxk + lnscale;
+	double m = (double)(n - 1);
+	double meanc = (ps.L + (m - ps.nsmall) * lnscale + ps.nsmall * lndelta) / m;
+	r->b = sqrt(m / (double)n) * (lk - meanc);
+	r->norm = S;
+	r->lnz = 0;
+	r->lnscale = lnscale;
+	r->thr = thr;
+	r->lndelta = lndelta;
+	r->nrep = (uint32_t)nrep;
+	return SWM_OK;
+}
+
+/* ---- logits ------------------------------------------------------------ */
+
+enum { L_E, L_EY, L_Y, L_NM, L__N };
+
+AI void
+logits_elem(double z, double zmax, double a[L__N][LANES], int j)
+{
+	int masked = z == -INFINITY;
+	double y = masked ? 0.0 : z - zmax;
+	double e = masked ? 0.0 : swm_exp_neg(y);
+	a[L_E][j] += e;
+	a[L_EY][j] += e * y;
+	a[L_Y][j] += y;
+	a[L_NM][j] += masked ? 1.0 : 0.0;
+}
+
+AI void
+logits_range(const void *x, swm_dtype dt, size_t lo, size_t hi, double zmax,
+    double a[L__N][LANES])
+{
+	size_t i = lo;
+	for (; i + LANES <= hi; i += LANES)
+		for (int j = 0; j < LANES; j++)
+			logits_elem(ld(x, i + j, dt), zmax, a, j);
+	for (; i < hi; i++)
+		logits_elem(ld(x, i, dt), zmax, a, 0);
+}
+
+/* Max of the row, and the count of NaN and +inf entries. */
+AI double
+logits_max(const void *x, swm_dtype dt, size_t n, double *bad)
+{
+	double mx[LANES], nb[LANES];
+	for (int j = 0; j < LANES; j++)
+		mx[j] = -INFINITY, nb[j] = 0;
+	size_t i = 0;
+	for (; i + LANES <= n; i += LANES)
+		for (int j = 0; j < LANES; j++) {
+			double z = ld(x, i + j, dt);
+			nb[j] += (z == z && z < INFINITY) ? 0.0 : 1.0;
+			mx[j] = z > mx[j] ? z : mx[j];
+		}
+	for (; i < n; i++) {
+		double z = ld(x, i, dt);
+		nb[0] += (z == z && z < INFINITY) ? 0.0 : 1.0;
+		mx[0] = z > mx[0] ? z : mx[0];
+	}
+	double m = mx[0];
+	for (int j = 1; j < LANES; j++)
+		m = mx[j] > m ? mx[j] : m;
+	*bad = lane_sum(nb);
+	return m;
+}
+
+AI swm_status
+row_logits_t(const void *x, swm_dtype dt, size_t n, size_t k,
+    const swm_opts *o, swm_row *r)
+{
+	double bad, a[L__N][LANES] = { { 0 } };
+	double zmax = logits_max(x, dt, n, &bad);
+	if (bad > 0 || zmax == -INFINITY)
+		return SWM_REJ_NONFINITE;
+	logits_range(x, dt, 0, k, zmax, a);
+	logits_range(x, dt, k + 1, n, zmax, a);
+	double Ec = lane_sum(a[L_E]), EYc = lane_sum(a[L_EY]);
+	double Yc = lane_sum(a[L_Y]), rc = lane_sum(a[L_NM]);
+
+	double zk = ld(x, k, dt);
+	int kmasked = zk == -INFINITY;
+	double yk = kmasked ? 0.0 : zk - zmax;
+	double ek = kmasked ? 0.0 : swm_exp_neg(yk);
+	double Z = ek + Ec;
+	double lnZ = swm_ln(Z);
+	double H = lnZ - (ek * yk + EYc) / Z;
+	double Hc = Ec > 0 ? swm_ln(Ec) - EYc / Ec : 0.0;
+	finish_common(r, ek / Z, Ec / Z, H, Hc);
+
+	/* §4: ln a_i = y_i - ln Z exactly; -inf parts are zeros, replaced. */
+	double nrep = rc + (kmasked ? 1 : 0);
+	double lnscale = log1p(-o->delta * nrep) - lnZ;
+	double lndelta = swm_ln(o->delta);
+	double lk = kmasked ? lndelta : yk + lnscale;
+	double m = (double)(n - 1);
+	double meanc = (Yc + (m - rc) * lnscale + rc * lndelta) / m;
+	r->b = sqrt(m / (double)n) * (lk - meanc);
+	r->norm = zmax;
+	r->lnz = lnZ;
+	r->lnscale = lnscale;
+	r->thr = 0;
+	r->lndelta = lndelta;
+	r->nrep = (uint32_t)nrep;
+	return SWM_OK;
+}
+
+static swm_status
+row_logits(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
+    swm_row *r)
+{
+	switch (dt) {
+	case SWM_F16: return row_logits_t(x, SWM_F16, n, k, o, r);
+	case SWM_BF16: return row_logits_t(x, SWM_BF16, n, k, o, r);
+	case SWM_F64: return row_logits_t(x, SWM_F64, n, k, o, r);
+	default: return row_logits_t(x, SWM_F32, n, k, o, r);
+	}
+}
+
+swm_status
+swm_row_stats(const void *x, swm_dtype dt, swm_kind kind, size_t n, size_t k,
+    const swm_opts *o, swm_row *out)
+{
+	swm_status st;
+
+	out->n = (uint32_t)n;
+	if (n < 2)
+		st = SWM_REJ_SHORT;
+	else if (k >= n)
+		st = SWM_REJ_NOSINK;
+	else if (kind == SWM_LOGITS)
+		st = row_logits(x, dt, n, k, o, out);
+	else
+		st = row_probs(x, dt, n, k, o, out);
+	out->status = st;
+	return st;
+}
+
+/* ---- expansion for pair and drift work --------------------------------- */
+
+AI void
+expand_t(const void *x, swm_dtype dt, swm_kind kind, const swm_row *r,
+    double *p, double *l)
+{
+	size_t n = r->n;
+	double lndelta = r->lndelta;
+
+	if (kind == SWM_LOGITS) {
+		double invZ = 1.0 / exp(r->lnz);
+		for (size_t i = 0; i < n; i++) {
+			double z = ld(x, i, dt);
+			int masked = z == -INFINITY;
+			double y = masked ? 0.0 : z - r->norm;
+			if (p)
+				p[i] = masked ? 0.0 : swm_exp_neg(y) * invZ;
+			if (l)
+				l[i] = masked ? lndelta : y + r->lnscale;
+		}
+		return;
+	}
+	double invS = 1.0 / r->norm;
+	for (size_t i = 0; i < n; i++) {
+		double v = ld(x, i, dt);
+		if (p)
+			p[i] = v * invS;
+		if (l)
+			l[i] = v < r->thr ? lndelta : swm_ln(v > 0 ? v : 1.0) + r->lnscale;
+	}
+}
+
+void
+swm_row_expand(const void *x, swm_dtype dt, swm_kind kind, const swm_row *r,
+    double *p, double *l)
+{
+	switch (dt) {
+	case SWM_F16: expand_t(x, SWM_F16, kind, r, p, l); break;
+	case SWM_BF16: expand_t(x, SWM_BF16, kind, r, p, l); break;
+	case SWM_F64: expand_t(x, SWM_F64, kind, r, p, l); break;
+	default: expand_t(x, SWM_F32, kind, r, p, l); break;
+	}
+}

@@ -1,0 +1,251 @@
+/*
+ * swm.h: the metric core of sinkwatch, the mathematics of METRICS.md.
+ *
+ * Pure computation: no I/O, no global state, no allocation. Every function
+ * works on memory the caller owns; functions that need scratch space say how
+ * much and take it as an argument. Thread-safe for distinct outputs.
+ *
+ * Section numbers (§) refer to METRICS.md, the metric contract.
+ */
+#ifndef SWM_H
+#define SWM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of METRICS.md these functions implement. */
+#define SWM_CONTRACT_VERSION 1
+
+#define SWM_DEFAULT_DELTA 1e-10	/* §4 zero replacement threshold */
+#define SWM_TOL_F32 1e-4		/* §1 row-sum tolerance, f32 and f64 */
+#define SWM_TOL_F16 1e-2		/* §1 row-sum tolerance, f16 and bf16 */
+
+typedef enum swm_dtype {
+	SWM_F32 = 0,
+	SWM_F16,
+	SWM_BF16,
+	SWM_F64,
+	SWM_DTYPE__N
+} swm_dtype;
+
+typedef enum swm_kind {
+	SWM_PROBS = 0,	/* softmax probabilities */
+	SWM_LOGITS	/* pre-softmax scores, -inf for masked keys */
+} swm_kind;
+
+/* Why a row was not used. SWM_OK is 0; the rest count rejections. */
+typedef enum swm_status {
+	SWM_OK = 0,
+	SWM_REJ_SHORT,		/* fewer than two valid keys */
+	SWM_REJ_NOSINK,		/* sink index not among the valid keys */
+	SWM_REJ_NONFINITE,	/* NaN or infinite value (logits: NaN, +inf, all -inf) */
+	SWM_REJ_NEGATIVE,	/* negative probability */
+	SWM_REJ_SUM,		/* probability sum off 1 by more than the tolerance */
+	SWM_STATUS__N
+} swm_status;
+
+/* Short lower-case name of a status ("ok", "short", ...), never NULL. */
+const char *swm_status_name(swm_status st);
+/* Name of a dtype ("f32", "f16", "bf16", "f64"), never NULL. */
+const char *swm_dtype_name(swm_dtype dt);
+/* Bytes per element of a dtype, 0 for an invalid one. */
+size_t swm_dtype_size(swm_dtype dt);
+
+typedef struct swm_opts {
+	double delta;	/* §4 replacement threshold, 0 < delta, delta * n < 1 */
+	double tol;	/* §1 row-sum tolerance; < 0 means the dtype's default */
+} swm_opts;
+
+/* Fills *o with the defaults (delta 1e-10, tolerance by dtype). */
+void swm_opts_default(swm_opts *o);
+/* The tolerance in force for a dtype under *o. */
+double swm_opts_tol(const swm_opts *o, swm_dtype dt);
+
+/*
+ * Statistics of one row (§1) and its balance (§4). The first seven fields
+ * are the contract's values; the rest is the row's normalisation, kept for
+ * swm_row_expand().
+ */
+typedef struct swm_row {
+	double s;	/* sink mass a_k */
+	double w;	/* content mass, summed from the content entries */
+	double H;	/* entropy */
+	double hb;	/* binary entropy of the sink split */
+	double Hc;	/* content entropy, 0 when w = 0 */
+	double C;	/* w * Hc */
+	double b;	/* balance of the zero-replaced composition */
+	double norm;	/* probs: raw row sum; logits: max logit */
+	double lnz;	/* logits: ln sum exp(z - max); probs: 0 */
+	double lnscale;	/* ln a~_i = ln x_i + lnscale (probs) or z_i - max + lnscale */
+	double thr;	/* probs: raw value below which a part is replaced */
+	double lndelta;	/* ln of a replaced part */
+	uint32_t n;	/* valid keys */
+	uint32_t nrep;	/* parts replaced (probs: below delta; logits: -inf) */
+	swm_status status;
+} swm_row;
+
+/*
+ * Computes the statistics of the row x[0 .. n) of dtype dt and kind kind,
+ * with sink index k. One pass over the values, one logarithm (probs) or one
+ * exponential (logits, after a pass for the max) per element, double
+ * accumulators. Returns the row's status, also stored in out->status; the
+ * other fields are valid only when it is SWM_OK.
+ */
+swm_status swm_row_stats(const void *x, swm_dtype dt, swm_kind kind, size_t n,
+    size_t k, const swm_opts *o, swm_row *out);
+
+/*
+ * For a row that swm_row_stats() accepted: p[i] = the renormalized
+ * probability a_i, and l[i] = ln of the zero-replaced part (§4), for
+ * i < r->n.
+ * Either output may be NULL.
+ */
+void swm_row_expand(const void *x, swm_dtype dt, swm_kind kind,
+    const swm_row *r, double *p, double *l);
+
+/*
+ * §4: squared content distance ||clr_c(x) - clr_c(y)||^2 between two rows
+ * given as ln parts (from swm_row_expand), n parts, sink k. Two passes
+ * (centre, then sum of squares), so a constant shift gives exactly ~0.
+ */
+double swm_content_dist2(const double *lx, const double *ly, size_t n, size_t k);
+
+/* §4: the balance of a row from its ln parts. */
+double swm_balance(const double *l, size_t n, size_t k);
+
+/* Conventional metrics and Aitchison terms of one pair of rows (§4, §5). */
+typedef struct swm_pair {
+	double cos_keep, cos_drop;	/* cosine similarity */
+	double js_keep, js_drop;	/* Jensen-Shannon divergence, nats */
+	double sink2, content2;		/* (b_x - b_y)^2, ||clr_c x - clr_c y||^2 */
+} swm_pair;
+
+/*
+ * The pair values of two accepted rows over the same n keys, from their
+ * stats and expansions. cos_drop and js_drop are NaN when either row has
+ * w = 0.
+ */
+void swm_row_pair(const swm_row *rx, const double *px, const double *lx,
+    const swm_row *ry, const double *py, const double *ly, size_t k,
+    swm_pair *out);
+
+/* §2: running sums of one head's valid rows. Zero it to start. */
+typedef struct swm_head_acc {
+	uint64_t rows;
+	uint64_t rejected[SWM_STATUS__N];	/* index by swm_status */
+	double s, w, H, hb, Hc, C, b;
+} swm_head_acc;
+
+/* Adds a row (accepted or not) to a head's sums. */
+void swm_head_add(swm_head_acc *acc, const swm_row *r);
+/* Adds the sums of b into a. */
+void swm_head_merge(swm_head_acc *a, const swm_head_acc *b);
+
+/* §2: a head's values at one step. NaN when rows == 0. */
+typedef struct swm_head {
+	uint64_t rows;
+	double s, w, H, hb, Hc, C, b;
+	double Hcw;	/* mass-weighted content entropy C / w, 0 when w = 0 */
+} swm_head;
+
+void swm_head_finish(const swm_head_acc *acc, swm_head *out);
+
+/* Sums of pair values of two heads over the rows valid in both. */
+typedef struct swm_pair_acc {
+	uint64_t rows;		/* rows valid in both */
+	uint64_t rows_drop;	/* of which both have w > 0 */
+	double cos_keep, cos_drop, js_keep, js_drop, sink2, content2;
+} swm_pair_acc;
+
+/*
+ * One block of rows of one layer, `heads` heads of `rows` rows each, laid
+ * out at data + h * head_stride + r * row_stride (strides in elements).
+ * nvalid[r] is the number of valid keys of row r (NULL: all `keys`).
+ */
+typedef struct swm_block {
+	const void *data;
+	swm_dtype dtype;
+	swm_kind kind;
+	size_t heads, rows, keys;
+	size_t head_stride, row_stride;
+	const uint32_t *nvalid;
+	size_t sink;
+} swm_block;
+
+/* Scratch bytes that swm_block_add() needs for `heads` heads of `keys` keys. */
+size_t swm_block_scratch(size_t heads, size_t keys);
+
+/*
+ * Adds every row of the block to the head sums acc[heads] and, when pairs is
+ * not NULL, every head pair over common valid rows to pairs[heads * heads]
+ * (entry [i * heads + j], i < j). scratch holds swm_block_scratch() bytes,
+ * aligned for double.
+ */
+void swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
+    swm_head_acc *acc, swm_pair_acc *pairs);
+
+/* Head-pair matrices of one layer, each heads * heads, row-major. */
+typedef struct swm_pair_matrices {
+	double *cos_keep, *cos_drop, *js_keep, *js_drop, *pair_sink, *pair_content;
+	uint64_t *rows;
+} swm_pair_matrices;
+
+/*
+ * Means (and root mean squares for the Aitchison terms) from the sums,
+ * symmetric, with the diagonal set (cosine 1, others 0) for heads that have
+ * valid rows (head_rows[h] > 0) and NaN where no row is common.
+ */
+void swm_pairs_finish(const swm_pair_acc *pairs, const uint64_t *head_rows,
+    size_t heads, swm_pair_matrices *out);
+
+/*
+ * §5 flip rate between two heads x heads distance (or similarity) matrices
+ * of one convention each. Comparisons with a NaN value are left out; ties
+ * are no flip. Stores the comparison count in *comparisons (if not NULL) and
+ * returns flips / comparisons, NaN when there is none.
+ */
+double swm_flip_rate(const double *keep, const double *drop, size_t heads,
+    uint64_t *comparisons);
+
+/*
+ * §5 entropy flip rate: D(i,j) = |E_i - E_j| with E the head entropies
+ * under keep (H) and drop (Hc). scratch holds 2 * heads * heads doubles.
+ */
+double swm_flip_rate_entropy(const double *Hkeep, const double *Hdrop,
+    size_t heads, double *scratch, uint64_t *comparisons);
+
+/* §3: an entropy change split into sink growth and content sharpening. */
+typedef struct swm_split {
+	double dH;	/* H(t1) - H(t0) */
+	double sink;	/* sink part */
+	double content;	/* content part */
+} swm_split;
+
+/* §3 aggregate form between two head values. NaN if either has no rows. */
+void swm_split_aggregate(const swm_head *h0, const swm_head *h1, swm_split *out);
+
+/*
+ * §3 paired form: row by row over rows accepted at both steps, averaged.
+ * Returns the number of rows used; *out is NaN when it is 0.
+ */
+size_t swm_split_paired(const swm_row *r0, const swm_row *r1, size_t rows,
+    swm_split *out);
+
+/* Adds b to a, field by field (path sums; layer and model sums). */
+void swm_split_add(swm_split *a, const swm_split *b);
+
+/*
+ * §3 collapse shares of a (summed) split: sink / dH and content / dH.
+ * Both NaN unless dH < 0.
+ */
+void swm_split_shares(const swm_split *sp, double *sink_share,
+    double *content_share);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

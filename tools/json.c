@@ -1,0 +1,122 @@
+/* json.c: see json.h. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "tools/json.h"
+
+void
+sw_json_init(sw_json *j, FILE *f)
+{
+	memset(j, 0, sizeof(*j));
+	j->f = f;
+	j->depth = 0;
+	j->isobj[0] = 0;
+}
+
+static void
+put_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		switch (*p) {
+		case '"': fputs("\\\"", f); break;
+		case '\\': fputs("\\\\", f); break;
+		case '\n': fputs("\\n", f); break;
+		case '\t': fputs("\\t", f); break;
+		case '\r': fputs("\\r", f); break;
+		default:
+			if (*p < 0x20)
+				fprintf(f, "\\u%04x", *p);
+			else
+				fputc(*p, f);
+		}
+	}
+	fputc('"', f);
+}
+
+/* Separator, indentation and key before a value; scalars in arrays inline. */
+static void
+prefix(sw_json *j, const char *key, int container)
+{
+	int d = j->depth;
+	if (d > 0 && j->count[d]++ > 0)
+		fputc(',', j->f);
+	if (d > 0 && (j->isobj[d] || container)) {
+		fputc('\n', j->f);
+		for (int i = 0; i < d; i++)
+			fputs("  ", j->f);
+	}
+	if (key && j->isobj[d]) {
+		put_string(j->f, key);
+		fputs(": ", j->f);
+	}
+}
+
+static void
+open_level(sw_json *j, const char *key, int obj)
+{
+	prefix(j, key, 1);
+	fputc(obj ? '{' : '[', j->f);
+	if (j->depth + 1 < SW_JSON_MAXDEPTH) {
+		j->depth++;
+		j->count[j->depth] = 0;
+		j->isobj[j->depth] = (char)obj;
+	}
+}
+
+static void
+close_level(sw_json *j, int obj)
+{
+	int d = j->depth;
+	if (j->isobj[d] && j->count[d] > 0) {
+		fputc('\n', j->f);
+		for (int i = 0; i < d - 1; i++)
+			fputs("  ", j->f);
+	}
+	fputc(obj ? '}' : ']', j->f);
+	if (j->depth > 0)
+		j->depth--;
+}
+
+void sw_json_begin_obj(sw_json *j, const char *key) { open_level(j, key, 1); }
+void sw_json_end_obj(sw_json *j) { close_level(j, 1); }
+void sw_json_begin_arr(sw_json *j, const char *key) { open_level(j, key, 0); }
+void sw_json_end_arr(sw_json *j) { close_level(j, 0); }
+
+void
+sw_json_num(sw_json *j, const char *key, double v)
+{
+	prefix(j, key, 0);
+	if (isfinite(v))
+		fprintf(j->f, "%.17g", v);
+	else
+		fputs("null", j->f);
+}
+
+void
+sw_json_int(sw_json *j, const char *key, int64_t v)
+{
+	prefix(j, key, 0);
+	fprintf(j->f, "%" PRId64, v);
+}
+
+void
+sw_json_str(sw_json *j, const char *key, const char *s)
+{
+	prefix(j, key, 0);
+	put_string(j->f, s);
+}
+
+void
+sw_json_bool(sw_json *j, const char *key, int v)
+{
+	prefix(j, key, 0);
+	fputs(v ? "true" : "false", j->f);
+}
+
+void
+sw_json_finish(sw_json *j)
+{
+	fputc('\n', j->f);
+}

@@ -1,0 +1,47 @@
+/*
+ * sinkwatch.c: the `sinkwatch` command, a dispatcher over subcommands.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "tools/analyze.h"
+
+static void
+usage(FILE *f)
+{
+	fputs("usage: sinkwatch COMMAND [ARGS]\n"
+	    "\n"
+	    "commands:\n"
+	    "  analyze FILE.h5:/dataset [options]  two-channel metrics of a saved attention tensor\n"
+	    "  demo [--out FILE.h5]                write a demo tensor and analyze it\n"
+	    "  help                                this text\n"
+	    "  version                             print the version\n"
+	    "\n"
+	    "sinkwatch COMMAND --help shows a command's options.\n", f);
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "analyze"))
+		return sw_analyze_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "demo"))
+		return sw_demo_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		printf("sinkwatch %s (metric contract %d)\n", PACKAGE_VERSION, 1);
+		return 0;
+	}
+	fprintf(stderr, "sinkwatch: unknown command '%s'\n", cmd);
+	usage(stderr);
+	return 2;
+}
