@@ -112,7 +112,11 @@ swm_row_pair(const swm_row *rx, const double *px, const double *lx,
 	/* JS = H(m) - (H(x) + H(y)) / 2, one logarithm per element */
 	double js = -(hm + swm_xlnx(mk)) - 0.5 * (rx->H + ry->H);
 	out->js_keep = js > 0 ? js : 0.0;
-	if (drop) {
+	if (drop && n == 2) {
+		/* one content key: both content distributions are (1) exactly */
+		out->cos_drop = 1.0;
+		out->js_drop = 0.0;
+	} else if (drop) {
 		out->cos_drop = dot / sqrt(nx * ny);
 		js = -hmc - 0.5 * (rx->Hc + ry->Hc);
 		out->js_drop = js > 0 ? js : 0.0;

@@ -191,7 +191,8 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 	double lnxk = xk > 0 ? swm_ln(xk) : 0.0;
 	double s = xk / S, w = ps.W / S;
 	double H = swm_ln(S) - (xk * lnxk + ps.P) / S;
-	double Hc = ps.W > 0 ? swm_ln(ps.W) - ps.P / ps.W : 0.0;
+	/* one content key: c = (1), Hc is exactly 0, not rounding noise */
+	double Hc = ps.W > 0 && n > 2 ? swm_ln(ps.W) - ps.P / ps.W : 0.0;
 	finish_common(r, s, w, H, Hc);
 
 	/*
@@ -290,7 +291,7 @@ row_logits_t(const void *x, swm_dtype dt, size_t n, size_t k,
 	double Z = ek + Ec;
 	double lnZ = swm_ln(Z);
 	double H = lnZ - (ek * yk + EYc) / Z;
-	double Hc = Ec > 0 ? swm_ln(Ec) - EYc / Ec : 0.0;
+	double Hc = Ec > 0 && n > 2 ? swm_ln(Ec) - EYc / Ec : 0.0;
 	finish_common(r, ek / Z, Ec / Z, H, Hc);
 
 	/* §4: ln a_i = y_i - ln Z exactly; -inf parts are zeros, replaced. */

@@ -1,0 +1,1043 @@
+/*
+ * test_metrics.c: unit tests of the metric core (metrics/swm.h) against
+ * independent computations: long double sums with libm's logl over the
+ * formulas of METRICS.md, closed forms, and invariances.
+ */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics/swm.h"
+#include "metrics/swm_math.h"
+
+#define MAXN 4096
+
+/* ---- a small deterministic generator ---------------------------------- */
+
+static uint64_t rng_state = 1;
+
+static double
+urand(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return ((double)(z >> 11) + 0.5) * 0x1p-53;
+}
+
+static double
+nrand(void)
+{
+	return sqrt(-2 * log(urand())) * cos(6.283185307179586 * urand());
+}
+
+/* A probability row of n keys with sink mass s at index k, content random. */
+static void
+make_row(double *a, size_t n, size_t k, double s, double spread)
+{
+	double sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		a[i] = i == k ? 0 : exp(spread * nrand());
+		sum += a[i];
+	}
+	for (size_t i = 0; i < n; i++)
+		a[i] = i == k ? s : (1 - s) * a[i] / sum;
+}
+
+/* ---- the independent reference ------------------------------------------ */
+
+struct ref {
+	long double s, w, H, hb, Hc, C, b;
+	long double l[MAXN];	/* ln of the replaced parts */
+};
+
+static long double
+xlogx(long double x)
+{
+	return x > 0 ? x * logl(x) : 0;
+}
+
+/* METRICS.md §1 and §4 straight from the definitions, on a double row. */
+static void
+ref_row(const double *x, size_t n, size_t k, double delta, struct ref *r)
+{
+	static long double a[MAXN];
+	long double S = 0, w = 0, H = 0, Cs = 0;
+	for (size_t i = 0; i < n; i++)
+		S += x[i];
+	for (size_t i = 0; i < n; i++)
+		a[i] = x[i] / S;
+	for (size_t i = 0; i < n; i++) {
+		H -= xlogx(a[i]);
+		if (i != k)
+			w += a[i], Cs += xlogx(a[i]);
+	}
+	r->s = a[k];
+	r->w = w;
+	r->H = H;
+	r->hb = -xlogx(a[k]) - xlogx(w);
+	r->Hc = w > 0 ? logl(w) - Cs / w : 0;
+	r->C = r->w * r->Hc;
+	/* multiplicative replacement */
+	long double big = 0;
+	size_t rep = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (a[i] < delta)
+			rep++;
+		else
+			big += a[i];
+	}
+	long double f = (1 - (long double)delta * rep) / big, mean = 0;
+	for (size_t i = 0; i < n; i++) {
+		r->l[i] = a[i] < delta ? logl((long double)delta) : logl(a[i] * f);
+		if (i != k)
+			mean += r->l[i];
+	}
+	mean /= (long double)(n - 1);
+	r->b = sqrtl((long double)(n - 1) / n) * (r->l[k] - mean);
+}
+
+static int
+close_to(double got, long double want, double rel, double abs_)
+{
+	return fabsl((long double)got - want) <= rel * fabsl(want) + abs_;
+}
+
+#define ck_close(got, want, rel, abs_) \
+	ck_assert_msg(close_to((got), (want), (rel), (abs_)), \
+	    "%s = %.17g, want %.17Lg (line %d)", #got, (double)(got), (long double)(want), __LINE__)
+
+static swm_opts
+dflt(void)
+{
+	swm_opts o;
+	swm_opts_default(&o);
+	return o;
+}
+
+/* ---- names, options ------------------------------------------------------ */
+
+START_TEST(test_names)
+{
+	ck_assert_str_eq(swm_status_name(SWM_OK), "ok");
+	ck_assert_str_eq(swm_status_name(SWM_REJ_SHORT), "short");
+	ck_assert_str_eq(swm_status_name(SWM_REJ_NOSINK), "nosink");
+	ck_assert_str_eq(swm_status_name(SWM_REJ_NONFINITE), "nonfinite");
+	ck_assert_str_eq(swm_status_name(SWM_REJ_NEGATIVE), "negative");
+	ck_assert_str_eq(swm_status_name(SWM_REJ_SUM), "sum");
+	ck_assert_str_eq(swm_status_name((swm_status)99), "invalid");
+	ck_assert_str_eq(swm_dtype_name(SWM_F32), "f32");
+	ck_assert_str_eq(swm_dtype_name(SWM_F16), "f16");
+	ck_assert_str_eq(swm_dtype_name(SWM_BF16), "bf16");
+	ck_assert_str_eq(swm_dtype_name(SWM_F64), "f64");
+	ck_assert_str_eq(swm_dtype_name((swm_dtype)7), "invalid");
+	ck_assert_uint_eq(swm_dtype_size(SWM_F32), 4);
+	ck_assert_uint_eq(swm_dtype_size(SWM_F16), 2);
+	ck_assert_uint_eq(swm_dtype_size(SWM_BF16), 2);
+	ck_assert_uint_eq(swm_dtype_size(SWM_F64), 8);
+	ck_assert_uint_eq(swm_dtype_size((swm_dtype)7), 0);
+}
+END_TEST
+
+START_TEST(test_opts)
+{
+	swm_opts o = dflt();
+	ck_assert(o.delta == 1e-10);
+	ck_assert(swm_opts_tol(&o, SWM_F32) == 1e-4);
+	ck_assert(swm_opts_tol(&o, SWM_F64) == 1e-4);
+	ck_assert(swm_opts_tol(&o, SWM_F16) == 1e-2);
+	ck_assert(swm_opts_tol(&o, SWM_BF16) == 1e-2);
+	o.tol = 0.5;
+	ck_assert(swm_opts_tol(&o, SWM_F16) == 0.5);
+}
+END_TEST
+
+/* ---- the scalar kernels ---------------------------------------------------- */
+
+START_TEST(test_ln_exp)
+{
+	double worst = 0;
+	/* every binade, including subnormals, with random mantissas */
+	for (int e = -1074; e < 1024; e++)
+		for (int t = 0; t < 8; t++) {
+			double x = ldexp(1.0 + urand(), e);
+			if (!isfinite(x) || x == 0)
+				continue;
+			double want = log(x), got = swm_ln(x);
+			double err = fabs(got - want) / fmax(fabs(want), DBL_MIN);
+			if (want == 0)
+				err = fabs(got);
+			worst = fmax(worst, err);
+		}
+	ck_assert_msg(worst < 4e-16, "swm_ln rel err %g", worst);
+	/* near 1, where the error is absolute */
+	for (int t = 0; t < 10000; t++) {
+		double x = 1 + (urand() - 0.5) * 1e-3;
+		ck_assert_msg(fabs(swm_ln(x) - log(x)) <= 2e-16 * fabs(log(x)) + 1e-300,
+		    "ln(%.17g)", x);
+	}
+	ck_assert(swm_ln(1.0) == 0.0);
+	worst = 0;
+	for (int t = 0; t < 200000; t++) {
+		double y = -708 * urand();
+		double want = exp(y), got = swm_exp_neg(y);
+		worst = fmax(worst, fabs(got - want) / want);
+	}
+	ck_assert_msg(worst < 4e-16, "swm_exp_neg rel err %g", worst);
+	ck_assert(swm_exp_neg(0.0) == 1.0);
+	ck_assert(swm_exp_neg(-INFINITY) == 0.0);
+	ck_assert(swm_exp_neg(-800.0) == 0.0);
+	ck_assert(swm_xlnx(0.0) == 0.0);
+}
+END_TEST
+
+START_TEST(test_half)
+{
+	/* every f16 value against ldexp of its fields */
+	for (uint32_t h = 0; h < 65536; h++) {
+		int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+		float got = swm_f16_to_f32((uint16_t)h);
+		if (e == 31) {
+			ck_assert(m ? isnan(got) : isinf(got));
+			continue;
+		}
+		double want = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+		if (sign)
+			want = -want;
+		ck_assert_msg(got == want && !!signbit(got) == (sign != 0), "f16 %04x", h);
+	}
+	ck_assert(swm_f16_to_f32(0x3c00) == 1.0f);
+	ck_assert(swm_f16_to_f32(0x0001) == 0x1p-24f);
+	ck_assert(swm_f16_to_f32(0x7bff) == 65504.0f);
+	/* bf16 is the upper half of a float */
+	for (uint32_t h = 0; h < 65536; h += 7) {
+		float got = swm_bf16_to_f32((uint16_t)h);
+		uint32_t bits = h << 16;
+		float want;
+		memcpy(&want, &bits, 4);
+		ck_assert(memcmp(&got, &want, 4) == 0);
+	}
+	ck_assert(swm_bf16_to_f32(0x3f80) == 1.0f);
+}
+END_TEST
+
+/* ---- one row ---------------------------------------------------------------- */
+
+static void
+check_row_against_ref(const double *a, size_t n, size_t k, double tolv)
+{
+	swm_opts o = dflt();
+	swm_row r;
+	struct ref *ref = malloc(sizeof(*ref));
+	double *l = malloc(n * sizeof(double)), *p = malloc(n * sizeof(double));
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, n, k, &o, &r), SWM_OK);
+	ref_row(a, n, k, o.delta, ref);
+	ck_close(r.s, ref->s, tolv, 1e-300);
+	ck_close(r.w, ref->w, tolv, 1e-300);
+	ck_close(r.H, ref->H, tolv, 1e-15);
+	ck_close(r.hb, ref->hb, tolv, 1e-15);
+	ck_close(r.Hc, ref->Hc, tolv, 1e-15);
+	ck_close(r.C, ref->C, tolv, 1e-15);
+	ck_close(r.b, ref->b, tolv, 1e-12);
+	swm_row_expand(a, SWM_F64, SWM_PROBS, &r, p, l);
+	long double S = 0;
+	for (size_t i = 0; i < n; i++)
+		S += a[i];
+	for (size_t i = 0; i < n; i++) {
+		ck_close(l[i], ref->l[i], 1e-13, 1e-13);
+		ck_close(p[i], a[i] / S, 1e-15, 0);
+	}
+	ck_close(swm_balance(l, n, k), ref->b, 1e-12, 1e-11);
+	free(ref);
+	free(l);
+	free(p);
+}
+
+START_TEST(test_worked_example)
+{
+	/* METRICS.md §7 */
+	double x[3] = { 0.5, 0.25, 0.25 }, y[3] = { 0.2, 0.5, 0.3 };
+	swm_opts o = dflt();
+	swm_row rx, ry;
+	ck_assert_int_eq(swm_row_stats(x, SWM_F64, SWM_PROBS, 3, 0, &o, &rx), SWM_OK);
+	ck_assert_int_eq(swm_row_stats(y, SWM_F64, SWM_PROBS, 3, 0, &o, &ry), SWM_OK);
+	ck_close(rx.s, 0.5, 0, 1e-15);
+	ck_close(rx.w, 0.5, 0, 1e-15);
+	ck_close(rx.H, 1.0397207708, 0, 1e-10);
+	ck_close(rx.hb, 0.6931471806, 0, 1e-10);
+	ck_close(rx.Hc, 0.6931471806, 0, 1e-10);
+	ck_close(rx.C, 0.3465735903, 0, 1e-10);
+	ck_close(rx.b, 0.5659523030, 0, 1e-10);
+
+	swm_split sp;
+	ck_assert_uint_eq(swm_split_paired(&rx, &ry, 1, &sp), 1);
+	ck_close(sp.dH, -0.0100677568, 0, 1e-10);
+	ck_close(sp.sink, 0.0104618058, 0, 1e-10);
+	ck_close(sp.content, -0.0205295626, 0, 1e-10);
+	swm_head_acc ax = { 0 }, ay = { 0 };
+	swm_head hx, hy;
+	swm_head_add(&ax, &rx);
+	swm_head_add(&ay, &ry);
+	swm_head_finish(&ax, &hx);
+	swm_head_finish(&ay, &hy);
+	swm_split sa;
+	swm_split_aggregate(&hx, &hy, &sa);
+	ck_close(sa.dH, sp.dH, 1e-12, 1e-15);
+	ck_close(sa.sink, sp.sink, 1e-12, 1e-15);
+	ck_close(sa.content, sp.content, 1e-12, 1e-15);
+
+	double px[3], lx[3], py[3], ly[3];
+	swm_row_expand(x, SWM_F64, SWM_PROBS, &rx, px, lx);
+	swm_row_expand(y, SWM_F64, SWM_PROBS, &ry, py, ly);
+	swm_pair pr;
+	swm_row_pair(&rx, px, lx, &ry, py, ly, 0, &pr);
+	ck_close(sqrt(pr.sink2), 1.1055568651, 0, 1e-10);
+	ck_close(sqrt(pr.content2), 0.3612082626, 0, 1e-10);
+	ck_close(sqrt(pr.sink2 + pr.content2), 1.1630680938, 0, 1e-10);
+}
+END_TEST
+
+/* H = hb + w Hc and the reference, on thousands of rows, f64 and f32 input. */
+START_TEST(test_identity_random)
+{
+	double *a = malloc(MAXN * sizeof(double));
+	float *af = malloc(MAXN * sizeof(float));
+	swm_opts o = dflt();
+	rng_state = 7;
+	for (int t = 0; t < 3000; t++) {
+		size_t n = 2 + (size_t)(urand() * urand() * (MAXN - 1));
+		if (n > MAXN)
+			n = MAXN;
+		size_t k = t % 3 == 0 ? (size_t)(urand() * n) % n : 0;
+		/* sink mass log-uniform towards both ends, 1e-9 .. 1 - 1e-9 */
+		double u = urand() * 9 * log(10);
+		double s = t % 2 ? exp(-u) : -expm1(-u);
+		s = fmin(fmax(s, 1e-9), 1 - 1e-9);
+		make_row(a, n, k, s, 0.5 + 3 * urand());
+		swm_row r;
+		ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, n, k, &o, &r), SWM_OK);
+		ck_assert_msg(fabs(r.H - (r.hb + r.w * r.Hc)) <= 1e-9,
+		    "identity off by %g (n %zu, s %g)", r.H - (r.hb + r.w * r.Hc), n, s);
+		if (t % 10 == 0)
+			check_row_against_ref(a, n, k, 1e-11);
+		for (size_t i = 0; i < n; i++)
+			af[i] = (float)a[i];
+		ck_assert_int_eq(swm_row_stats(af, SWM_F32, SWM_PROBS, n, k, &o, &r), SWM_OK);
+		ck_assert_msg(fabs(r.H - (r.hb + r.w * r.Hc)) <= 1e-5,
+		    "f32 identity off by %g", r.H - (r.hb + r.w * r.Hc));
+		/* the f32 row's stats are those of the f32 values, renormalized */
+		for (size_t i = 0; i < n; i++)
+			a[i] = af[i];
+		if (t % 10 == 5)
+			check_row_against_ref(a, n, k, 1e-11);
+	}
+	free(a);
+	free(af);
+}
+END_TEST
+
+/* d_A^2 = d_sink^2 + d_content^2, with d_A from the full clr (§4). */
+START_TEST(test_aitchison_split_random)
+{
+	double *x = malloc(MAXN * sizeof(double)), *y = malloc(MAXN * sizeof(double));
+	double *px = malloc(MAXN * 8), *lx = malloc(MAXN * 8), *py = malloc(MAXN * 8), *ly = malloc(MAXN * 8);
+	float *xf = malloc(MAXN * 4), *yf = malloc(MAXN * 4);
+	swm_opts o = dflt();
+	rng_state = 11;
+	for (int t = 0; t < 2000; t++) {
+		size_t n = 2 + (size_t)(urand() * urand() * (MAXN - 1));
+		n = n > MAXN ? MAXN : n;
+		size_t k = t % 4 == 0 ? (size_t)(urand() * n) % n : 0;
+		double sx = fmin(fmax(exp(-urand() * 20), 1e-9), 1 - 1e-9);
+		double sy = fmin(fmax(-expm1(-urand() * 20), 1e-9), 1 - 1e-9);
+		make_row(x, n, k, sx, 2);
+		make_row(y, n, k, sy, 1);
+		int use_f32 = t % 2;
+		for (size_t i = 0; i < n; i++)
+			xf[i] = (float)x[i], yf[i] = (float)y[i];
+		const void *vx = use_f32 ? (const void *)xf : x, *vy = use_f32 ? (const void *)yf : y;
+		swm_dtype dt = use_f32 ? SWM_F32 : SWM_F64;
+		swm_row rx, ry;
+		ck_assert_int_eq(swm_row_stats(vx, dt, SWM_PROBS, n, k, &o, &rx), SWM_OK);
+		ck_assert_int_eq(swm_row_stats(vy, dt, SWM_PROBS, n, k, &o, &ry), SWM_OK);
+		swm_row_expand(vx, dt, SWM_PROBS, &rx, px, lx);
+		swm_row_expand(vy, dt, SWM_PROBS, &ry, py, ly);
+		swm_pair pr;
+		swm_row_pair(&rx, px, lx, &ry, py, ly, k, &pr);
+		/* full clr over all D parts, in long double */
+		long double mx = 0, my = 0, dA2 = 0;
+		for (size_t i = 0; i < n; i++)
+			mx += lx[i], my += ly[i];
+		mx /= n;
+		my /= n;
+		for (size_t i = 0; i < n; i++) {
+			long double d = (lx[i] - mx) - (ly[i] - my);
+			dA2 += d * d;
+		}
+		double tolv = use_f32 ? 1e-5 : 1e-9;
+		ck_assert_msg(fabsl(pr.sink2 + pr.content2 - dA2) <= tolv * dA2 + 1e-12,
+		    "split %.17g + %.17g vs %.17Lg", pr.sink2, pr.content2, dA2);
+		ck_close(pr.sink2, (rx.b - ry.b) * (rx.b - ry.b), 1e-12, 1e-15);
+		ck_close(pr.content2, swm_content_dist2(lx, ly, n, k), 1e-9, 1e-12);
+	}
+	free(x); free(y); free(px); free(lx); free(py); free(ly); free(xf); free(yf);
+}
+END_TEST
+
+START_TEST(test_closed_forms)
+{
+	swm_opts o = dflt();
+	swm_row r;
+	double a[MAXN];
+	/* uniform rows */
+	for (size_t n = 2; n <= MAXN; n *= 2) {
+		for (size_t i = 0; i < n; i++)
+			a[i] = 1.0 / n;
+		ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, n, 0, &o, &r), SWM_OK);
+		ck_close(r.H, logl(n), 1e-13, 0);
+		ck_close(r.Hc, logl(n - 1), 1e-13, 1e-15);
+		ck_close(r.s, 1.0L / n, 1e-15, 0);
+		ck_close(r.b, 0, 0, 1e-12);
+	}
+	/* one-hot sink: no content; b from the replaced parts */
+	for (size_t n = 2; n <= 1024; n *= 4) {
+		memset(a, 0, sizeof(a));
+		a[0] = 1;
+		ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, n, 0, &o, &r), SWM_OK);
+		ck_assert(r.s == 1 && r.w == 0 && r.H == 0 && r.hb == 0 && r.Hc == 0 && r.C == 0);
+		long double want = sqrtl((n - 1.0L) / n) *
+		    (logl(1 - 1e-10L * (n - 1)) - logl(1e-10L));
+		ck_close(r.b, want, 1e-13, 0);
+		ck_assert_uint_eq(r.nrep, n - 1);
+	}
+	/* two keys: H is the binary entropy, Hc = 0, b = (ln s - ln w) / sqrt 2 */
+	for (double s = 0.001; s < 1; s += 0.0737) {
+		a[0] = s;
+		a[1] = 1 - s;
+		ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 2, 0, &o, &r), SWM_OK);
+		long double hb = -s * logl(s) - (1 - s) * logl(1 - s);
+		ck_close(r.H, hb, 1e-13, 0);
+		ck_close(r.hb, hb, 1e-13, 0);
+		ck_close(r.Hc, 0, 0, 1e-15);
+		ck_close(r.b, (logl(s) - logl(1 - s)) / sqrtl(2), 1e-12, 1e-14);
+	}
+	/* exact zeros: no entropy, replaced parts, same as the reference */
+	double z[6] = { 0.4, 0, 0.3, 0, 0.3, 0 };
+	ck_assert_int_eq(swm_row_stats(z, SWM_F64, SWM_PROBS, 6, 0, &o, &r), SWM_OK);
+	ck_assert_uint_eq(r.nrep, 3);
+	ck_close(r.H, -(0.4 * logl(0.4) + 0.6 * logl(0.3)), 1e-13, 0);
+	check_row_against_ref(z, 6, 0, 1e-12);
+	/* a zero sink */
+	double zs[4] = { 0, 0.5, 0.25, 0.25 };
+	ck_assert_int_eq(swm_row_stats(zs, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
+	ck_assert(r.s == 0 && r.hb == 0);
+	check_row_against_ref(zs, 4, 0, 1e-12);
+	/* subnormal parts (f32 and f64): below delta, replaced; entropy exact */
+	float sf[4] = { 0.5f, 1e-40f, 0.25f, 0.25f };
+	ck_assert(fpclassify(sf[1]) == FP_SUBNORMAL);
+	ck_assert_int_eq(swm_row_stats(sf, SWM_F32, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
+	ck_assert_uint_eq(r.nrep, 1);
+	for (int i = 0; i < 4; i++)
+		a[i] = sf[i];
+	check_row_against_ref(a, 4, 0, 1e-12);
+	double sd[4] = { 0.5, 4.9e-324, 0.25, 0.25 };
+	ck_assert(fpclassify(sd[1]) == FP_SUBNORMAL);
+	check_row_against_ref(sd, 4, 0, 1e-12);
+	/* sink near 1 - 1e-9: w is summed, not 1 - s */
+	double nn[3] = { 1 - 1e-9, 0.6e-9, 0.4e-9 };
+	ck_assert_int_eq(swm_row_stats(nn, SWM_F64, SWM_PROBS, 3, 0, &o, &r), SWM_OK);
+	ck_close(r.w, 1e-9L, 1e-7, 0);
+	ck_close(r.Hc, -(0.6L * logl(0.6L) + 0.4L * logl(0.4L)), 1e-7, 0);
+}
+END_TEST
+
+/* f16/bf16 rows: the stats are those of the rounded values, renormalized. */
+START_TEST(test_half_rows)
+{
+	swm_opts o = dflt();
+	rng_state = 5;
+	uint16_t h16[512], hb16[512];
+	double a[512], ar[512];
+	for (int t = 0; t < 200; t++) {
+		size_t n = 2 + (size_t)(urand() * 510);
+		make_row(a, n, 0, 0.05 + 0.9 * urand(), 1);
+		for (int kind = 0; kind < 2; kind++) {
+			uint16_t *h = kind ? hb16 : h16;
+			for (size_t i = 0; i < n; i++) {
+				float f = (float)a[i];
+				if (kind) {
+					uint32_t u;
+					memcpy(&u, &f, 4);
+					u += 0x7fff + ((u >> 16) & 1);	/* round to nearest even */
+					h[i] = (uint16_t)(u >> 16);
+					ar[i] = swm_bf16_to_f32(h[i]);
+				} else {
+					/* search the nearest f16 by bisection on the ordered codes */
+					uint16_t lo = 0, hi = 0x7bff;
+					while (lo < hi) {
+						uint16_t mid = (uint16_t)((lo + hi + 1) / 2);
+						if (swm_f16_to_f32(mid) <= f)
+							lo = mid;
+						else
+							hi = mid - 1;
+					}
+					if (lo < 0x7bff && fabs(swm_f16_to_f32(lo + 1) - f) < fabs(swm_f16_to_f32(lo) - f))
+						lo++;
+					h[i] = lo;
+					ar[i] = swm_f16_to_f32(lo);
+				}
+			}
+			swm_row r;
+			swm_dtype dt = kind ? SWM_BF16 : SWM_F16;
+			ck_assert_int_eq(swm_row_stats(h, dt, SWM_PROBS, n, 0, &o, &r), SWM_OK);
+			struct ref *ref = malloc(sizeof(*ref));
+			ref_row(ar, n, 0, o.delta, ref);
+			ck_close(r.H, ref->H, 1e-12, 1e-15);
+			ck_close(r.Hc, ref->Hc, 1e-12, 1e-15);
+			ck_close(r.s, ref->s, 1e-14, 0);
+			ck_close(r.b, ref->b, 1e-11, 1e-11);
+			ck_assert(fabs(r.H - (r.hb + r.w * r.Hc)) <= 1e-9);
+			free(ref);
+		}
+	}
+	/* a half row off by more than 1e-2 is rejected, within it accepted */
+	uint16_t bad[2] = { 0x3800, 0x3a00 };	/* 0.5 + 0.75 */
+	swm_row r;
+	ck_assert_int_eq(swm_row_stats(bad, SWM_F16, SWM_PROBS, 2, 0, &o, &r), SWM_REJ_SUM);
+	uint16_t ok[2] = { 0x3800, 0x3804 };	/* 0.5 + 0.50195 */
+	ck_assert_int_eq(swm_row_stats(ok, SWM_F16, SWM_PROBS, 2, 0, &o, &r), SWM_OK);
+}
+END_TEST
+
+START_TEST(test_rejections)
+{
+	swm_opts o = dflt();
+	swm_row r;
+	double a[4] = { 0.25, 0.25, 0.25, 0.25 };
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 1, 0, &o, &r), SWM_REJ_SHORT);
+	ck_assert_int_eq(r.status, SWM_REJ_SHORT);
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 0, 0, &o, &r), SWM_REJ_SHORT);
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 3, 3, &o, &r), SWM_REJ_NOSINK);
+	double nanrow[4] = { 0.25, NAN, 0.25, 0.5 };
+	ck_assert_int_eq(swm_row_stats(nanrow, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_REJ_NONFINITE);
+	double infrow[4] = { INFINITY, 0, 0, 0 };
+	ck_assert_int_eq(swm_row_stats(infrow, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_REJ_NONFINITE);
+	double minf[4] = { 0.5, -INFINITY, 0.5, 0 };
+	ck_assert_int_eq(swm_row_stats(minf, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_REJ_NONFINITE);
+	double neg[4] = { 0.5, -0.1, 0.3, 0.3 };
+	ck_assert_int_eq(swm_row_stats(neg, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_REJ_NEGATIVE);
+	double negsink[3] = { -0.1, 0.6, 0.5 };
+	ck_assert_int_eq(swm_row_stats(negsink, SWM_F64, SWM_PROBS, 3, 0, &o, &r), SWM_REJ_NEGATIVE);
+	double sum[4] = { 0.25, 0.25, 0.25, 0.2498 };
+	ck_assert_int_eq(swm_row_stats(sum, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_REJ_SUM);
+	double sumok[4] = { 0.25, 0.25, 0.25, 0.24995 };
+	ck_assert_int_eq(swm_row_stats(sumok, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
+	double zero[3] = { 0, 0, 0 };
+	ck_assert_int_eq(swm_row_stats(zero, SWM_F64, SWM_PROBS, 3, 0, &o, &r), SWM_REJ_SUM);
+	float lz[3] = { 1, NAN, 0 };
+	ck_assert_int_eq(swm_row_stats(lz, SWM_F32, SWM_LOGITS, 3, 0, &o, &r), SWM_REJ_NONFINITE);
+	float lp[3] = { 1, INFINITY, 0 };
+	ck_assert_int_eq(swm_row_stats(lp, SWM_F32, SWM_LOGITS, 3, 0, &o, &r), SWM_REJ_NONFINITE);
+	float lm[3] = { -INFINITY, -INFINITY, -INFINITY };
+	ck_assert_int_eq(swm_row_stats(lm, SWM_F32, SWM_LOGITS, 3, 0, &o, &r), SWM_REJ_NONFINITE);
+	/* logits are never tested against a sum */
+	float big[3] = { 100, -50, 3 };
+	ck_assert_int_eq(swm_row_stats(big, SWM_F32, SWM_LOGITS, 3, 0, &o, &r), SWM_OK);
+}
+END_TEST
+
+/* A part near delta in a row whose sum is off 1 takes the exact threshold. */
+START_TEST(test_replacement_band)
+{
+	swm_opts o = dflt();
+	swm_row r;
+	double a[4];
+	/* S = 1 + 5e-5: 1.00003e-10 / S < 1e-10, so the part is replaced */
+	a[0] = 0.5;
+	a[1] = 1.00003e-10;
+	a[2] = 0.25;
+	a[3] = 0.25 + 5e-5 - a[1];
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
+	ck_assert_uint_eq(r.nrep, 1);
+	check_row_against_ref(a, 4, 0, 1e-12);
+	/* S = 1 - 5e-5: 0.99997e-10 / S > 1e-10, so it is kept */
+	a[1] = 0.99997e-10;
+	a[3] = 0.25 - 5e-5 - a[1];
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
+	ck_assert_uint_eq(r.nrep, 0);
+	check_row_against_ref(a, 4, 0, 1e-12);
+}
+END_TEST
+
+/* Softmax of logits: the same stats as the probabilities, and exact logs. */
+START_TEST(test_logits)
+{
+	swm_opts o = dflt();
+	rng_state = 3;
+	float z[1024];
+	double a[1024];
+	for (int t = 0; t < 300; t++) {
+		size_t n = 2 + (size_t)(urand() * 1022);
+		size_t k = t % 2 ? 0 : (size_t)(urand() * n) % n;
+		long double mx = -INFINITY, sum = 0;
+		for (size_t i = 0; i < n; i++) {
+			z[i] = (float)(3 * nrand() + (i == k ? 10 * nrand() : 0));
+			if (t % 5 == 0 && i != k && urand() < 0.2)
+				z[i] = -INFINITY;
+			mx = z[i] > mx ? z[i] : mx;
+		}
+		for (size_t i = 0; i < n; i++)
+			sum += expl(z[i] - mx);
+		for (size_t i = 0; i < n; i++)
+			a[i] = (double)(expl(z[i] - mx) / sum);
+		swm_row r, rp;
+		ck_assert_int_eq(swm_row_stats(z, SWM_F32, SWM_LOGITS, n, k, &o, &r), SWM_OK);
+		ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, n, k, &o, &rp), SWM_OK);
+		ck_close(r.s, rp.s, 1e-12, 1e-300);
+		ck_close(r.H, rp.H, 1e-11, 1e-14);
+		ck_close(r.Hc, rp.Hc, 1e-11, 1e-14);
+		ck_assert(fabs(r.H - (r.hb + r.w * r.Hc)) <= 1e-9);
+		/* b from the exact logs: ln a_i = z_i - logsumexp, -inf parts -> ln delta */
+		size_t rep = 0;
+		for (size_t i = 0; i < n; i++)
+			rep += z[i] == -INFINITY;
+		long double lse = mx + logl(sum), mean = 0, lk = 0;
+		for (size_t i = 0; i < n; i++) {
+			long double li = z[i] == -INFINITY ? logl(1e-10L) :
+			    z[i] - lse + log1pl(-1e-10L * rep);
+			if (i == k)
+				lk = li;
+			else
+				mean += li;
+		}
+		long double b = sqrtl((n - 1.0L) / n) * (lk - mean / (n - 1));
+		ck_close(r.b, b, 1e-11, 1e-10);
+		double p[1024], l[1024];
+		swm_row_expand(z, SWM_F32, SWM_LOGITS, &r, p, l);
+		for (size_t i = 0; i < n; i++)
+			ck_close(p[i], a[i], 1e-12, 1e-300);
+		ck_close(swm_balance(l, n, k), r.b, 1e-11, 1e-10);
+	}
+}
+END_TEST
+
+/* §4 invariances, through logits rows. */
+START_TEST(test_invariances)
+{
+	swm_opts o = dflt();
+	rng_state = 9;
+	enum { N = 300 };
+	double z0[N], z1[N], z2[N], z3[N];
+	double l0[N], l1[N], l2[N], l3[N], p[N];
+	for (int t = 0; t < 100; t++) {
+		size_t n = 3 + (size_t)(urand() * (N - 3)), k = t % 3;
+		for (size_t i = 0; i < n; i++) {
+			z0[i] = 2 * nrand();
+			z1[i] = z0[i] + nrand() * 0.5;	/* another head's logits */
+		}
+		/* z2: z0 with the sink's score moved and every score shifted */
+		double shift = 5 * nrand();
+		for (size_t i = 0; i < n; i++)
+			z2[i] = z0[i] + shift + (i == k ? 7 * nrand() : 0);
+		swm_row r0, r1, r2, r3;
+		ck_assert_int_eq(swm_row_stats(z0, SWM_F64, SWM_LOGITS, n, k, &o, &r0), SWM_OK);
+		ck_assert_int_eq(swm_row_stats(z1, SWM_F64, SWM_LOGITS, n, k, &o, &r1), SWM_OK);
+		ck_assert_int_eq(swm_row_stats(z2, SWM_F64, SWM_LOGITS, n, k, &o, &r2), SWM_OK);
+		swm_row_expand(z0, SWM_F64, SWM_LOGITS, &r0, p, l0);
+		swm_row_expand(z1, SWM_F64, SWM_LOGITS, &r1, p, l1);
+		swm_row_expand(z2, SWM_F64, SWM_LOGITS, &r2, p, l2);
+		double d01 = swm_content_dist2(l0, l1, n, k);
+		double d21 = swm_content_dist2(l2, l1, n, k);
+		ck_close(d21, d01, 1e-10, 1e-12);
+		ck_close(swm_content_dist2(l0, l2, n, k), 0, 0, 1e-18);
+		/* equals the distance of the centred content logits */
+		long double m0 = 0, m1 = 0, dd = 0;
+		for (size_t i = 0; i < n; i++)
+			if (i != k)
+				m0 += z0[i], m1 += z1[i];
+		m0 /= n - 1;
+		m1 /= n - 1;
+		for (size_t i = 0; i < n; i++)
+			if (i != k)
+				dd += ((z0[i] - m0) - (z1[i] - m1)) * ((z0[i] - m0) - (z1[i] - m1));
+		ck_close(d01, dd, 1e-10, 1e-12);
+		/* z3: content scores changed with their mean held: same balance */
+		long double mv = 0;
+		for (size_t i = 0; i < n; i++) {
+			z3[i] = i == k ? z0[i] : z0[i] + nrand();
+			if (i != k)
+				mv += z3[i] - z0[i];
+		}
+		mv /= n - 1;
+		for (size_t i = 0; i < n; i++)
+			if (i != k)
+				z3[i] -= (double)mv;
+		ck_assert_int_eq(swm_row_stats(z3, SWM_F64, SWM_LOGITS, n, k, &o, &r3), SWM_OK);
+		swm_row_expand(z3, SWM_F64, SWM_LOGITS, &r3, p, l3);
+		ck_close(r3.b, r0.b, 1e-10, 1e-11);
+		ck_assert(swm_content_dist2(l0, l3, n, k) > 1e-3);
+	}
+}
+END_TEST
+
+/* ---- §3 the interval split --------------------------------------------------- */
+
+START_TEST(test_split)
+{
+	swm_opts o = dflt();
+	rng_state = 13;
+	enum { R = 40, N = 64 };
+	static double x0[R][N], x1[R][N];
+	swm_row r0[R], r1[R];
+	for (int mode = 0; mode < 3; mode++) {
+		swm_head_acc a0 = { 0 }, a1 = { 0 };
+		for (int r = 0; r < R; r++) {
+			double s0 = 0.05 + 0.9 * urand();
+			make_row(x0[r], N, 0, s0, 1.5);
+			if (mode == 0) {
+				/* only the sink moves: content distribution fixed */
+				double s1 = 0.05 + 0.9 * urand();
+				for (int i = 1; i < N; i++)
+					x1[r][i] = x0[r][i] / (1 - s0) * (1 - s1);
+				x1[r][0] = s1;
+			} else if (mode == 1) {
+				/* sink mass held, content sharpens */
+				make_row(x1[r], N, 0, s0, 3);
+			} else {
+				make_row(x1[r], N, 0, 0.05 + 0.9 * urand(), 2.5);
+			}
+			ck_assert_int_eq(swm_row_stats(x0[r], SWM_F64, SWM_PROBS, N, 0, &o, &r0[r]), SWM_OK);
+			ck_assert_int_eq(swm_row_stats(x1[r], SWM_F64, SWM_PROBS, N, 0, &o, &r1[r]), SWM_OK);
+			swm_head_add(&a0, &r0[r]);
+			swm_head_add(&a1, &r1[r]);
+		}
+		swm_split sp, sa;
+		ck_assert_uint_eq(swm_split_paired(r0, r1, R, &sp), R);
+		swm_head h0, h1;
+		swm_head_finish(&a0, &h0);
+		swm_head_finish(&a1, &h1);
+		swm_split_aggregate(&h0, &h1, &sa);
+		ck_close(sp.sink + sp.content, sp.dH, 1e-12, 1e-14);
+		ck_close(sa.sink + sa.content, sa.dH, 1e-12, 1e-14);
+		ck_close(sa.dH, sp.dH, 1e-12, 1e-14);
+		ck_close(sa.dH, h1.H - h0.H, 0, 1e-15);
+		if (mode == 0) {
+			ck_close(sp.content, 0, 0, 1e-13);
+			ck_assert(fabs(sp.sink) > 1e-3);
+		}
+		if (mode == 1) {
+			ck_close(sp.sink, 0, 0, 1e-13);
+			ck_close(sa.sink, 0, 0, 1e-13);
+			ck_assert(sp.content < -1e-3);
+		}
+	}
+	/* rows rejected at either step are left out */
+	r1[3].status = SWM_REJ_SUM;
+	swm_split sp;
+	ck_assert_uint_eq(swm_split_paired(r0, r1, R, &sp), R - 1);
+	for (int r = 0; r < R; r++)
+		r0[r].status = SWM_REJ_SHORT;
+	ck_assert_uint_eq(swm_split_paired(r0, r1, R, &sp), 0);
+	ck_assert(isnan(sp.dH) && isnan(sp.sink) && isnan(sp.content));
+	swm_head empty = { 0 }, h = { .rows = 1 };
+	swm_split_aggregate(&empty, &h, &sp);
+	ck_assert(isnan(sp.dH));
+}
+END_TEST
+
+START_TEST(test_split_sums_shares)
+{
+	swm_split a = { -0.3, -0.2, -0.1 }, b = { 0.1, 0.05, 0.05 };
+	swm_split_add(&a, &b);
+	ck_close(a.dH, -0.2, 0, 1e-15);
+	ck_close(a.sink, -0.15, 0, 1e-15);
+	ck_close(a.content, -0.05, 0, 1e-15);
+	double ss, cs;
+	swm_split_shares(&a, &ss, &cs);
+	ck_close(ss, 0.75, 0, 1e-15);
+	ck_close(cs, 0.25, 0, 1e-15);
+	ck_close(ss + cs, 1, 0, 1e-15);
+	/* opposite signs: shares outside [0, 1] */
+	swm_split c = { -0.1, -0.3, 0.2 };
+	swm_split_shares(&c, &ss, &cs);
+	ck_close(ss, 3, 1e-14, 0);
+	ck_close(cs, -2, 1e-14, 0);
+	swm_split up = { 0.1, 0.05, 0.05 };
+	swm_split_shares(&up, &ss, &cs);
+	ck_assert(isnan(ss) && isnan(cs));
+}
+END_TEST
+
+/* ---- heads, blocks, pairs, flips ------------------------------------------- */
+
+START_TEST(test_head_acc)
+{
+	swm_opts o = dflt();
+	double a[3] = { 0.5, 0.25, 0.25 }, b[3] = { 0.2, 0.5, 0.3 }, bad[3] = { 1, 1, 1 };
+	swm_row ra, rb, rbad;
+	swm_row_stats(a, SWM_F64, SWM_PROBS, 3, 0, &o, &ra);
+	swm_row_stats(b, SWM_F64, SWM_PROBS, 3, 0, &o, &rb);
+	swm_row_stats(bad, SWM_F64, SWM_PROBS, 3, 0, &o, &rbad);
+	swm_head_acc x = { 0 }, y = { 0 };
+	swm_head_add(&x, &ra);
+	swm_head_add(&y, &rb);
+	swm_head_add(&y, &rbad);
+	swm_head_merge(&x, &y);
+	ck_assert_uint_eq(x.rows, 2);
+	ck_assert_uint_eq(x.rejected[SWM_REJ_SUM], 1);
+	swm_head h;
+	swm_head_finish(&x, &h);
+	ck_close(h.s, 0.35, 0, 1e-15);
+	ck_close(h.H, (ra.H + rb.H) / 2, 0, 1e-15);
+	ck_close(h.Hc, (ra.Hc + rb.Hc) / 2, 0, 1e-15);
+	ck_close(h.b, (ra.b + rb.b) / 2, 0, 1e-15);
+	ck_close(h.Hcw, (ra.C + rb.C) / (ra.w + rb.w), 1e-14, 0);
+	ck_close(h.H, h.hb + h.w * h.Hcw, 0, 1e-12);
+	swm_head_acc z = { 0 };
+	swm_head_finish(&z, &h);
+	ck_assert(h.rows == 0 && isnan(h.s) && isnan(h.H) && isnan(h.Hcw) && isnan(h.b));
+}
+END_TEST
+
+/* Independent pair values of two probability rows (long double). */
+static void
+ref_pair(const double *x, const double *y, size_t n, size_t k, long double out[4])
+{
+	long double dot = 0, nx = 0, ny = 0, wx = 0, wy = 0, js = 0, jsd = 0;
+	for (size_t i = 0; i < n; i++)
+		if (i != k)
+			wx += x[i], wy += y[i];
+	for (size_t i = 0; i < n; i++) {
+		long double m = 0.5L * (x[i] + y[i]);
+		if (x[i] > 0) js += 0.5L * x[i] * logl(x[i] / m);
+		if (y[i] > 0) js += 0.5L * y[i] * logl(y[i] / m);
+		if (i == k)
+			continue;
+		dot += (long double)x[i] * y[i];
+		nx += (long double)x[i] * x[i];
+		ny += (long double)y[i] * y[i];
+		long double cx = x[i] / wx, cy = y[i] / wy, mc = 0.5L * (cx + cy);
+		if (cx > 0) jsd += 0.5L * cx * logl(cx / mc);
+		if (cy > 0) jsd += 0.5L * cy * logl(cy / mc);
+	}
+	out[0] = (dot + (long double)x[k] * y[k]) /
+	    sqrtl((nx + (long double)x[k] * x[k]) * (ny + (long double)y[k] * y[k]));
+	out[1] = dot / sqrtl(nx * ny);
+	out[2] = js;
+	out[3] = jsd;
+}
+
+START_TEST(test_row_pair)
+{
+	swm_opts o = dflt();
+	rng_state = 17;
+	double x[600], y[600], px[600], lx[600], py[600], ly[600];
+	for (int t = 0; t < 300; t++) {
+		size_t n = 2 + (size_t)(urand() * 598), k = t % 2 ? 0 : n - 1;
+		make_row(x, n, k, urand(), 1 + urand());
+		make_row(y, n, k, urand(), 1 + urand());
+		if (t % 7 == 0)
+			x[(k + 1) % n] = 0, y[(k + 1) % n] = 0;	/* a common zero */
+		if (t % 7 == 0) {
+			long double s = 0;
+			for (size_t i = 0; i < n; i++) s += x[i];
+			for (size_t i = 0; i < n; i++) x[i] /= (double)s;
+			s = 0;
+			for (size_t i = 0; i < n; i++) s += y[i];
+			for (size_t i = 0; i < n; i++) y[i] /= (double)s;
+		}
+		swm_row rx, ry;
+		ck_assert_int_eq(swm_row_stats(x, SWM_F64, SWM_PROBS, n, k, &o, &rx), SWM_OK);
+		ck_assert_int_eq(swm_row_stats(y, SWM_F64, SWM_PROBS, n, k, &o, &ry), SWM_OK);
+		swm_row_expand(x, SWM_F64, SWM_PROBS, &rx, px, lx);
+		swm_row_expand(y, SWM_F64, SWM_PROBS, &ry, py, ly);
+		swm_pair pr;
+		swm_row_pair(&rx, px, lx, &ry, py, ly, k, &pr);
+		long double want[4];
+		ref_pair(x, y, n, k, want);
+		ck_close(pr.cos_keep, want[0], 1e-12, 1e-15);
+		ck_close(pr.cos_drop, want[1], 1e-12, 1e-15);
+		ck_close(pr.js_keep, want[2], 1e-9, 1e-14);
+		ck_close(pr.js_drop, want[3], 1e-9, 1e-14);
+	}
+	/* identical rows: cosine 1, JS 0, distances 0 */
+	make_row(x, 50, 0, 0.3, 1);
+	swm_row rx;
+	swm_row_stats(x, SWM_F64, SWM_PROBS, 50, 0, &o, &rx);
+	swm_row_expand(x, SWM_F64, SWM_PROBS, &rx, px, lx);
+	swm_pair pr;
+	swm_row_pair(&rx, px, lx, &rx, px, lx, 0, &pr);
+	ck_close(pr.cos_keep, 1, 0, 1e-15);
+	ck_close(pr.js_keep, 0, 0, 1e-15);
+	ck_assert(pr.js_keep >= 0 && pr.js_drop >= 0);
+	ck_assert(pr.sink2 == 0 && pr.content2 == 0);
+	/* a one-hot sink has no content channel: drop values are NaN */
+	double oh[4] = { 1, 0, 0, 0 };
+	swm_row ro;
+	swm_row_stats(oh, SWM_F64, SWM_PROBS, 4, 0, &o, &ro);
+	swm_row_expand(oh, SWM_F64, SWM_PROBS, &ro, py, ly);
+	swm_row_pair(&rx, px, lx, &ro, py, ly, 0, &pr);
+	ck_assert(isnan(pr.cos_drop) && isnan(pr.js_drop) && isfinite(pr.cos_keep));
+}
+END_TEST
+
+START_TEST(test_block_and_pairs)
+{
+	/* 3 heads x 5 rows x 8 keys in f32, causal valid lengths, one bad row */
+	enum { H = 3, R = 5, K = 8 };
+	float data[H][R][K];
+	double rows[H][R][K];
+	uint32_t nvalid[R] = { 1, 2, 4, 6, 8 };
+	swm_opts o = dflt();
+	rng_state = 23;
+	for (int h = 0; h < H; h++)
+		for (int r = 0; r < R; r++) {
+			memset(rows[h][r], 0, sizeof(rows[h][r]));
+			make_row(rows[h][r], nvalid[r], 0, 0.2 + 0.2 * h, 1);
+			for (int i = 0; i < K; i++)
+				data[h][r][i] = (float)rows[h][r][i];
+			for (int i = 0; i < K; i++)
+				rows[h][r][i] = data[h][r][i];
+		}
+	data[1][3][2] = NAN;
+	swm_block blk = { data, SWM_F32, SWM_PROBS, H, R, K, R * K, K, nvalid, 0 };
+	void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
+	swm_head_acc acc[H];
+	swm_pair_acc pairs[H * H];
+	memset(acc, 0, sizeof(acc));
+	memset(pairs, 0, sizeof(pairs));
+	swm_block_add(&blk, &o, scratch, acc, pairs);
+	ck_assert_uint_eq(acc[0].rows, 4);
+	ck_assert_uint_eq(acc[0].rejected[SWM_REJ_SHORT], 1);
+	ck_assert_uint_eq(acc[1].rows, 3);
+	ck_assert_uint_eq(acc[1].rejected[SWM_REJ_NONFINITE], 1);
+	ck_assert_uint_eq(pairs[0 * H + 1].rows, 3);
+	ck_assert_uint_eq(pairs[0 * H + 2].rows, 4);
+	/* the same sums by hand, row by row */
+	double ck = 0, c2 = 0, s2 = 0;
+	for (int r = 1; r < R; r++) {
+		swm_row a, b;
+		double pa[K], la[K], pb[K], lb[K];
+		swm_row_stats(rows[0][r], SWM_F64, SWM_PROBS, nvalid[r], 0, &o, &a);
+		swm_row_stats(rows[2][r], SWM_F64, SWM_PROBS, nvalid[r], 0, &o, &b);
+		swm_row_expand(rows[0][r], SWM_F64, SWM_PROBS, &a, pa, la);
+		swm_row_expand(rows[2][r], SWM_F64, SWM_PROBS, &b, pb, lb);
+		swm_pair pr;
+		swm_row_pair(&a, pa, la, &b, pb, lb, 0, &pr);
+		ck += pr.cos_keep;
+		c2 += pr.content2;
+		s2 += pr.sink2;
+	}
+	ck_close(pairs[0 * H + 2].cos_keep, ck, 1e-13, 0);
+	ck_close(pairs[0 * H + 2].content2, c2, 1e-12, 1e-15);
+	ck_close(pairs[0 * H + 2].sink2, s2, 1e-12, 1e-15);
+
+	double m[6][H * H];
+	uint64_t mr[H * H], hr[H] = { acc[0].rows, acc[1].rows, 0 };
+	swm_pair_matrices pm = { m[0], m[1], m[2], m[3], m[4], m[5], mr };
+	swm_pairs_finish(pairs, hr, H, &pm);
+	ck_close(m[0][0 * H + 2], ck / 4, 1e-13, 0);
+	ck_assert(m[0][2 * H + 0] == m[0][0 * H + 2]);
+	ck_close(m[5][0 * H + 2], sqrt(c2 / 4), 1e-12, 1e-15);
+	ck_close(m[4][2 * H + 0], sqrt(s2 / 4), 1e-12, 1e-15);
+	ck_assert(m[0][0] == 1 && m[2][0] == 0 && m[5][H + 1] == 0 && mr[0] == 4);
+	ck_assert(isnan(m[0][2 * H + 2]) && isnan(m[4][2 * H + 2]));	/* head 2 marked empty */
+	ck_assert_uint_eq(mr[0 * H + 1], 3);
+
+	/* without pairs, the head sums are the same */
+	swm_head_acc acc2[H];
+	memset(acc2, 0, sizeof(acc2));
+	swm_block_add(&blk, &o, scratch, acc2, NULL);
+	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
+	free(scratch);
+}
+END_TEST
+
+START_TEST(test_flip_rate)
+{
+	/* 3 heads: one comparison per anchor */
+	double keep[9] = { 0, 1, 2,  1, 0, 3,  2, 3, 0 };
+	double drop[9] = { 0, 2, 1,  2, 0, 3,  1, 3, 0 };
+	uint64_t c;
+	/* anchor 0: keep 1<2, drop 2>1: flip; anchor 1: (0,2) 1<3 vs 2<3 same;
+	 * anchor 2: (0,1) 2<3 vs 1<3 same */
+	ck_close(swm_flip_rate(keep, drop, 3, &c), 1.0 / 3, 1e-15, 0);
+	ck_assert_uint_eq(c, 3);
+	/* a tie on either side is no flip */
+	drop[1] = drop[2] = 1;
+	ck_close(swm_flip_rate(keep, drop, 3, &c), 0, 0, 0);
+	ck_assert_uint_eq(c, 3);
+	/* NaN comparisons are left out */
+	keep[5] = NAN;
+	swm_flip_rate(keep, drop, 3, &c);
+	ck_assert_uint_eq(c, 2);
+	/* 2 heads: no comparison */
+	ck_assert(isnan(swm_flip_rate(keep, drop, 2, &c)));
+	ck_assert_uint_eq(c, 0);
+	/* 5 heads: 5 * C(4,2) = 30 comparisons; brute force against random data */
+	rng_state = 29;
+	double k5[25], d5[25];
+	for (int i = 0; i < 5; i++)
+		for (int j = 0; j < 5; j++) {
+			k5[i * 5 + j] = i == j ? 0 : urand();
+			d5[i * 5 + j] = i == j ? 0 : urand();
+		}
+	int flips = 0;
+	for (int i = 0; i < 5; i++)
+		for (int j = 0; j < 5; j++)
+			for (int l = 0; l < 5; l++)
+				if (i != j && i != l && j < l)
+					flips += (k5[i * 5 + j] < k5[i * 5 + l]) != (d5[i * 5 + j] < d5[i * 5 + l]);
+	ck_close(swm_flip_rate(k5, d5, 5, &c), flips / 30.0, 1e-15, 0);
+	ck_assert_uint_eq(c, 30);
+	/* entropy: D(i,j) = |E_i - E_j| */
+	double Hk[3] = { 1.0, 2.0, 4.0 }, Hd[3] = { 1.0, 3.5, 4.0 }, s[18];
+	/* anchor 0: |1-2|=1 < |1-4|=3 ; drop 2.5 < 3 : same. anchor 1: (0,2): 1 < 2 ;
+	 * drop 2.5 > 0.5: flip. anchor 2: (0,1): 3 > 2 ; drop 3 > 0.5 same. */
+	ck_close(swm_flip_rate_entropy(Hk, Hd, 3, s, &c), 1.0 / 3, 1e-15, 0);
+	ck_assert_uint_eq(c, 3);
+}
+END_TEST
+
+static Suite *
+metrics_suite(void)
+{
+	Suite *s = suite_create("metrics");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_names);
+	tcase_add_test(tc, test_opts);
+	tcase_add_test(tc, test_ln_exp);
+	tcase_add_test(tc, test_half);
+	tcase_add_test(tc, test_worked_example);
+	tcase_add_test(tc, test_identity_random);
+	tcase_add_test(tc, test_aitchison_split_random);
+	tcase_add_test(tc, test_closed_forms);
+	tcase_add_test(tc, test_half_rows);
+	tcase_add_test(tc, test_rejections);
+	tcase_add_test(tc, test_replacement_band);
+	tcase_add_test(tc, test_logits);
+	tcase_add_test(tc, test_invariances);
+	tcase_add_test(tc, test_split);
+	tcase_add_test(tc, test_split_sums_shares);
+	tcase_add_test(tc, test_head_acc);
+	tcase_add_test(tc, test_row_pair);
+	tcase_add_test(tc, test_block_and_pairs);
+	tcase_add_test(tc, test_flip_rate);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(metrics_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

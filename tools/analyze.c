@@ -149,18 +149,15 @@ parse_args(int argc, char **argv, struct opts *o)
 		} else if (missing) {
 			return fail("%s needs a value", a);
 		} else if (a[0] == '-' && a[1] != '\0') {
-			usage(stderr);
-			return fail("unknown option '%s'", a);
+			return fail("unknown option '%s' (sinkwatch analyze --help lists them)", a);
 		} else if (target) {
 			return fail("one FILE.h5:/dataset expected, got a second: '%s'", a);
 		} else {
 			target = a;
 		}
 	}
-	if (!target) {
-		usage(stderr);
-		return fail("missing FILE.h5:/dataset");
-	}
+	if (!target)
+		return fail("missing FILE.h5:/dataset (sinkwatch analyze --help)");
 	/* the dataset path starts with '/': split at the last ":/" */
 	const char *sep = NULL;
 	for (const char *p = target; (p = strstr(p, ":/")); p++)

@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs the Debian 12 packages that sinkwatch builds and tests with.
+# Run as root (or with sudo available). Safe to run again.
+set -eu
+PKGS="build-essential autoconf automake libtool pkg-config
+libuv1-dev libzmq3-dev libmsgpack-dev libhdf5-dev hdf5-tools check
+python3 python3-numpy python3-h5py python3-zmq python3-msgpack"
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null 2>&1 || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+	SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -q --no-install-recommends $PKGS
