@@ -1,0 +1,154 @@
+/*
+ * runfile.h: one HDF5 file per run, appended step by step while readers
+ * tail it with SWMR (single writer, multiple readers). The layout is
+ * documented in storage/LAYOUT.md.
+ *
+ * The writer is not thread-safe: one thread owns all of a process's run
+ * files (HDF5 itself is built without thread safety on Debian).
+ */
+#ifndef SW_RUNFILE_H
+#define SW_RUNFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics/swm.h"
+
+#define SW_RUNFILE_VERSION 1	/* layout version, an attribute of the file */
+
+/* Per-head series, each [T, layers, heads] float64, in this order. */
+enum sw_head_field {
+	SW_F_SINK_MASS, SW_F_CONTENT_MASS, SW_F_ENTROPY, SW_F_SINK_ENTROPY,
+	SW_F_CONTENT_ENTROPY, SW_F_CONTENT_TERM, SW_F_CONTENT_ENTROPY_MW,
+	SW_F_SINK_BALANCE, SW_F_DH, SW_F_DH_SINK, SW_F_DH_CONTENT,
+	SW_F_DRIFT_SINK, SW_F_DRIFT_CONTENT,
+	SW_HEAD_FIELDS
+};
+/* Per-layer head-pair series, each [T, layers, heads, heads] float64. */
+enum sw_pair_field {
+	SW_P_COSINE_KEEP, SW_P_COSINE_DROP, SW_P_JS_KEEP, SW_P_JS_DROP,
+	SW_P_PAIR_SINK, SW_P_PAIR_CONTENT,
+	SW_PAIR_FIELDS
+};
+/* Per-layer flip rates, [T, layers, 3] float64: cosine, js, entropy. */
+#define SW_FLIP_FIELDS 3
+
+/* Dataset names, as LAYOUT.md lists them. */
+extern const char *const sw_head_field_names[SW_HEAD_FIELDS];
+extern const char *const sw_pair_field_names[SW_PAIR_FIELDS];
+
+/* What a run file records about its run (attributes, written at creation). */
+typedef struct sw_runmeta {
+	char run[129];		/* run id as sent */
+	char model[257];
+	uint64_t params;
+	uint32_t layers, heads, sink;
+	int fixed_probe;
+	const char *split_form;	/* "paired" or "aggregate" */
+	const char *kind;	/* "probs", "logits" or "rowstats" */
+	uint32_t rows, keys;	/* probe shape of the first snapshot */
+} sw_runmeta;
+
+/* One committed step: arrays the caller owns, laid out C order. */
+typedef struct sw_step {
+	int64_t step;
+	double time;			/* when the daemon completed it, Unix s */
+	const double *head[SW_HEAD_FIELDS];	/* each [layers * heads] */
+	const int64_t *rows;		/* [layers * heads] valid rows */
+	const int64_t *rejected;	/* [layers * heads * SWM_STATUS__N] */
+	const double *pair[SW_PAIR_FIELDS];	/* each [layers * heads * heads], may be NULL */
+	const double *flip;		/* [layers * 3], may be NULL */
+	const uint8_t *missing;		/* [layers]: 1 where the layer never arrived */
+	/* cumulative run counters as of this step */
+	int64_t lost;			/* messages missing by sequence number */
+	int64_t incomplete;		/* steps written with missing layers */
+} sw_step;
+
+typedef struct sw_runfile_opts {
+	size_t chunk_steps;	/* steps per chunk along T (default 64) */
+} sw_runfile_opts;
+
+typedef struct sw_runfile sw_runfile;
+
+/*
+ * The file name for a run id: safe (letters, digits, '-', '_', '.' kept,
+ * every other byte %XX-escaped, so distinct ids never collide and no id can
+ * traverse a path), plus ".h5". Returns the length written (without the
+ * NUL) or -1 if len is too small (3 * 128 + 4 bytes always suffice). A
+ * leading '.' is escaped too, so no name is hidden or "." / "..".
+ */
+int sw_runfile_name(const char *run, char *buf, size_t len);
+
+/*
+ * Opens the run's file in dir for appending: creates it (latest format,
+ * every dataset created, then SWMR writing started and the datasets
+ * reopened) or resumes an existing one, also one left by a writer that was
+ * killed (the file then still carries the SWMR writer flag; HDF5's
+ * "clear status flags" file access option opens it). A resumed file must
+ * have the same layers, heads and sink, else -1 with a message.
+ * Returns 0 and *out, or -1 with a message in err and *out NULL.
+ */
+int sw_runfile_open(const char *dir, const sw_runmeta *meta,
+    const sw_runfile_opts *opts, sw_runfile **out, char *err, size_t errlen);
+
+/* Steps stored so far (after a resume, what the file already had). */
+int64_t sw_runfile_steps(const sw_runfile *f);
+
+/*
+ * The per-head values of the last stored step ([layers * heads] each, NaN
+ * if no step is stored), for the split against the next one after a
+ * resume. Returns 0, or -1 if nothing is stored.
+ */
+int sw_runfile_last(const sw_runfile *f, double *head[SW_HEAD_FIELDS],
+    int64_t *rows);
+
+/*
+ * Appends one step: every dataset is extended and written first, /step
+ * last, so a SWMR reader that sizes its reads by /step never sees a half
+ * step. Does not flush. Returns 0, or -1 with a message (the file is left
+ * as it was at the last flush if a write fails midway).
+ */
+int sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen);
+
+/* One H5Fflush of the whole file (never one per dataset). 0 or -1. */
+int sw_runfile_flush(sw_runfile *f, char *err, size_t errlen);
+
+/* Records that the run ended (a dataset /ended, see LAYOUT.md). 0 or -1. */
+int sw_runfile_mark_ended(sw_runfile *f, char *err, size_t errlen);
+
+/* Flushes and closes *f (NULL is fine), sets it NULL. 0 or -1. */
+int sw_runfile_close(sw_runfile **f);
+
+/* ---- reading, with SWMR, while a writer appends --------------------------- */
+
+typedef struct sw_reader sw_reader;
+
+/*
+ * Opens a run file for SWMR reading. Returns 0 and *out, or -1 with err.
+ * The metadata attributes are in *meta if meta is not NULL (split_form and
+ * kind then point into the reader and live as long as it does).
+ */
+int sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta,
+    char *err, size_t errlen);
+
+/*
+ * Refreshes /step and returns the number of committed steps (>= 0), or -1
+ * with err. Only steps below this count may be read.
+ */
+int64_t sw_reader_refresh(sw_reader *r, char *err, size_t errlen);
+
+/*
+ * Reads committed steps [t0, t1) of dataset name (a head field, pair field,
+ * "flip_rate", "rows", "rejected", "step", "time", "lost", "incomplete",
+ * "missing") into buf, converted to double, C order [t1 - t0, ...]. The
+ * dataset is refreshed first. Returns the number of doubles written, or -1.
+ */
+int64_t sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
+    double *buf, size_t buflen, char *err, size_t errlen);
+
+/* Whether the run was marked ended (after a refresh). */
+int sw_reader_ended(sw_reader *r);
+
+void sw_reader_close(sw_reader **r);
+
+#endif
