@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "tools/analyze.h"
+#include "tools/tools.h"
 
 static void
 usage(FILE *f)
@@ -15,6 +16,10 @@ usage(FILE *f)
 	    "commands:\n"
 	    "  analyze FILE.h5:/dataset [options]  two-channel metrics of a saved attention tensor\n"
 	    "  demo [--out FILE.h5]                write a demo tensor and analyze it\n"
+	    "  sim --run ID [options]              stream a synthetic run to sinkwatchd\n"
+	    "  tail RUN.h5                         print each step as it is committed\n"
+	    "  report RUN.h5 [--format text|json]  the run's entropy collapse attribution\n"
+	    "  status [SECTION]                    ask a running sinkwatchd\n"
 	    "  help                                this text\n"
 	    "  version                             print the version\n"
 	    "\n"
@@ -33,6 +38,14 @@ main(int argc, char **argv)
 		return sw_analyze_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "demo"))
 		return sw_demo_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "sim"))
+		return sw_sim_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "tail"))
+		return sw_tail_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "report"))
+		return sw_report_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "status"))
+		return sw_status_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		usage(stdout);
 		return 0;

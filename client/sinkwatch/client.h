@@ -1,0 +1,146 @@
+/*
+ * sinkwatch/client.h: the client library a training job links to stream
+ * attention snapshots to sinkwatchd (wire format: proto/PROTOCOL.md).
+ *
+ * Contract, for every call:
+ * - It never stalls the training loop unless the caller asked for blocking
+ *   mode: a non-blocking send returns at once; when the daemon is away or
+ *   slow the message is dropped and counted (sw_client_get_stats()).
+ * - It installs no signal handler, prints nothing, never aborts, and keeps
+ *   no process-wide state: each handle owns its own ZeroMQ context.
+ * - Errors are negative SW_E* codes; sw_strerror() describes a code and
+ *   sw_client_errmsg() the detail of the handle's last error.
+ * - A handle is used by one thread at a time.
+ */
+#ifndef SINKWATCH_CLIENT_H
+#define SINKWATCH_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SW_BUILDING_CLIENT) && defined(__GNUC__)
+#define SW_EXPORT __attribute__((visibility("default")))
+#else
+#define SW_EXPORT
+#endif
+
+#define SW_CLIENT_DEFAULT_ENDPOINT "tcp://127.0.0.1:5710"
+
+/* Error codes (all negative). */
+#define SW_EINVAL (-1)		/* bad argument; see sw_client_errmsg() */
+#define SW_ENOMEM (-2)		/* out of memory */
+#define SW_EZMQ (-3)		/* ZeroMQ failed; see sw_client_errmsg() */
+#define SW_EDROPPED (-4)	/* not sent: queue full or no daemon; counted */
+#define SW_ETIMEDOUT (-5)	/* blocking mode: the timeout passed */
+#define SW_ECLOSED (-6)		/* the run was already ended */
+
+/* Element types and kinds, as in PROTOCOL.md. */
+enum { SW_DTYPE_F32 = 0, SW_DTYPE_F16 = 1, SW_DTYPE_BF16 = 2, SW_DTYPE_F64 = 3 };
+enum { SW_KIND_PROBS = 0, SW_KIND_LOGITS = 1, SW_KIND_ROWSTATS = 2 };
+
+typedef struct sw_client sw_client;
+
+typedef struct sw_client_opts {
+	const char *endpoint;	/* default SW_CLIENT_DEFAULT_ENDPOINT */
+	int blocking;		/* 0 (default): never wait; 1: wait, lose nothing */
+	int block_timeout_ms;	/* blocking mode: give up after this; -1 (default) never */
+	int queue_max;		/* messages queued before drops begin (default 16) */
+	size_t queue_max_bytes;	/* bytes queued before drops begin (default 256 MiB) */
+	int linger_ms;		/* sw_client_destroy() waits at most this (default 2000) */
+} sw_client_opts;
+
+/* What the daemon learns about the run from every message. */
+typedef struct sw_run_info {
+	const char *run;	/* run id, 1..128 bytes, no control characters */
+	const char *model;	/* model name, <= 256 bytes ("" if unknown) */
+	uint64_t params;	/* parameter count (0 if unknown) */
+	uint32_t layers, heads;
+	uint32_t sink;		/* sink key index, usually 0 */
+	int fixed_probe;	/* 1 if every snapshot uses the same probe inputs */
+} sw_run_info;
+
+/* One layer's snapshot: data is [heads, rows, keys] little-endian, C order. */
+typedef struct sw_snapshot {
+	int64_t step;
+	uint32_t layer;
+	int kind;		/* SW_KIND_* */
+	int dtype;		/* SW_DTYPE_* */
+	uint32_t rows, keys;	/* heads comes from the run; rowstats: keys = 6 */
+	const uint32_t *qpos;	/* NULL, or rows query positions (causal lengths) */
+	const void *data;
+	size_t bytes;		/* heads * rows * keys * element size */
+} sw_snapshot;
+
+typedef struct sw_client_stats {
+	uint64_t sent;		/* messages handed to ZeroMQ */
+	uint64_t dropped;	/* messages dropped (queue full, no daemon) */
+	uint64_t queued;	/* messages waiting for a daemon now */
+	uint64_t bytes_sent;
+	uint64_t next_seq;	/* sequence number of the next message */
+	int subscribed;		/* a daemon is subscribed to this run now */
+} sw_client_stats;
+
+/* Called when the library is done with a zero-copy buffer. */
+typedef void (*sw_release_cb)(void *data, void *hint);
+
+/* Fills *o with the defaults. */
+SW_EXPORT void sw_client_opts_init(sw_client_opts *o);
+
+/*
+ * Creates a client for one run and connects it (asynchronously: this does
+ * not wait for the daemon). opts may be NULL for the defaults; the strings
+ * are copied. On success returns 0 and *out, which the caller releases with
+ * sw_client_destroy(); on failure a negative code and *out is NULL.
+ */
+SW_EXPORT int sw_client_new(const sw_client_opts *opts, const sw_run_info *run,
+    sw_client **out);
+
+/*
+ * Sends what is queued for at most linger_ms, then closes and frees *c and
+ * sets it NULL. NULL or *c NULL is fine. Queued zero-copy buffers that could
+ * not be sent are released (their callbacks run) before it returns.
+ */
+SW_EXPORT void sw_client_destroy(sw_client **c);
+
+/*
+ * Sends one snapshot, copying the data (the caller keeps its buffer).
+ * Returns 0 when the message was sent or queued, SW_EDROPPED when it was
+ * dropped (counted), or another negative code.
+ */
+SW_EXPORT int sw_client_send(sw_client *c, const sw_snapshot *s);
+
+/*
+ * Sends one snapshot without copying s->data. On 0 the library owns the
+ * buffer until it calls release(data, hint), exactly once, possibly from
+ * another thread (ZeroMQ's I/O thread), after which the caller may reuse it.
+ * On any negative return the buffer stays the caller's and release is never
+ * called.
+ */
+SW_EXPORT int sw_client_send_zc(sw_client *c, const sw_snapshot *s,
+    sw_release_cb release, void *hint);
+
+/* Sends the run-end message; later sends return SW_ECLOSED. */
+SW_EXPORT int sw_client_end(sw_client *c);
+
+/*
+ * Pushes queued messages to the daemon, waiting at most timeout_ms (0: just
+ * try). Returns the number of messages still queued (0 when all went).
+ */
+SW_EXPORT int sw_client_flush(sw_client *c, int timeout_ms);
+
+SW_EXPORT void sw_client_get_stats(const sw_client *c, sw_client_stats *st);
+
+/* A static description of an error code, never NULL. */
+SW_EXPORT const char *sw_strerror(int err);
+
+/* The detail of the handle's last error ("" if none); valid until the next call. */
+SW_EXPORT const char *sw_client_errmsg(const sw_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,244 @@
+/* conf.c: the option table and its parsers (see conf.h). */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/conf.h"
+#include "daemon/log.h"
+
+enum otype { O_STR, O_INT, O_LEVEL };
+
+struct opt {
+	const char *name;
+	enum otype type;
+	size_t off, size;
+	const char *dflt;
+	int64_t min, max;
+	int runtime;		/* may change while running (SIGHUP) */
+	const char *help;
+};
+
+#define S(f) offsetof(swd_config, f), sizeof(((swd_config *)0)->f)
+
+static const struct opt opts[] = {
+	{ "listen", O_STR, S(listen), SWD_DEFAULT_LISTEN, 0, 0, 0,
+	  "ZeroMQ endpoint the daemon binds to receive snapshots" },
+	{ "control", O_STR, S(control), SWD_DEFAULT_CONTROL, 0, 0, 0,
+	  "ZeroMQ endpoint of the status/control socket" },
+	{ "data_dir", O_STR, S(data_dir), "./sinkwatch-data", 0, 0, 0,
+	  "directory of the run files (created if missing)" },
+	{ "subscribe", O_STR, S(subscribe), "", 0, 0, 0,
+	  "only runs whose id starts with this prefix (empty: all)" },
+	{ "log_file", O_STR, S(log_file), "", 0, 0, 1,
+	  "log to this file instead of stderr (SIGHUP reopens it)" },
+	{ "log_level", O_LEVEL, S(log_level), "info", 0, 3, 1,
+	  "error, warn, info or debug" },
+	{ "budget_mb", O_INT, S(budget_mb), "512", 1, 1 << 20, 0,
+	  "in-flight memory budget in MiB; past it messages are dropped and counted" },
+	{ "max_message_mb", O_INT, S(max_message_mb), "256", 1, 1 << 16, 0,
+	  "largest tensor frame accepted, in MiB" },
+	{ "flush_ms", O_INT, S(flush_ms), "500", 10, 60000, 0,
+	  "flush cadence of the run files, in milliseconds" },
+	{ "step_timeout_ms", O_INT, S(step_timeout_ms), "10000", 10, 86400000, 0,
+	  "an incomplete step is written (missing layers NaN) after this" },
+	{ "pair_rows", O_INT, S(pair_rows), "8", 0, 1 << 20, 0,
+	  "rows per snapshot that get head-pair metrics (0: every row)" },
+	{ "pair_metrics", O_INT, S(pair_metrics), "1", 0, 1, 0,
+	  "1: compute head-pair metrics and flip rates; 0: skip them" },
+	{ "drift_rows", O_INT, S(drift_rows), "8", 0, 1 << 20, 0,
+	  "rows per snapshot kept for drift_content (fixed probes)" },
+	{ "workers", O_INT, S(workers), "2", 1, 64, 0,
+	  "metric worker threads" },
+	{ "batch", O_INT, S(batch), "64", 1, 100000, 0,
+	  "messages received per event-loop turn" },
+	{ "chunk_steps", O_INT, S(chunk_steps), "64", 1, 1 << 20, 0,
+	  "HDF5 chunk length along the step axis" },
+	{ "max_runs", O_INT, S(max_runs), "256", 1, 1 << 20, 0,
+	  "runs tracked at once; messages of further runs are dropped" },
+	{ "max_open_steps", O_INT, S(max_open_steps), "64", 1, 1 << 20, 0,
+	  "steps assembled at once per run; past it the oldest is written incomplete" },
+};
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+size_t swd_config_count(void) { return NOPTS; }
+const char *swd_config_name(size_t i) { return i < NOPTS ? opts[i].name : NULL; }
+const char *swd_config_help(size_t i) { return i < NOPTS ? opts[i].help : NULL; }
+const char *swd_config_default(size_t i) { return i < NOPTS ? opts[i].dflt : NULL; }
+
+static const struct opt *
+find(const char *name)
+{
+	char norm[64];
+	size_t n = strlen(name);
+	if (n >= sizeof(norm))
+		return NULL;
+	for (size_t i = 0; i <= n; i++)
+		norm[i] = name[i] == '-' ? '_' : name[i];
+	for (size_t i = 0; i < NOPTS; i++)
+		if (!strcmp(opts[i].name, norm))
+			return &opts[i];
+	return NULL;
+}
+
+static int
+set_opt(swd_config *c, const struct opt *o, const char *v, char *err, size_t errlen)
+{
+	char *dst = (char *)c + o->off;
+	switch (o->type) {
+	case O_STR:
+		if (strlen(v) >= o->size) {
+			snprintf(err, errlen, "%s: value longer than %zu bytes", o->name, o->size - 1);
+			return -1;
+		}
+		memcpy(dst, v, strlen(v) + 1);
+		return 0;
+	case O_LEVEL: {
+		int l = log_level_parse(v);
+		if (l < 0) {
+			snprintf(err, errlen, "%s: '%s' is not error, warn, info or debug", o->name, v);
+			return -1;
+		}
+		*(int *)dst = l;
+		return 0;
+	}
+	case O_INT: {
+		char *end;
+		errno = 0;
+		long long x = strtoll(v, &end, 10);
+		if (errno || end == v || *end) {
+			snprintf(err, errlen, "%s: '%s' is not an integer", o->name, v);
+			return -1;
+		}
+		if (x < o->min || x > o->max) {
+			snprintf(err, errlen, "%s: %lld is outside [%lld, %lld]", o->name, x,
+			    (long long)o->min, (long long)o->max);
+			return -1;
+		}
+		*(int64_t *)dst = x;
+		return 0;
+	}
+	}
+	return -1;
+}
+
+void
+swd_config_defaults(swd_config *c)
+{
+	char err[256];
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < NOPTS; i++)
+		set_opt(c, &opts[i], opts[i].dflt, err, sizeof(err));
+}
+
+int
+swd_config_set(swd_config *c, const char *name, const char *value, char *err, size_t errlen)
+{
+	const struct opt *o = find(name);
+	if (!o) {
+		snprintf(err, errlen, "unknown option '%s'", name);
+		return -1;
+	}
+	return set_opt(c, o, value, err, errlen);
+}
+
+static char *
+trim(char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+		*--e = '\0';
+	return s;
+}
+
+int
+swd_config_load(swd_config *c, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	char line[2048], msg[512];
+	int lineno = 0, rc = 0;
+
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		lineno++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+			rc = -1;
+			break;
+		}
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = '\0';
+		char *s = trim(line);
+		if (!*s)
+			continue;
+		char *eq = strchr(s, '=');
+		if (!eq) {
+			snprintf(err, errlen, "%s:%d: expected 'name = value'", path, lineno);
+			rc = -1;
+			break;
+		}
+		*eq = '\0';
+		char *name = trim(s), *value = trim(eq + 1);
+		size_t vl = strlen(value);
+		if (vl >= 2 && value[0] == '"' && value[vl - 1] == '"') {
+			value[vl - 1] = '\0';
+			value++;
+		}
+		if (swd_config_set(c, name, value, msg, sizeof(msg))) {
+			snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
+			rc = -1;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+void
+swd_config_print(const swd_config *c, FILE *f)
+{
+	fprintf(f, "# sinkwatchd effective configuration\n");
+	for (size_t i = 0; i < NOPTS; i++) {
+		const struct opt *o = &opts[i];
+		const char *p = (const char *)c + o->off;
+		fprintf(f, "# %s%s\n", o->help, o->runtime ? " (SIGHUP applies it)" : "");
+		switch (o->type) {
+		case O_STR:
+			fprintf(f, "%s = \"%s\"\n", o->name, p);
+			break;
+		case O_LEVEL:
+			fprintf(f, "%s = %s\n", o->name, log_level_name(*(const int *)p));
+			break;
+		case O_INT:
+			fprintf(f, "%s = %lld\n", o->name, (long long)*(const int64_t *)p);
+			break;
+		}
+	}
+}
+
+int
+swd_config_check(const swd_config *c, char *err, size_t errlen)
+{
+	if (!c->listen[0] || !c->control[0] || !c->data_dir[0]) {
+		snprintf(err, errlen, "listen, control and data_dir must not be empty");
+		return -1;
+	}
+	if (!strcmp(c->listen, c->control)) {
+		snprintf(err, errlen, "listen and control are the same endpoint (%s)", c->listen);
+		return -1;
+	}
+	if (c->max_message_mb > c->budget_mb) {
+		snprintf(err, errlen, "max_message_mb (%lld) is larger than budget_mb (%lld): "
+		    "no such message could ever be accepted",
+		    (long long)c->max_message_mb, (long long)c->budget_mb);
+		return -1;
+	}
+	return 0;
+}

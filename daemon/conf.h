@@ -1,0 +1,62 @@
+/*
+ * conf.h: sinkwatchd's configuration, from one table: each option has a
+ * name (the config-file key; the flag is --name with '_' as '-'), a type,
+ * a default, limits, and whether it can change while running.
+ */
+#ifndef SWD_CONF_H
+#define SWD_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define SWD_DEFAULT_LISTEN "tcp://127.0.0.1:5710"
+#define SWD_DEFAULT_CONTROL "tcp://127.0.0.1:5711"
+
+typedef struct swd_config {
+	char listen[256];	/* ZeroMQ endpoint the SUB socket binds */
+	char control[256];	/* control (status) endpoint, REP */
+	char data_dir[1024];
+	char subscribe[160];	/* run id prefix to subscribe to ("" all) */
+	char log_file[1024];	/* "" for stderr */
+	int log_level;
+	int64_t budget_mb;	/* in-flight memory budget */
+	int64_t max_message_mb;	/* largest tensor frame accepted */
+	int64_t flush_ms;	/* flush cadence */
+	int64_t step_timeout_ms;/* an incomplete step is written after this */
+	int64_t pair_rows;	/* rows per snapshot that get head-pair metrics */
+	int64_t pair_metrics;	/* 0: no head-pair metrics */
+	int64_t drift_rows;	/* rows per snapshot kept for drift_content */
+	int64_t workers;	/* metric worker threads */
+	int64_t batch;		/* messages drained per loop turn */
+	int64_t chunk_steps;	/* HDF5 chunk length along the step axis */
+	int64_t max_runs;	/* runs tracked at once */
+	int64_t max_open_steps;	/* steps being assembled per run */
+} swd_config;
+
+void swd_config_defaults(swd_config *c);
+
+/*
+ * Sets option name (config-file spelling, '-' accepted for '_') from the
+ * string value. 0, or -1 with a message in err naming the option and why.
+ */
+int swd_config_set(swd_config *c, const char *name, const char *value,
+    char *err, size_t errlen);
+
+/* Reads a config file of "name = value" lines ('#' comments). 0, or -1
+ * with "FILE:LINE: ..." in err. */
+int swd_config_load(swd_config *c, const char *path, char *err, size_t errlen);
+
+/* Writes the effective configuration as a loadable config file. */
+void swd_config_print(const swd_config *c, FILE *f);
+
+/* Checks cross-option consistency. 0, or -1 with err. */
+int swd_config_check(const swd_config *c, char *err, size_t errlen);
+
+/* The table, for --help and the man page test: name, help, default. */
+size_t swd_config_count(void);
+const char *swd_config_name(size_t i);
+const char *swd_config_help(size_t i);
+const char *swd_config_default(size_t i);
+
+#endif

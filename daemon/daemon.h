@@ -1,0 +1,74 @@
+/*
+ * daemon.h: sinkwatchd's parts and what passes between its threads.
+ *
+ * Threads: the libuv loop thread owns the ZeroMQ sockets, the run table and
+ * step assembly; libuv's pool threads compute metrics of one layer each;
+ * one writer thread owns every HDF5 file (HDF5 is not thread-safe here).
+ */
+#ifndef SWD_DAEMON_H
+#define SWD_DAEMON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "daemon/conf.h"
+#include "metrics/swm.h"
+#include "proto/swproto.h"
+#include "storage/runfile.h"
+
+/* What a worker computed for one layer of one snapshot. */
+typedef struct swd_layer {
+	uint32_t layer;
+	uint32_t heads, rows, keys;
+	swm_head_acc *acc;	/* [heads] */
+	swm_pair_acc *pairs;	/* [heads * heads] or NULL */
+	swm_row *rows_st;	/* [heads * rows] or NULL */
+	float *ln;		/* [heads * nln * keys] or NULL */
+	uint32_t nln;
+	size_t bytes;		/* held against the budget until freed */
+} swd_layer;
+
+/* What the loop thread knows of a run from its first snapshot. */
+typedef struct swd_meta {
+	char run[SWP_RUN_MAX + 1];
+	char model[SWP_MODEL_MAX + 1];
+	uint64_t params;
+	uint32_t layers, heads, sink, rows, keys;
+	int fixed_probe;
+	swp_kind kind;
+	swp_dtype dtype;
+} swd_meta;
+
+enum { WQ_STEP, WQ_END, WQ_STOP };
+
+/* A unit of work for the writer. */
+typedef struct swd_witem {
+	int type;
+	swd_meta meta;
+	int64_t step;
+	swd_layer **layers;	/* [meta.layers], NULL where missing */
+	int64_t lost, incomplete;	/* run counters as of this step */
+	double time;
+	struct swd_witem *next;
+} swd_witem;
+
+/* Writer statistics, read by the status command. */
+typedef struct swd_wstats {
+	atomic_llong steps_written, write_errors, flushes, files_open, queue_depth;
+	atomic_llong max_flush_us;
+} swd_wstats;
+
+typedef struct swd_writer swd_writer;
+
+/* Starts the writer thread. 0 or -1. */
+int swd_writer_start(swd_writer **w, const swd_config *cfg, atomic_llong *inflight);
+/* Queues an item (the writer frees it). */
+void swd_writer_push(swd_writer *w, swd_witem *it);
+/* Writes everything queued, closes every file, joins the thread. */
+void swd_writer_stop(swd_writer **w);
+const swd_wstats *swd_writer_stats(const swd_writer *w);
+
+void swd_layer_free(swd_layer *l, atomic_llong *inflight);
+
+#endif

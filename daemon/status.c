@@ -1,0 +1,126 @@
+/* status.c: control requests and status text (see status.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/status.h"
+
+const char *const swd_drop_names[SWD_DROP_REASONS] = {
+	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
+	"nomem", "stopping", "unknown_run"
+};
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+static void
+put(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	if (b->len + 1 >= b->cap)
+		return;
+	va_start(ap, fmt);
+	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
+static void
+section(struct buf *b, const char *name, const swd_status *st)
+{
+	if (!strcmp(name, "server")) {
+		put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
+		    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
+		    st->listen, st->control, st->data_dir);
+	} else if (!strcmp(name, "runs")) {
+		put(b, "# runs\nruns: %zu\n", st->nruns);
+		for (size_t i = 0; i < st->nruns; i++) {
+			const swd_status_run *r = &st->runs[i];
+			put(b, "run: %s model=%s layers=%u heads=%u split=%s steps=%lld "
+			    "last_step=%lld open_steps=%lld messages=%lld lost=%lld incomplete=%lld\n",
+			    r->run, r->model[0] ? r->model : "-", r->layers, r->heads, r->split_form,
+			    (long long)r->steps_written, (long long)r->last_step,
+			    (long long)r->open_steps, (long long)r->messages, (long long)r->lost,
+			    (long long)r->incomplete);
+		}
+	} else if (!strcmp(name, "traffic")) {
+		put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
+		    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"
+		    "steps_incomplete: %lld\n", (long long)st->messages, (long long)st->bytes,
+		    (long long)st->rows, st->rows_per_s, st->msgs_per_s,
+		    (long long)st->steps_complete, (long long)st->steps_incomplete);
+	} else if (!strcmp(name, "drops")) {
+		put(b, "# drops\n");
+		for (int i = 0; i < SWD_DROP_REASONS; i++)
+			put(b, "%s: %lld\n", swd_drop_names[i], (long long)st->drops[i]);
+		for (int i = 1; i < SWD_DECODE_ERRORS; i++)
+			put(b, "bad_%s: %lld\n", swp_errname(-i), (long long)st->decode_errors[i]);
+	} else if (!strcmp(name, "rejects")) {
+		put(b, "# rejects\n");
+		for (int i = 1; i < SWM_STATUS__N; i++)
+			put(b, "%s: %lld\n", swm_status_name((swm_status)i), (long long)st->rejects[i]);
+	} else if (!strcmp(name, "queue")) {
+		put(b, "# queue\ninflight_bytes: %lld\nbudget_bytes: %lld\njobs_in_flight: %lld\n"
+		    "writer_queue: %lld\n", (long long)st->inflight_bytes,
+		    (long long)st->budget_bytes, (long long)st->jobs_in_flight,
+		    (long long)st->writer_queue);
+	} else if (!strcmp(name, "writer")) {
+		put(b, "# writer\nsteps_written: %lld\nwrite_errors: %lld\nflushes: %lld\n"
+		    "files_open: %lld\nmax_flush_us: %lld\n", (long long)st->steps_written,
+		    (long long)st->write_errors, (long long)st->flushes,
+		    (long long)st->files_open, (long long)st->max_flush_us);
+	} else if (!strcmp(name, "loop")) {
+		put(b, "# loop\nturns: %lld\ndrain_rounds: %lld\nmax_batch: %lld\n"
+		    "batch_limit_hits: %lld\nidle_s: %.3f\n", (long long)st->loop_turns,
+		    (long long)st->drain_rounds, (long long)st->max_batch,
+		    (long long)st->batch_limit_hits, st->loop_idle_s);
+	}
+}
+
+static const char *const sections[] = {
+	"server", "runs", "traffic", "drops", "rejects", "queue", "writer", "loop"
+};
+
+size_t
+swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *out,
+    size_t outlen)
+{
+	char cmd[64];
+	struct buf b = { out, 0, outlen };
+	if (outlen == 0)
+		return 0;
+	out[0] = '\0';
+	/* the request is untrusted bytes: copy, cut at the first newline */
+	size_t n = reqlen < sizeof(cmd) - 1 ? reqlen : sizeof(cmd) - 1;
+	memcpy(cmd, req, n);
+	cmd[n] = '\0';
+	cmd[strcspn(cmd, "\r\n")] = '\0';
+	char *arg = strchr(cmd, ' ');
+	if (arg)
+		*arg++ = '\0';
+	if (!strcmp(cmd, "ping")) {
+		put(&b, "pong\n");
+	} else if (!strcmp(cmd, "help")) {
+		put(&b, "commands: status [SECTION], ping, help\nsections:");
+		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
+			put(&b, " %s", sections[i]);
+		put(&b, "\n");
+	} else if (!strcmp(cmd, "status")) {
+		int found = 0;
+		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+			if (arg && *arg && strcmp(arg, sections[i]))
+				continue;
+			if (found++)
+				put(&b, "\n");
+			section(&b, sections[i], st);
+		}
+		if (!found)
+			put(&b, "error: unknown section '%s'\n", arg);
+	} else {
+		put(&b, "error: unknown command '%s' (try help)\n", cmd);
+	}
+	return b.len;
+}

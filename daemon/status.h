@@ -1,0 +1,58 @@
+/*
+ * status.h: the control protocol of sinkwatchd and the rendering of its
+ * status, apart from the socket code so both are tested on their own.
+ */
+#ifndef SWD_STATUS_H
+#define SWD_STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics/swm.h"
+#include "proto/swproto.h"
+
+#define SWD_DROP_REASONS 9
+/* Names of message drops that are not decode errors. */
+extern const char *const swd_drop_names[SWD_DROP_REASONS];
+enum {
+	SWD_DROP_BUDGET, SWD_DROP_DUPLICATE, SWD_DROP_LATE, SWD_DROP_MISMATCH,
+	SWD_DROP_AFTER_END, SWD_DROP_TOO_MANY_RUNS, SWD_DROP_NOMEM,
+	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN
+};
+
+#define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */
+
+typedef struct swd_status_run {
+	const char *run, *model, *split_form;
+	uint32_t layers, heads;
+	int64_t steps_written, last_step, open_steps, lost, incomplete, messages;
+} swd_status_run;
+
+/* A plain snapshot of the daemon's figures. */
+typedef struct swd_status {
+	const char *version, *listen, *control, *data_dir;
+	double uptime_s;
+	long pid;
+	size_t nruns;
+	const swd_status_run *runs;
+	int64_t messages, bytes, rows, steps_complete, steps_incomplete;
+	double rows_per_s, msgs_per_s;	/* over the last 10 s */
+	int64_t drops[SWD_DROP_REASONS];
+	int64_t decode_errors[SWD_DECODE_ERRORS];
+	int64_t rejects[SWM_STATUS__N];
+	int64_t inflight_bytes, budget_bytes, jobs_in_flight, writer_queue;
+	int64_t steps_written, write_errors, flushes, files_open, max_flush_us;
+	int64_t loop_turns, drain_rounds, max_batch, batch_limit_hits;
+	double loop_idle_s;
+} swd_status;
+
+/*
+ * Answers one control request (a command line: "status", "status SECTION",
+ * "ping", "help") into out. Sections: server, runs, traffic, drops,
+ * rejects, queue, writer, loop. Returns the reply length (truncated to
+ * outlen - 1, always NUL-terminated).
+ */
+size_t swd_control_reply(const char *req, size_t reqlen, const swd_status *st,
+    char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,225 @@
+"""Test harness: a real sinkwatchd on free loopback ports in a temp dir, and
+a minimal sender that speaks proto/PROTOCOL.md with pyzmq and msgpack."""
+import math
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import msgpack
+import numpy as np
+import zmq
+
+SINKWATCHD = os.environ.get("SINKWATCHD")
+SINKWATCH = os.environ.get("SINKWATCH")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    def __init__(self, tmp=None, extra=(), data_dir=None):
+        self.tmp = tmp or tempfile.mkdtemp(prefix="sinkwatch-test-")
+        self.data = data_dir or os.path.join(self.tmp, "data")
+        self.port, self.cport = free_port(), free_port()
+        self.listen = "tcp://127.0.0.1:%d" % self.port
+        self.control = "tcp://127.0.0.1:%d" % self.cport
+        self.extra = list(extra)
+        self.log = os.path.join(self.tmp, "daemon-%d.log" % self.port)
+        self.proc = None
+
+    def start(self):
+        args = [SINKWATCHD, "--listen", self.listen, "--control", self.control,
+                "--data-dir", self.data, "--flush-ms", "100"] + self.extra
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(args, stderr=self.logf, stdout=self.logf)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("sinkwatchd exited: %s" % self.read_log())
+            try:
+                if "pong" in self.ctl("ping", timeout_ms=200):
+                    return self
+            except TimeoutError:
+                pass
+        raise RuntimeError("sinkwatchd did not answer")
+
+    def ctl(self, req, timeout_ms=2000):
+        ctx = zmq.Context.instance()
+        s = ctx.socket(zmq.REQ)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        s.connect(self.control)
+        try:
+            s.send(req.encode())
+            return s.recv().decode()
+        except zmq.Again:
+            raise TimeoutError(req)
+        finally:
+            s.close()
+
+    def status(self):
+        """The status as {section: {key: value}} (runs: list of lines)."""
+        out, sec = {}, None
+        for line in self.ctl("status").splitlines():
+            if line.startswith("# "):
+                sec = line[2:]
+                out[sec] = {"run": []}
+            elif ": " in line and sec:
+                k, v = line.split(": ", 1)
+                if k == "run":
+                    out[sec]["run"].append(v)
+                    continue
+                try:
+                    out[sec][k] = float(v) if "." in v else int(v)
+                except ValueError:
+                    out[sec][k] = v
+        return out
+
+    def wait(self, cond, timeout=10, what="condition"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.status()
+            if cond(st):
+                return st
+            time.sleep(0.05)
+        raise AssertionError("timed out waiting for %s; status: %r" % (what, self.status()))
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("sinkwatchd did not stop within %ss" % timeout)
+        rc = self.proc.returncode if self.proc else None
+        if self.proc:
+            self.logf.close()
+        self.proc = None
+        return rc
+
+    def read_log(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def run_file(self, run):
+        safe = "".join(c if (c.isascii() and (c.isalnum() or c in "-_.")) else
+                       "".join("%%%02X" % b for b in c.encode()) for c in run)
+        if safe.startswith("."):
+            safe = "%2E" + safe[1:]
+        return os.path.join(self.data, safe + ".h5")
+
+
+DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
+
+
+class Sender:
+    """Speaks the wire protocol directly (header keys in canonical order)."""
+
+    def __init__(self, endpoint, run, layers, heads, model="test", params=0, sink=0,
+                 fixed=True, wait=True):
+        self.ctx = zmq.Context.instance()
+        self.s = self.ctx.socket(zmq.XPUB)
+        self.s.setsockopt(zmq.XPUB_NODROP, 1)
+        self.s.setsockopt(zmq.SNDHWM, 100000)
+        self.s.setsockopt(zmq.LINGER, 5000)
+        self.s.connect(endpoint)
+        self.run, self.layers, self.heads = run, layers, heads
+        self.model, self.params, self.sink, self.fixed = model, params, sink, fixed
+        self.seq = 0
+        if wait:
+            self.wait_subscribed()
+
+    def wait_subscribed(self, timeout=10):
+        self.s.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
+        msg = self.s.recv()
+        assert msg[0] == 1, msg
+
+    def header(self, step, layer, kind, dtype, shape, qpos=None, **over):
+        h = {"v": 1, "type": "snapshot", "run": self.run, "seq": self.seq,
+             "model": self.model, "params": self.params, "layers": self.layers,
+             "heads": self.heads, "sink": self.sink, "fixed_probe": self.fixed,
+             "step": step, "layer": layer, "kind": kind, "dtype": dtype,
+             "shape": list(shape)}
+        if qpos is not None:
+            h["qpos"] = [int(q) for q in qpos]
+        h["time"] = time.time()
+        h.update(over)
+        return h
+
+    def send_frames(self, frames, topic=None):
+        topic = topic if topic is not None else ("sw/" + self.run).encode()
+        self.s.send_multipart([topic] + list(frames))
+        self.seq += 1
+
+    def snapshot(self, step, layer, tensor, kind="probs", qpos=None, **over):
+        dt = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
+              np.dtype(np.float64): "f64"}[tensor.dtype]
+        h = self.header(step, layer, kind, dt, tensor.shape, qpos, **over)
+        self.send_frames([msgpack.packb(h), np.ascontiguousarray(tensor).astype(
+            tensor.dtype.newbyteorder("<")).tobytes()])
+
+    def end(self):
+        h = {"v": 1, "type": "end", "run": self.run, "seq": self.seq, "time": time.time()}
+        self.send_frames([msgpack.packb(h)])
+
+    def close(self):
+        self.s.close()
+
+
+def random_probs(rng, heads, rows, keys, qpos=None, sink_strength=2.0, dtype=np.float32):
+    """[heads, rows, keys] softmax rows with a sink at 0, masked past qpos + 1."""
+    z = rng.normal(size=(heads, rows, keys))
+    z[:, :, 0] += sink_strength + np.arange(heads)[:, None] * 0.7
+    if qpos is not None:
+        for r, q in enumerate(qpos):
+            z[:, r, q + 1:] = -np.inf
+    z -= z.max(-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(-1, keepdims=True)
+    return p.astype(dtype)
+
+
+def run_cmd(args, timeout=60):
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Results:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def check(self, name, fn):
+        t0 = time.time()
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - report every failure, go on
+            import traceback
+            self.failed += 1
+            print("FAIL %-40s %s" % (name, e))
+            traceback.print_exc()
+        else:
+            self.passed += 1
+            print("ok   %-40s %.2fs" % (name, time.time() - t0))
+
+    def finish(self):
+        print("%d passed, %d failed" % (self.passed, self.failed))
+        return 1 if self.failed else 0
+
+
+def close(a, b, rel=1e-9, abs_=1e-12):
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + abs_

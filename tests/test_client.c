@@ -1,0 +1,464 @@
+/*
+ * test_client.c: the client library against a real sinkwatchd (path in
+ * $SINKWATCHD) on free loopback ports: never stalling, counted drops,
+ * recovery when the daemon comes back, the slow joiner, zero-copy release,
+ * blocking mode, bounded linger.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "sinkwatch/client.h"
+
+static char tmpdir[256];
+
+static void
+sleep_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+	nanosleep(&ts, NULL);
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int
+free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	bind(s, (struct sockaddr *)&a, sizeof(a));
+	getsockname(s, (struct sockaddr *)&a, &len);
+	close(s);
+	return ntohs(a.sin_port);
+}
+
+struct daemon {
+	pid_t pid;
+	char listen[64], control[64];
+};
+
+/* Sends req to the control endpoint; the reply into out. 0 or -1. */
+static int
+ctl(const struct daemon *d, const char *req, char *out, size_t len, int timeout_ms)
+{
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_REQ);
+	int zero = 0, rc = -1;
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+	if (zmq_connect(s, d->control) == 0 && zmq_send(s, req, strlen(req), 0) >= 0) {
+		int n = zmq_recv(s, out, len - 1, 0);
+		if (n >= 0) {
+			out[(size_t)n < len - 1 ? (size_t)n : len - 1] = '\0';
+			rc = 0;
+		}
+	}
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	return rc;
+}
+
+/* A status figure ("messages: 12" -> 12), -1 if missing. */
+static long
+figure(const struct daemon *d, const char *key)
+{
+	char buf[1 << 15], pat[80];
+	if (ctl(d, "status", buf, sizeof(buf), 2000))
+		return -1;
+	snprintf(pat, sizeof(pat), "\n%s: ", key);
+	char *p = strstr(buf, pat);
+	return p ? atol(p + strlen(pat)) : -1;
+}
+
+static void
+start_daemon(struct daemon *d, int port)
+{
+	const char *bin = getenv("SINKWATCHD");
+	ck_assert_msg(bin != NULL, "SINKWATCHD not set");
+	snprintf(d->listen, sizeof(d->listen), "tcp://127.0.0.1:%d", port);
+	snprintf(d->control, sizeof(d->control), "tcp://127.0.0.1:%d", free_port());
+	char data[300];
+	snprintf(data, sizeof(data), "%s/data-%d", tmpdir, port);
+	d->pid = fork();
+	ck_assert(d->pid >= 0);
+	if (d->pid == 0) {
+		char logp[320];
+		snprintf(logp, sizeof(logp), "%s/daemon-%d.log", tmpdir, port);
+		freopen(logp, "a", stderr);
+		execl(bin, bin, "--listen", d->listen, "--control", d->control, "--data-dir", data,
+		    "--flush-ms", "50", (char *)NULL);
+		_exit(127);
+	}
+	char buf[64];
+	for (int i = 0; i < 100; i++) {
+		if (ctl(d, "ping", buf, sizeof(buf), 100) == 0 && strstr(buf, "pong"))
+			return;
+		sleep_us(50000);
+	}
+	ck_abort_msg("sinkwatchd did not start");
+}
+
+static void
+stop_daemon(struct daemon *d)
+{
+	int st;
+	kill(d->pid, SIGTERM);
+	waitpid(d->pid, &st, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sinkwatchd exit status %d", st);
+}
+
+static long
+wait_figure(const struct daemon *d, const char *key, long want)
+{
+	long v = -1;
+	for (int i = 0; i < 200; i++) {
+		if ((v = figure(d, key)) >= want)
+			return v;
+		sleep_us(25000);
+	}
+	return v;
+}
+
+enum { H = 2, R = 3, K = 8 };
+static float tensor[H * R * K];
+
+static void
+fill(void)
+{
+	for (int i = 0; i < H * R * K; i++)
+		tensor[i] = 1.0f / K;
+}
+
+static sw_snapshot
+snap(int64_t step, uint32_t layer)
+{
+	sw_snapshot s = { step, layer, SW_KIND_PROBS, SW_DTYPE_F32, R, K, NULL, tensor,
+	    sizeof(tensor) };
+	return s;
+}
+
+static sw_run_info
+info(const char *run)
+{
+	sw_run_info ri = { run, "test-model", 1000, 1, H, 0, 1 };
+	return ri;
+}
+
+START_TEST(test_opts_and_errors)
+{
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	ck_assert_str_eq(o.endpoint, SW_CLIENT_DEFAULT_ENDPOINT);
+	ck_assert_int_eq(o.blocking, 0);
+	ck_assert_int_eq(o.queue_max, 16);
+	ck_assert_int_eq(o.linger_ms, 2000);
+	ck_assert_int_eq(o.block_timeout_ms, -1);
+	int codes[] = { 0, SW_EINVAL, SW_ENOMEM, SW_EZMQ, SW_EDROPPED, SW_ETIMEDOUT, SW_ECLOSED };
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+		ck_assert(sw_strerror(codes[i]) && *sw_strerror(codes[i]));
+	ck_assert_str_eq(sw_strerror(-999), "unknown error");
+	ck_assert_str_eq(sw_client_errmsg(NULL), "");
+
+	sw_client *c = (sw_client *)1;
+	sw_run_info ri = info("");
+	ck_assert_int_eq(sw_client_new(NULL, &ri, &c), SW_EINVAL);
+	ck_assert_ptr_null(c);
+	char longid[200];
+	memset(longid, 'x', sizeof(longid) - 1);
+	longid[sizeof(longid) - 1] = '\0';
+	ri = info(longid);
+	ck_assert_int_eq(sw_client_new(NULL, &ri, &c), SW_EINVAL);
+	ri = info("ok");
+	ri.layers = 0;
+	ck_assert_int_eq(sw_client_new(NULL, &ri, &c), SW_EINVAL);
+	ck_assert_int_eq(sw_client_new(NULL, NULL, &c), SW_EINVAL);
+	o.endpoint = "nonsense://here";
+	ri = info("ok");
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
+	ck_assert_ptr_null(c);
+	sw_client_destroy(&c);	/* NULL is fine */
+	sw_client_destroy(NULL);
+	sw_client_stats st;
+	sw_client_get_stats(NULL, &st);
+	ck_assert_uint_eq(st.sent, 0);
+	ck_assert_int_eq(sw_client_send(NULL, NULL), SW_EINVAL);
+	ck_assert_int_eq(sw_client_end(NULL), SW_EINVAL);
+	ck_assert_int_eq(sw_client_flush(NULL, 0), SW_EINVAL);
+}
+END_TEST
+
+START_TEST(test_down_then_up)
+{
+	int port = free_port();
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.linger_ms = 3000;
+	sw_run_info ri = info("downup");
+	sw_client *c;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	fill();
+	/* no daemon: every send returns at once; past the queue, counted drops */
+	double worst = 0;
+	int dropped = 0;
+	for (int t = 0; t < 40; t++) {
+		sw_snapshot s = snap(t, 0);
+		double t0 = now_s();
+		int rc = sw_client_send(c, &s);
+		worst = worst > now_s() - t0 ? worst : now_s() - t0;
+		ck_assert(rc == 0 || rc == SW_EDROPPED);
+		dropped += rc == SW_EDROPPED;
+		if (rc == SW_EDROPPED)
+			ck_assert(strstr(sw_client_errmsg(c), "no daemon") != NULL);
+	}
+	ck_assert_msg(worst < 0.005, "a send took %.4f s with the daemon down", worst);
+	sw_client_stats st;
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.dropped, 24);
+	ck_assert_int_eq(dropped, 24);
+	ck_assert_uint_eq(st.queued, 16);
+	ck_assert_uint_eq(st.sent, 0);
+	ck_assert_int_eq(st.subscribed, 0);
+	ck_assert_uint_eq(st.next_seq, 40);
+	/* the daemon comes up: the client recovers without a restart */
+	struct daemon d;
+	start_daemon(&d, port);
+	ck_assert_int_eq(sw_client_flush(c, 5000), 0);
+	sw_client_get_stats(c, &st);
+	ck_assert_int_eq(st.subscribed, 1);
+	ck_assert_uint_eq(st.sent, 16);
+	for (int t = 40; t < 45; t++) {
+		sw_snapshot s = snap(t, 0);
+		ck_assert_int_eq(sw_client_send(c, &s), 0);
+	}
+	ck_assert_int_eq(sw_client_end(c), 0);
+	ck_assert_int_eq(sw_client_end(c), SW_ECLOSED);
+	sw_snapshot s = snap(99, 0);
+	ck_assert_int_eq(sw_client_send(c, &s), SW_ECLOSED);
+	sw_client_destroy(&c);
+	ck_assert_ptr_null(c);
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 21), 21);
+	ck_assert_int_eq(figure(&d, "messages"), 22);
+	/* the sequence numbers name the 24 messages dropped at the client */
+	char buf[1 << 15];
+	ck_assert_int_eq(ctl(&d, "status runs", buf, sizeof(buf), 2000), 0);
+	stop_daemon(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_restart)
+{
+	int port = free_port();
+	struct daemon d;
+	start_daemon(&d, port);
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = d.listen;
+	sw_run_info ri = info("restart");
+	sw_client *c;
+	fill();
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	sw_snapshot s = snap(0, 0);
+	ck_assert_int_eq(sw_client_send(c, &s), 0);
+	ck_assert_int_eq(sw_client_flush(c, 3000), 0);
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 1), 1);
+	stop_daemon(&d);
+	/* gone: the client notices (unsubscribe) and queues, never blocks */
+	sw_client_stats st;
+	for (int i = 0; i < 100; i++) {
+		sw_client_flush(c, 0);
+		sw_client_get_stats(c, &st);
+		if (!st.subscribed)
+			break;
+		sleep_us(20000);
+	}
+	ck_assert_int_eq(st.subscribed, 0);
+	s = snap(1, 0);
+	double t0 = now_s();
+	ck_assert_int_eq(sw_client_send(c, &s), 0);
+	ck_assert(now_s() - t0 < 0.005);
+	/* back on the same port: the queued message goes through */
+	start_daemon(&d, port);
+	ck_assert_int_eq(sw_client_flush(c, 5000), 0);
+	s = snap(2, 0);
+	ck_assert_int_eq(sw_client_send(c, &s), 0);
+	ck_assert_int_eq(sw_client_flush(c, 3000), 0);
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 2), 2);
+	sw_client_destroy(&c);
+	stop_daemon(&d);
+}
+END_TEST
+
+/* ZeroMQ's slow joiner: a message sent right after connecting is not lost. */
+START_TEST(test_slow_joiner)
+{
+	struct daemon d;
+	start_daemon(&d, free_port());
+	for (int round = 0; round < 5; round++) {
+		sw_client_opts o;
+		sw_client_opts_init(&o);
+		o.endpoint = d.listen;
+		char id[32];
+		snprintf(id, sizeof(id), "joiner-%d", round);
+		sw_run_info ri = info(id);
+		sw_client *c;
+		fill();
+		ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+		sw_snapshot s = snap(0, 0);
+		ck_assert_int_eq(sw_client_send(c, &s), 0);	/* before any subscription */
+		ck_assert_int_eq(sw_client_end(c), 0);
+		sw_client_destroy(&c);
+	}
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 5), 5);
+	ck_assert_int_eq(figure(&d, "messages"), 10);
+	stop_daemon(&d);
+}
+END_TEST
+
+static int released;
+static void *released_ptr;
+
+static void
+on_release(void *data, void *hint)
+{
+	__atomic_add_fetch(&released, 1, __ATOMIC_SEQ_CST);
+	released_ptr = data;
+	ck_assert_ptr_eq(hint, (void *)&released);
+}
+
+START_TEST(test_zero_copy)
+{
+	struct daemon d;
+	start_daemon(&d, free_port());
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = d.listen;
+	sw_run_info ri = info("zc");
+	sw_client *c;
+	fill();
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	released = 0;
+	sw_snapshot s = snap(0, 0);
+	ck_assert_int_eq(sw_client_send_zc(c, &s, NULL, NULL), SW_EINVAL);
+	ck_assert_int_eq(sw_client_send_zc(c, &s, on_release, &released), 0);
+	ck_assert_int_eq(sw_client_flush(c, 3000), 0);
+	sw_client_destroy(&c);
+	ck_assert_int_eq(__atomic_load_n(&released, __ATOMIC_SEQ_CST), 1);
+	ck_assert_ptr_eq(released_ptr, tensor);
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 1), 1);
+	stop_daemon(&d);
+
+	/* no daemon, queue of 1: the second send is dropped and its buffer
+	 * stays the caller's (no callback); the queued one is released at
+	 * destroy */
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", free_port());
+	o.endpoint = ep;
+	o.queue_max = 1;
+	o.linger_ms = 100;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	released = 0;
+	ck_assert_int_eq(sw_client_send_zc(c, &s, on_release, &released), 0);
+	ck_assert_int_eq(sw_client_send_zc(c, &s, on_release, &released), SW_EDROPPED);
+	ck_assert_int_eq(released, 0);
+	double t0 = now_s();
+	sw_client_destroy(&c);
+	ck_assert_msg(now_s() - t0 < 1.0, "destroy took %.2f s", now_s() - t0);
+	ck_assert_int_eq(released, 1);
+}
+END_TEST
+
+START_TEST(test_blocking_and_invalid)
+{
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", free_port());
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.blocking = 1;
+	o.block_timeout_ms = 200;
+	o.linger_ms = 100;
+	sw_run_info ri = info("blocking");
+	sw_client *c;
+	fill();
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	sw_snapshot s = snap(0, 0);
+	double t0 = now_s();
+	ck_assert_int_eq(sw_client_send(c, &s), SW_ETIMEDOUT);
+	double took = now_s() - t0;
+	ck_assert_msg(took >= 0.19 && took < 1.0, "blocking timeout took %.3f s", took);
+	/* a snapshot whose bytes disagree with its shape is refused up front */
+	s.bytes -= 4;
+	ck_assert_int_eq(sw_client_send(c, &s), SW_EINVAL);
+	ck_assert(strstr(sw_client_errmsg(c), "invalid snapshot") != NULL);
+	s = snap(0, 5);	/* layer out of range */
+	ck_assert_int_eq(sw_client_send(c, &s), SW_EINVAL);
+	sw_client_destroy(&c);
+
+	struct daemon d;
+	start_daemon(&d, free_port());
+	o.endpoint = d.listen;
+	o.block_timeout_ms = 5000;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	for (int t = 0; t < 50; t++) {
+		s = snap(t, 0);
+		ck_assert_int_eq(sw_client_send(c, &s), 0);
+	}
+	sw_client_stats st;
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.sent, 50);
+	ck_assert_uint_eq(st.dropped, 0);
+	ck_assert_uint_eq(st.bytes_sent, 50 * sizeof(tensor));
+	sw_client_destroy(&c);
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 50), 50);
+	stop_daemon(&d);
+}
+END_TEST
+
+int
+main(void)
+{
+	if (!getenv("SINKWATCHD")) {
+		puts("SINKWATCHD not set: skipped");
+		return 77;
+	}
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/sinkwatch-client-XXXXXX");
+	if (!mkdtemp(tmpdir))
+		return 99;
+	Suite *s = suite_create("client");
+	TCase *tc = tcase_create("client");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_opts_and_errors);
+	tcase_add_test(tc, test_down_then_up);
+	tcase_add_test(tc, test_daemon_restart);
+	tcase_add_test(tc, test_slow_joiner);
+	tcase_add_test(tc, test_zero_copy);
+	tcase_add_test(tc, test_blocking_and_invalid);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

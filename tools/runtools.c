@@ -1,0 +1,441 @@
+/*
+ * runtools.c: `sinkwatch tail`, `sinkwatch report` and `sinkwatch status`:
+ * reading run files (with SWMR, while the daemon writes them) and asking
+ * the daemon's control endpoint.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <zmq.h>
+
+#include "metrics/swm.h"
+#include "storage/runfile.h"
+#include "tools/analyze.h"
+#include "tools/json.h"
+#include "tools/tools.h"
+
+int
+sw_tool_fail(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "sinkwatch %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 2;
+}
+
+/* Mean of the finite values of v[0 .. n). NaN if none. */
+static double
+finite_mean(const double *v, size_t n)
+{
+	double s = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (isfinite(v[i])) {
+			s += v[i];
+			k++;
+		}
+	return k ? s / (double)k : NAN;
+}
+
+/* ---- tail ----------------------------------------------------------------------- */
+
+static volatile sig_atomic_t tail_stop;
+
+static void
+on_sigint(int s)
+{
+	(void)s;
+	tail_stop = 1;
+}
+
+int
+sw_tail_main(int argc, char **argv)
+{
+	const char *path = NULL;
+	long interval = 200, once = 0, timeout_s = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--once"))
+			once = 1;
+		else if (!strcmp(argv[i], "--interval-ms") && i + 1 < argc) {
+			if (sw_parse_long(argv[++i], &interval) || interval < 1)
+				return sw_tool_fail("tail", "--interval-ms: '%s' is not a positive integer", argv[i]);
+		} else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+			if (sw_parse_long(argv[++i], &timeout_s) || timeout_s < 0)
+				return sw_tool_fail("tail", "--timeout: '%s' is not a number of seconds", argv[i]);
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: sinkwatch tail RUN.h5 [--once] [--interval-ms MS] [--timeout S]\n");
+			return 0;
+		} else if (argv[i][0] == '-')
+			return sw_tool_fail("tail", "unknown option '%s'", argv[i]);
+		else if (path)
+			return sw_tool_fail("tail", "one run file expected");
+		else
+			path = argv[i];
+	}
+	if (!path)
+		return sw_tool_fail("tail", "missing RUN.h5");
+	char err[512];
+	sw_reader *r;
+	sw_runmeta meta;
+	if (sw_reader_open(path, &r, &meta, err, sizeof(err)) != 0)
+		return sw_tool_fail("tail", "%s", err);
+	size_t LH = (size_t)meta.layers * meta.heads;
+	double *buf = malloc(LH * sizeof(double));
+	static const char *const cols[] = { "entropy", "sink_mass", "content_entropy",
+	    "dH", "dH_sink", "dH_content" };
+	enum { NC = sizeof(cols) / sizeof(cols[0]) };
+	if (!buf) {
+		sw_reader_close(&r);
+		return sw_tool_fail("tail", "out of memory");
+	}
+	signal(SIGINT, on_sigint);
+	signal(SIGTERM, on_sigint);
+	printf("# run %s, model %s, %u layers x %u heads, split %s\n", meta.run,
+	    meta.model[0] ? meta.model : "-", meta.layers, meta.heads, meta.split_form);
+	printf("%10s", "step");
+	for (int c = 0; c < NC; c++)
+		printf(" %15s", cols[c]);
+	printf("\n");
+	fflush(stdout);
+	int64_t shown = 0;
+	time_t start = time(NULL);
+	int rc = 0;
+	while (!tail_stop) {
+		int64_t T = sw_reader_refresh(r, err, sizeof(err));
+		if (T < 0) {
+			rc = sw_tool_fail("tail", "%s", err);
+			break;
+		}
+		for (; shown < T; shown++) {
+			double step;
+			if (sw_reader_read(r, "step", shown, shown + 1, &step, 1, err, sizeof(err)) < 0) {
+				rc = sw_tool_fail("tail", "%s", err);
+				goto out;
+			}
+			printf("%10.0f", step);
+			for (int c = 0; c < NC; c++) {
+				if (sw_reader_read(r, cols[c], shown, shown + 1, buf, LH, err, sizeof(err)) < 0) {
+					rc = sw_tool_fail("tail", "%s", err);
+					goto out;
+				}
+				double v = finite_mean(buf, LH);
+				if (isfinite(v))
+					printf(" %15.9f", v);
+				else
+					printf(" %15s", "nan");
+			}
+			printf("\n");
+		}
+		fflush(stdout);
+		if (once || sw_reader_ended(r))
+			break;
+		if (timeout_s && time(NULL) - start >= timeout_s)
+			break;
+		struct timespec ts = { interval / 1000, (interval % 1000) * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+out:
+	free(buf);
+	sw_reader_close(&r);
+	return rc;
+}
+
+/* ---- report ---------------------------------------------------------------------- */
+
+struct attrib {
+	swm_split path, endpoint;
+	double path_sink_share, path_content_share, end_sink_share, end_content_share;
+	int64_t intervals;
+};
+
+static void
+shares(struct attrib *a)
+{
+	swm_split_shares(&a->path, &a->path_sink_share, &a->path_content_share);
+	swm_split_shares(&a->endpoint, &a->end_sink_share, &a->end_content_share);
+}
+
+static void
+json_attrib(sw_json *j, const struct attrib *a)
+{
+	sw_json_begin_obj(j, "path");
+	sw_json_num(j, "dH", a->path.dH);
+	sw_json_num(j, "sink", a->path.sink);
+	sw_json_num(j, "content", a->path.content);
+	sw_json_num(j, "sink_share", a->path_sink_share);
+	sw_json_num(j, "content_share", a->path_content_share);
+	sw_json_int(j, "intervals", a->intervals);
+	sw_json_end_obj(j);
+	sw_json_begin_obj(j, "endpoint");
+	sw_json_num(j, "dH", a->endpoint.dH);
+	sw_json_num(j, "sink", a->endpoint.sink);
+	sw_json_num(j, "content", a->endpoint.content);
+	sw_json_num(j, "sink_share", a->end_sink_share);
+	sw_json_num(j, "content_share", a->end_content_share);
+	sw_json_end_obj(j);
+}
+
+static void
+text_attrib(const char *label, const struct attrib *a)
+{
+	printf("%-8s %12.6f %12.6f %12.6f %8.4f %8.4f | %12.6f %12.6f %12.6f %8.4f %8.4f\n",
+	    label, a->path.dH, a->path.sink, a->path.content, a->path_sink_share,
+	    a->path_content_share, a->endpoint.dH, a->endpoint.sink, a->endpoint.content,
+	    a->end_sink_share, a->end_content_share);
+}
+
+/* Reads [T, L*H] of a field into a new array. */
+static double *
+read_all(sw_reader *r, const char *name, int64_t T, size_t LH, char *err, size_t errlen)
+{
+	double *v = malloc((size_t)T * LH * sizeof(double) + 1);
+	if (!v) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (T > 0 && sw_reader_read(r, name, 0, T, v, (size_t)T * LH, err, errlen) < 0) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+int
+sw_report_main(int argc, char **argv)
+{
+	const char *path = NULL;
+	int json = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+			const char *f = argv[++i];
+			if (!strcmp(f, "json"))
+				json = 1;
+			else if (strcmp(f, "text"))
+				return sw_tool_fail("report", "--format: '%s' is not text or json", f);
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: sinkwatch report RUN.h5 [--format text|json]\n");
+			return 0;
+		} else if (argv[i][0] == '-')
+			return sw_tool_fail("report", "unknown option '%s'", argv[i]);
+		else if (path)
+			return sw_tool_fail("report", "one run file expected");
+		else
+			path = argv[i];
+	}
+	if (!path)
+		return sw_tool_fail("report", "missing RUN.h5");
+	char err[512];
+	sw_reader *r;
+	sw_runmeta meta;
+	if (sw_reader_open(path, &r, &meta, err, sizeof(err)) != 0)
+		return sw_tool_fail("report", "%s", err);
+	int64_t T = sw_reader_refresh(r, err, sizeof(err));
+	if (T < 0) {
+		sw_reader_close(&r);
+		return sw_tool_fail("report", "%s", err);
+	}
+	if (T < 2) {
+		sw_reader_close(&r);
+		return sw_tool_fail("report", "%s has %lld stored step(s): an attribution needs two",
+		    path, (long long)T);
+	}
+	size_t L = meta.layers, H = meta.heads, LH = L * H;
+	const char *names[] = { "dH", "dH_sink", "dH_content", "entropy", "sink_entropy",
+	    "sink_mass", "content_mass", "content_entropy_mw", "rows", "step" };
+	double *v[10] = { 0 };
+	int rc = 2;
+	for (int i = 0; i < 10; i++)
+		if (!(v[i] = read_all(r, names[i], T, i == 9 ? 1 : LH, err, sizeof(err)))) {
+			sw_tool_fail("report", "%s: %s", path, err);
+			goto out;
+		}
+	double *dH = v[0], *dS = v[1], *dC = v[2];
+	/* per head: path sums over stored intervals, endpoint split first -> last */
+	struct attrib *head = calloc(LH, sizeof(*head)), *layer = calloc(L, sizeof(*layer)), model;
+	memset(&model, 0, sizeof(model));
+	if (!head || !layer) {
+		free(head);
+		free(layer);
+		sw_tool_fail("report", "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < LH; i++) {
+		for (int64_t t = 1; t < T; t++) {
+			size_t k = (size_t)t * LH + i;
+			if (!isfinite(dH[k]) || !isfinite(dS[k]) || !isfinite(dC[k]))
+				continue;
+			swm_split s = { dH[k], dS[k], dC[k] };
+			swm_split_add(&head[i].path, &s);
+			head[i].intervals++;
+		}
+		/* the endpoint split from the stored head values (aggregate form) */
+		int64_t t0 = -1, t1 = -1;
+		for (int64_t t = 0; t < T; t++)
+			if (v[8][(size_t)t * LH + i] > 0) {
+				if (t0 < 0)
+					t0 = t;
+				t1 = t;
+			}
+		head[i].endpoint.dH = head[i].endpoint.sink = head[i].endpoint.content = NAN;
+		if (t0 >= 0 && t1 > t0) {
+			swm_head a, b;
+			size_t k0 = (size_t)t0 * LH + i, k1 = (size_t)t1 * LH + i;
+			a.rows = (uint64_t)v[8][k0];
+			b.rows = (uint64_t)v[8][k1];
+			a.H = v[3][k0], b.H = v[3][k1];
+			a.hb = v[4][k0], b.hb = v[4][k1];
+			a.s = v[5][k0], b.s = v[5][k1];
+			a.w = v[6][k0], b.w = v[6][k1];
+			a.Hcw = v[7][k0], b.Hcw = v[7][k1];
+			swm_split_aggregate(&a, &b, &head[i].endpoint);
+		}
+	}
+	/* layer and model figures are means of head figures (§3) */
+	for (size_t l = 0; l <= L; l++) {
+		struct attrib *dst = l < L ? &layer[l] : &model;
+		size_t h0 = l < L ? l * H : 0, n = l < L ? H : LH;
+		double acc[6] = { 0 };
+		size_t cnt[2] = { 0, 0 };
+		for (size_t i = h0; i < h0 + n; i++) {
+			if (head[i].intervals > 0) {
+				acc[0] += head[i].path.dH;
+				acc[1] += head[i].path.sink;
+				acc[2] += head[i].path.content;
+				cnt[0]++;
+				dst->intervals += head[i].intervals;
+			}
+			if (isfinite(head[i].endpoint.dH)) {
+				acc[3] += head[i].endpoint.dH;
+				acc[4] += head[i].endpoint.sink;
+				acc[5] += head[i].endpoint.content;
+				cnt[1]++;
+			}
+		}
+		dst->path.dH = cnt[0] ? acc[0] / cnt[0] : NAN;
+		dst->path.sink = cnt[0] ? acc[1] / cnt[0] : NAN;
+		dst->path.content = cnt[0] ? acc[2] / cnt[0] : NAN;
+		dst->endpoint.dH = cnt[1] ? acc[3] / cnt[1] : NAN;
+		dst->endpoint.sink = cnt[1] ? acc[4] / cnt[1] : NAN;
+		dst->endpoint.content = cnt[1] ? acc[5] / cnt[1] : NAN;
+		if (cnt[0])
+			dst->intervals /= (int64_t)cnt[0];
+		shares(dst);
+	}
+	double first_step = v[9][0], last_step = v[9][T - 1];
+	if (json) {
+		sw_json j;
+		sw_json_init(&j, stdout);
+		sw_json_begin_obj(&j, NULL);
+		sw_json_int(&j, "schema", 1);
+		sw_json_str(&j, "file", path);
+		sw_json_str(&j, "run", meta.run);
+		sw_json_str(&j, "model", meta.model);
+		sw_json_int(&j, "params", (int64_t)meta.params);
+		sw_json_int(&j, "layers", (int64_t)L);
+		sw_json_int(&j, "heads", (int64_t)H);
+		sw_json_str(&j, "split_form", meta.split_form);
+		sw_json_int(&j, "steps_stored", T);
+		sw_json_num(&j, "first_step", first_step);
+		sw_json_num(&j, "last_step", last_step);
+		sw_json_begin_obj(&j, "model_attribution");
+		json_attrib(&j, &model);
+		sw_json_end_obj(&j);
+		sw_json_begin_arr(&j, "layer_attribution");
+		for (size_t l = 0; l < L; l++) {
+			sw_json_begin_obj(&j, NULL);
+			sw_json_int(&j, "layer", (int64_t)l);
+			json_attrib(&j, &layer[l]);
+			sw_json_end_obj(&j);
+		}
+		sw_json_end_arr(&j);
+		sw_json_end_obj(&j);
+		sw_json_finish(&j);
+	} else {
+		printf("run %s  model %s  %zu layers x %zu heads  %lld steps stored (%.0f .. %.0f)  "
+		    "split %s\n\n", meta.run, meta.model[0] ? meta.model : "-", L, H, (long long)T,
+		    first_step, last_step, meta.split_form);
+		printf("entropy change attributed to sink growth and content sharpening (nats)\n");
+		printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s\n", "", "path dH",
+		    "sink", "content", "sink%", "cont%", "endpoint dH", "sink", "content",
+		    "sink%", "cont%");
+		for (size_t l = 0; l < L; l++) {
+			char label[32];
+			snprintf(label, sizeof(label), "layer %zu", l);
+			text_attrib(label, &layer[l]);
+		}
+		text_attrib("model", &model);
+		printf("\nshares are parts / dH, shown only where dH < 0 (a drop); "
+		    "they may fall outside [0, 1] when the parts have opposite signs\n");
+	}
+	rc = 0;
+	free(head);
+	free(layer);
+out:
+	for (int i = 0; i < 10; i++)
+		free(v[i]);
+	sw_reader_close(&r);
+	return rc;
+}
+
+/* ---- status ------------------------------------------------------------------------ */
+
+int
+sw_status_main(int argc, char **argv)
+{
+	const char *ep = "tcp://127.0.0.1:5711", *section = NULL;
+	long timeout_ms = 2000;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--control") && i + 1 < argc)
+			ep = argv[++i];
+		else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
+			if (sw_parse_long(argv[++i], &timeout_ms) || timeout_ms < 1)
+				return sw_tool_fail("status", "--timeout-ms: '%s' is not a positive integer", argv[i]);
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: sinkwatch status [--control ENDPOINT] [--timeout-ms MS] [SECTION]\n");
+			return 0;
+		} else if (argv[i][0] == '-')
+			return sw_tool_fail("status", "unknown option '%s'", argv[i]);
+		else
+			section = argv[i];
+	}
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_REQ);
+	int zero = 0, to = (int)timeout_ms;
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof(to));
+	zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
+	int rc = 0;
+	char req[128];
+	snprintf(req, sizeof(req), "status%s%s", section ? " " : "", section ? section : "");
+	if (zmq_connect(s, ep) != 0) {
+		rc = sw_tool_fail("status", "cannot connect to %s: %s", ep, zmq_strerror(zmq_errno()));
+		goto out;
+	}
+	if (zmq_send(s, req, strlen(req), 0) < 0) {
+		rc = sw_tool_fail("status", "sending to %s: %s", ep, zmq_strerror(zmq_errno()));
+		goto out;
+	}
+	zmq_msg_t m;
+	zmq_msg_init(&m);
+	if (zmq_msg_recv(&m, s, 0) < 0) {
+		zmq_msg_close(&m);
+		rc = sw_tool_fail("status", "no answer from %s within %ld ms (is sinkwatchd running?)",
+		    ep, timeout_ms);
+		goto out;
+	}
+	fwrite(zmq_msg_data(&m), 1, zmq_msg_size(&m), stdout);
+	if (zmq_msg_size(&m) >= 6 && !memcmp(zmq_msg_data(&m), "error:", 6))
+		rc = 2;
+	zmq_msg_close(&m);
+out:
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	return rc;
+}

@@ -1,0 +1,13 @@
+/* tools.h: the `sinkwatch` subcommands beyond analyze and demo. */
+#ifndef SW_TOOLS_H
+#define SW_TOOLS_H
+
+int sw_sim_main(int argc, char **argv);
+int sw_tail_main(int argc, char **argv);
+int sw_report_main(int argc, char **argv);
+int sw_status_main(int argc, char **argv);
+
+/* "sinkwatch CMD: message" on stderr; returns 2. */
+int sw_tool_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
