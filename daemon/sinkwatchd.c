@@ -23,7 +23,6 @@
 #include "daemon/daemon.h"
 #include "daemon/log.h"
 #include "daemon/status.h"
-#include "metrics/swm_math.h"
 
 #define MAX_FRAMES 4
 #define RECENT 64	/* completed steps remembered per run, to spot late layers */
@@ -251,15 +250,8 @@ work_cb(uv_work_t *req)
 			for (uint32_t r = 0; r < R; r++) {
 				double v[6];
 				size_t base = ((size_t)h * R + r) * 6;
-				for (int f = 0; f < 6; f++) {
-					size_t i = base + (size_t)f;
-					switch (m->dtype) {
-					case SWP_F64: v[f] = ((const double *)data)[i]; break;
-					case SWP_F16: v[f] = swm_f16_to_f32(((const uint16_t *)data)[i]); break;
-					case SWP_BF16: v[f] = swm_bf16_to_f32(((const uint16_t *)data)[i]); break;
-					default: v[f] = ((const float *)data)[i]; break;
-					}
-				}
+				for (int f = 0; f < 6; f++)
+					v[f] = swm_load(data, (swm_dtype)m->dtype, base + (size_t)f);
 				swm_row row;
 				swm_row_from_stats(v, tol, &row);
 				swm_head_add(&ly->acc[h], &row);
@@ -507,16 +499,17 @@ handle(zmq_msg_t *frames, size_t n)
 	}
 	if (!s) {
 		if (r->nopen >= D.cfg.max_open_steps) {
-			/* the oldest open step without work in flight goes out incomplete */
+			/*
+			 * Too many steps waiting for layers: the oldest one with no
+			 * layer in work goes out incomplete. Steps whose layers are
+			 * all in work are not waiting; the budget bounds them.
+			 */
 			struct step *old = NULL;
 			for (struct step *t = r->open; t; t = t->next)
 				if (!t->in_work && (!old || t->first_ms < old->first_ms))
 					old = t;
-			if (!old) {
-				drop(SWD_DROP_BUDGET, m.run, "max_open_steps reached, all in work");
-				goto out;
-			}
-			emit_step(r, old);
+			if (old)
+				emit_step(r, old);
 		}
 		s = calloc(1, sizeof(*s));
 		if (s) {

@@ -32,6 +32,22 @@ swm_content_dist2(const double *lx, const double *ly, size_t n, size_t k)
 }
 
 double
+swm_content_dist2_f32(const float *lx, const float *ly, size_t n, size_t k)
+{
+	double sd = 0, ss = 0;
+	if (n < 2)
+		return NAN;
+	for (size_t i = 0; i < n; i++)
+		sd += i == k ? 0.0 : (double)lx[i] - (double)ly[i];
+	double mean = sd / (double)(n - 1);
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)lx[i] - (double)ly[i] - mean;
+		ss += i == k ? 0.0 : d * d;
+	}
+	return ss;
+}
+
+double
 swm_balance(const double *l, size_t n, size_t k)
 {
 	double sum = 0;
@@ -201,19 +217,30 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 	double *l = p + H * K;
 	const char *base = blk->data;
 
+	size_t prows = blk->pair_rows ? blk->pair_rows : blk->rows;
+
 	for (size_t r = 0; r < blk->rows; r++) {
 		size_t n = blk->nvalid ? blk->nvalid[r] : K;
+		int want_pairs = pairs && r < prows, want_ln = blk->ln_out && r < blk->nln;
 		if (n > K)
 			n = K;
 		for (size_t h = 0; h < H; h++) {
 			const char *row = base + (h * blk->head_stride + r * blk->row_stride) * es;
 			swm_row_stats(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h]);
 			swm_head_add(&acc[h], &st[h]);
-			if (pairs && st[h].status == SWM_OK)
+			if (blk->rows_out)
+				blk->rows_out[h * blk->rows + r] = st[h];
+			if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
 				swm_row_expand(row, blk->dtype, blk->kind, &st[h],
 				    p + h * K, l + h * K);
+				if (want_ln) {
+					float *dst = blk->ln_out + (h * blk->nln + r) * K;
+					for (size_t i = 0; i < n; i++)
+						dst[i] = (float)l[h * K + i];
+				}
+			}
 		}
-		if (!pairs)
+		if (!want_pairs)
 			continue;
 		for (size_t i = 0; i < H; i++) {
 			if (st[i].status != SWM_OK)

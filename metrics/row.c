@@ -58,16 +58,31 @@ swm_opts_tol(const swm_opts *o, swm_dtype dt)
 AI double
 ld(const void *x, size_t i, swm_dtype dt)
 {
+	/* memcpy loads: a tensor inside a received frame need not be aligned */
+	const char *p = x;
+	uint16_t h;
+	float f;
+	double d;
 	switch (dt) {
 	case SWM_F16:
-		return swm_f16_to_f32(((const uint16_t *)x)[i]);
+		memcpy(&h, p + 2 * i, 2);
+		return swm_f16_to_f32(h);
 	case SWM_BF16:
-		return swm_bf16_to_f32(((const uint16_t *)x)[i]);
+		memcpy(&h, p + 2 * i, 2);
+		return swm_bf16_to_f32(h);
 	case SWM_F64:
-		return ((const double *)x)[i];
+		memcpy(&d, p + 8 * i, 8);
+		return d;
 	default:
-		return ((const float *)x)[i];
+		memcpy(&f, p + 4 * i, 4);
+		return f;
 	}
+}
+
+double
+swm_load(const void *x, swm_dtype dt, size_t i)
+{
+	return ld(x, i, dt);
 }
 
 static double
@@ -338,6 +353,33 @@ swm_row_stats(const void *x, swm_dtype dt, swm_kind kind, size_t n, size_t k,
 		st = row_logits(x, dt, n, k, o, out);
 	else
 		st = row_probs(x, dt, n, k, o, out);
+	out->status = st;
+	return st;
+}
+
+swm_status
+swm_row_from_stats(const double v[6], double tol, swm_row *out)
+{
+	swm_status st = SWM_OK;
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < 6; i++)
+		if (!(fabs(v[i]) <= DBL_MAX))
+			st = SWM_REJ_NONFINITE;
+	/* the balance may be negative; every other value is not */
+	for (int i = 0; st == SWM_OK && i < 5; i++)
+		if (v[i] < 0)
+			st = SWM_REJ_NEGATIVE;
+	if (st == SWM_OK && !(fabs(v[0] + v[1] - 1.0) <= tol))
+		st = SWM_REJ_SUM;
+	if (st == SWM_OK) {
+		out->s = v[0];
+		out->w = v[1];
+		out->H = v[2];
+		out->hb = v[3];
+		out->Hc = v[4];
+		out->C = v[1] * v[4];
+		out->b = v[5];
+	}
 	out->status = st;
 	return st;
 }

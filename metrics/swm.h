@@ -54,6 +54,8 @@ const char *swm_status_name(swm_status st);
 const char *swm_dtype_name(swm_dtype dt);
 /* Bytes per element of a dtype, 0 for an invalid one. */
 size_t swm_dtype_size(swm_dtype dt);
+/* Element i of x (little-endian, any alignment) as a double. */
+double swm_load(const void *x, swm_dtype dt, size_t i);
 
 typedef struct swm_opts {
 	double delta;	/* §4 replacement threshold, 0 < delta, delta * n < 1 */
@@ -99,6 +101,15 @@ swm_status swm_row_stats(const void *x, swm_dtype dt, swm_kind kind, size_t n,
     size_t k, const swm_opts *o, swm_row *out);
 
 /*
+ * A row given by its statistics, as a client that reduced it on its device
+ * sends them (kind "rowstats"): v = { s, w, H, hb, Hc, b }. Checks them as
+ * swm_row_stats() checks a row: nonfinite, negative, and |s + w - 1| over
+ * tol. The result has no normalisation for swm_row_expand(). Returns the
+ * status, also in out->status.
+ */
+swm_status swm_row_from_stats(const double v[6], double tol, swm_row *out);
+
+/*
  * For a row that swm_row_stats() accepted: p[i] = the renormalized
  * probability a_i, and l[i] = ln of the zero-replaced part (§4), for
  * i < r->n.
@@ -113,6 +124,8 @@ void swm_row_expand(const void *x, swm_dtype dt, swm_kind kind,
  * (centre, then sum of squares), so a constant shift gives exactly ~0.
  */
 double swm_content_dist2(const double *lx, const double *ly, size_t n, size_t k);
+/* The same from ln parts kept as float (swm_block ln_out), summed in double. */
+double swm_content_dist2_f32(const float *lx, const float *ly, size_t n, size_t k);
 
 /* §4: the balance of a row from its ln parts. */
 double swm_balance(const double *l, size_t n, size_t k);
@@ -174,6 +187,11 @@ typedef struct swm_block {
 	size_t head_stride, row_stride;
 	const uint32_t *nvalid;
 	size_t sink;
+	/* optional, zero for none */
+	size_t pair_rows;	/* pair work on rows [0, pair_rows) only; 0: all rows */
+	swm_row *rows_out;	/* [heads * rows] row stats, index h * rows + r */
+	float *ln_out;		/* [heads * nln * keys] ln parts of rows [0, nln) */
+	size_t nln;		/* rows whose ln parts go to ln_out */
 } swm_block;
 
 /* Scratch bytes that swm_block_add() needs for `heads` heads of `keys` keys. */

@@ -39,6 +39,7 @@ extern "C" {
 #define SWP_ROWS_MAX 65536
 #define SWP_KEYS_MAX (1u << 20)
 #define SWP_ROWSTATS_FIELDS 6	/* s, w, H, hb, Hc, b per row */
+#define SWP_DEPTH_MAX 8		/* msgpack nesting in the header, its map included */
 #define SWP_TENSOR_MAX_DEFAULT (256ull << 20)	/* a receiver's default cap */
 
 typedef enum swp_type { SWP_SNAPSHOT = 1, SWP_END = 2 } swp_type;
@@ -60,9 +61,9 @@ typedef enum swp_err {
 	SWP_E_HEADER_SIZE = -3,	/* header frame empty or over SWP_HEADER_MAX */
 	SWP_E_MSGPACK = -4,	/* not valid msgpack, truncated, or trailing bytes */
 	SWP_E_VERSION = -5,	/* "v" missing, not first, or outside [MIN, VERSION] */
-	SWP_E_FIELD = -6,	/* a required field missing or of the wrong type */
+	SWP_E_FIELD = -6,	/* a required field missing, duplicated or of the wrong type */
 	SWP_E_LIMIT = -7,	/* a value over a limit (dims, string lengths, counts) */
-	SWP_E_DIMS = -8,	/* tensor frame bytes disagree with shape and dtype */
+	SWP_E_DIMS = -8,	/* tensor bytes, shape[0] or qpos count disagree with the shape */
 	SWP_E_KIND = -9,	/* unknown kind, or rowstats with keys != 6 */
 	SWP_E_DTYPE = -10,	/* unknown dtype */
 	SWP_E_TYPE = -11,	/* unknown message type */
@@ -72,13 +73,14 @@ typedef enum swp_err {
 
 /* Static description of an error code, never NULL. */
 const char *swp_strerror(int err);
-/* Short stable name of an error code, for counters ("truncated", ...). */
+/* Short stable name of an error code, for counters ("frames", "msgpack", ...). */
 const char *swp_errname(int err);
 
 /*
  * A decoded (or to-be-encoded) message. Strings are NUL-terminated copies.
  * qpos, when not NULL, holds shape[1] query positions (row r has
- * min(keys, qpos[r] + 1) valid keys); tensor points at the caller's frame.
+ * min(keys, qpos[r] + 1) valid keys); tensor points at the caller's frame,
+ * with no alignment promised for its dtype (load elements with memcpy).
  */
 typedef struct swp_msg {
 	swp_type type;
@@ -113,8 +115,9 @@ const char *swp_kind_name(swp_kind k);		/* "probs", ... or "invalid" */
 
 /*
  * Writes the topic of a run ("sw/" + run) into buf (not NUL-terminated) and
- * returns its length, or SWP_E_LIMIT if the run id is empty or too long, or
- * SWP_E_INVAL if buf is too small (SWP_TOPIC_PREFIX_LEN + SWP_RUN_MAX fits).
+ * returns its length, or SWP_E_LIMIT if the run id is empty or too long,
+ * SWP_E_FIELD if it holds a byte < 0x20 or 0x7f, or SWP_E_INVAL if buf is
+ * too small (SWP_TOPIC_PREFIX_LEN + SWP_RUN_MAX fits).
  */
 int swp_topic(const char *run, char *buf, size_t len);
 
@@ -147,7 +150,8 @@ void swp_msg_clear(swp_msg *m);
  * Test-data container for golden messages: each frame as a uint32
  * little-endian length followed by its bytes. swp_golden_parse() splits a
  * buffer into at most maxframes frames (pointers into buf); returns the frame
- * count or SWP_E_MSGPACK if the container is malformed.
+ * count, SWP_E_MSGPACK if the container is malformed (a length running past
+ * the end), or SWP_E_FRAMES if it holds more than maxframes frames.
  */
 int swp_golden_parse(const void *buf, size_t len, const void **frames,
     size_t *sizes, size_t maxframes);

@@ -434,8 +434,10 @@ def case_status_and_config():
         assert d.stop() == 0
     rc, out, err = run_cmd([SINKWATCH, "status", "--control", d.control, "--timeout-ms", "300"])
     assert rc == 2 and "no answer" in err, (rc, err)
-    rc, out, err = run_cmd([SINKWATCHD, "--print-config", "--budget-mb", "77"])
-    assert rc == 0 and "budget_mb = 77" in out, out
+    rc, out, err = run_cmd([SINKWATCHD, "--print-config", "--budget-mb", "777"])
+    assert rc == 0 and "budget_mb = 777" in out, (out, err)
+    rc, _, err = run_cmd([SINKWATCHD, "--check-config", "--budget-mb", "77"])
+    assert rc == 2 and "max_message_mb" in err, err
     cfg = os.path.join(d.tmp, "round.conf")
     with open(cfg, "w") as f:
         f.write(out)

@@ -140,6 +140,19 @@ START_TEST(test_names)
 	ck_assert_uint_eq(swm_dtype_size(SWM_BF16), 2);
 	ck_assert_uint_eq(swm_dtype_size(SWM_F64), 8);
 	ck_assert_uint_eq(swm_dtype_size((swm_dtype)7), 0);
+	/* loads at any alignment */
+	unsigned char buf[32];
+	float f = 0.375f;
+	double d = -2.5;
+	uint16_t h16 = 0x3c00, hb = 0x3f80;
+	memcpy(buf + 1, &f, 4);
+	ck_assert(swm_load(buf + 1, SWM_F32, 0) == 0.375);
+	memcpy(buf + 3, &d, 8);
+	ck_assert(swm_load(buf + 3, SWM_F64, 0) == -2.5);
+	memcpy(buf + 5, &h16, 2);
+	ck_assert(swm_load(buf + 5, SWM_F16, 0) == 1.0);
+	memcpy(buf + 9, &hb, 2);
+	ck_assert(swm_load(buf + 7, SWM_BF16, 1) == 1.0);
 }
 END_TEST
 
@@ -904,7 +917,8 @@ START_TEST(test_block_and_pairs)
 				rows[h][r][i] = data[h][r][i];
 		}
 	data[1][3][2] = NAN;
-	swm_block blk = { data, SWM_F32, SWM_PROBS, H, R, K, R * K, K, nvalid, 0 };
+	swm_block blk = { .data = data, .dtype = SWM_F32, .kind = SWM_PROBS, .heads = H,
+	    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K, .nvalid = nvalid };
 	void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
 	swm_head_acc acc[H];
 	swm_pair_acc pairs[H * H];
@@ -953,6 +967,44 @@ START_TEST(test_block_and_pairs)
 	memset(acc2, 0, sizeof(acc2));
 	swm_block_add(&blk, &o, scratch, acc2, NULL);
 	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
+
+	/* pair work on the first rows only; row stats and ln parts out */
+	swm_row rows_out[H * R];
+	float ln_out[H * 3 * K];
+	swm_pair_acc p2[H * H];
+	memset(acc2, 0, sizeof(acc2));
+	memset(p2, 0, sizeof(p2));
+	blk.pair_rows = 3;
+	blk.rows_out = rows_out;
+	blk.ln_out = ln_out;
+	blk.nln = 3;
+	swm_block_add(&blk, &o, scratch, acc2, p2);
+	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
+	ck_assert_uint_eq(p2[0 * H + 2].rows, 2);	/* rows 1 and 2 (row 0 is short) */
+	ck_assert_int_eq(rows_out[1 * R + 3].status, SWM_REJ_NONFINITE);
+	ck_assert_int_eq(rows_out[0 * R + 0].status, SWM_REJ_SHORT);
+	for (int h = 0; h < H; h++)
+		for (int r = 1; r < R; r++) {
+			swm_row want;
+			swm_row_stats(data[h][r], SWM_F32, SWM_PROBS, nvalid[r], 0, &o, &want);
+			ck_assert_int_eq(rows_out[h * R + r].status, want.status);
+			if (want.status == SWM_OK)
+				ck_assert(rows_out[h * R + r].H == want.H && rows_out[h * R + r].b == want.b);
+			if (r < 3 && want.status == SWM_OK) {
+				double lw[K];
+				swm_row_expand(data[h][r], SWM_F32, SWM_PROBS, &want, NULL, lw);
+				for (uint32_t i = 0; i < nvalid[r]; i++)
+					ck_assert(ln_out[(h * 3 + r) * K + i] == (float)lw[i]);
+				/* the float distance is the double one to float precision */
+				double lw0[K];
+				swm_row w0;
+				swm_row_stats(data[0][r], SWM_F32, SWM_PROBS, nvalid[r], 0, &o, &w0);
+				swm_row_expand(data[0][r], SWM_F32, SWM_PROBS, &w0, NULL, lw0);
+				ck_close(swm_content_dist2_f32(&ln_out[(h * 3 + r) * K],
+				    &ln_out[(0 * 3 + r) * K], nvalid[r], 0),
+				    swm_content_dist2(lw, lw0, nvalid[r], 0), 1e-5, 1e-6);
+			}
+		}
 	free(scratch);
 }
 END_TEST
@@ -1003,6 +1055,35 @@ START_TEST(test_flip_rate)
 }
 END_TEST
 
+START_TEST(test_row_from_stats)
+{
+	swm_row r;
+	double ok[6] = { 0.3, 0.7, 1.2, 0.6108643020548935, 0.8416, -0.4 };
+	ck_assert_int_eq(swm_row_from_stats(ok, 1e-4, &r), SWM_OK);
+	ck_assert(r.s == 0.3 && r.w == 0.7 && r.H == 1.2 && r.b == -0.4 && r.status == SWM_OK);
+	ck_close(r.C, 0.7 * 0.8416, 1e-15, 0);
+	double nan6[6] = { 0.3, 0.7, NAN, 0.6, 0.8, 0 };
+	ck_assert_int_eq(swm_row_from_stats(nan6, 1e-4, &r), SWM_REJ_NONFINITE);
+	double neg[6] = { 0.3, 0.7, 1.2, 0.6, -0.1, 0 };
+	ck_assert_int_eq(swm_row_from_stats(neg, 1e-4, &r), SWM_REJ_NEGATIVE);
+	double sum[6] = { 0.3, 0.6, 1.2, 0.6, 0.8, 0 };
+	ck_assert_int_eq(swm_row_from_stats(sum, 1e-4, &r), SWM_REJ_SUM);
+	ck_assert_int_eq(swm_row_from_stats(sum, 0.2, &r), SWM_OK);
+	/* the rows it makes serve the paired split */
+	double a[6] = { 0.5, 0.5, 1.0397207708399179, 0.6931471805599453, 0.6931471805599453, 0 };
+	double b[6] = { 0.2, 0.8, 1.0296530140645737, 0.5004024235381879,
+	    0.6615632381579821, 0 };
+	swm_row ra, rb;
+	swm_row_from_stats(a, 1e-4, &ra);
+	swm_row_from_stats(b, 1e-4, &rb);
+	swm_split sp;
+	ck_assert_uint_eq(swm_split_paired(&ra, &rb, 1, &sp), 1);
+	ck_close(sp.dH, -0.0100677568, 0, 1e-10);
+	ck_close(sp.sink, 0.0104618058, 0, 1e-10);
+	ck_close(sp.content, -0.0205295626, 0, 1e-10);
+}
+END_TEST
+
 static Suite *
 metrics_suite(void)
 {
@@ -1028,6 +1109,7 @@ metrics_suite(void)
 	tcase_add_test(tc, test_row_pair);
 	tcase_add_test(tc, test_block_and_pairs);
 	tcase_add_test(tc, test_flip_rate);
+	tcase_add_test(tc, test_row_from_stats);
 	suite_add_tcase(s, tc);
 	return s;
 }
