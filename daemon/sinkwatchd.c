@@ -31,6 +31,7 @@ struct step {
 	int64_t step;
 	uint64_t first_ms;
 	uint32_t have, in_work;
+	int complete;		/* every layer arrived: waits only for earlier steps */
 	uint8_t *state;		/* [layers]: 0 none, 1 in work, 2 done */
 	swd_layer **layers;	/* [layers] */
 	struct step *next;
@@ -185,14 +186,46 @@ emit_step(struct run *r, struct step *s)
 	swd_writer_push(D.writer, it);
 }
 
+static struct step *
+min_open_step(struct run *r)
+{
+	struct step *m = NULL;
+	for (struct step *t = r->open; t; t = t->next)
+		if (!m || t->step < m->step)
+			m = t;
+	return m;
+}
+
+/*
+ * Complete steps go to the writer in step order: one waits while an earlier
+ * step of its run is still being assembled (that one is written when it
+ * completes or times out), so readers and the split see steps in order. A
+ * step that arrives after later ones were written is still stored.
+ */
+static void
+release_ready(struct run *r)
+{
+	struct step *m;
+	while ((m = min_open_step(r)) && m->complete)
+		emit_step(r, m);
+}
+
+/* Every open step of the run goes out, in step order. */
+static void
+emit_all(struct run *r)
+{
+	struct step *m;
+	while ((m = min_open_step(r)))
+		emit_step(r, m);
+}
+
 /* A run that was ended and has nothing in flight is closed and forgotten. */
 static void
 maybe_finish_run(struct run *r)
 {
 	if (!r->ending || r->jobs > 0)
 		return;
-	while (r->open)
-		emit_step(r, r->open);
+	emit_all(r);
 	swd_witem *it = calloc(1, sizeof(*it));
 	if (it) {
 		it->type = WQ_END;
@@ -335,8 +368,10 @@ after_work_cb(uv_work_t *req, int status)
 		s->state[j->msg.layer] = 2;
 		s->in_work--;
 		s->have++;
-		if (s->have == r->meta.layers)
-			emit_step(r, s);
+		if (s->have == r->meta.layers) {
+			s->complete = 1;
+			release_ready(r);
+		}
 	}
 	swp_msg_clear(&j->msg);
 	free(j);
@@ -500,16 +535,15 @@ handle(zmq_msg_t *frames, size_t n)
 	if (!s) {
 		if (r->nopen >= D.cfg.max_open_steps) {
 			/*
-			 * Too many steps waiting for layers: the oldest one with no
-			 * layer in work goes out incomplete. Steps whose layers are
-			 * all in work are not waiting; the budget bounds them.
+			 * Too many steps waiting: the earliest goes out incomplete if
+			 * none of its layers is in work (steps whose layers are all in
+			 * work are not waiting; the budget bounds them).
 			 */
-			struct step *old = NULL;
-			for (struct step *t = r->open; t; t = t->next)
-				if (!t->in_work && (!old || t->first_ms < old->first_ms))
-					old = t;
-			if (old)
-				emit_step(r, old);
+			struct step *first = min_open_step(r);
+			if (first && !first->in_work) {
+				emit_step(r, first);
+				release_ready(r);
+			}
 		}
 		s = calloc(1, sizeof(*s));
 		if (s) {
@@ -750,8 +784,7 @@ finish_shutdown(void)
 	/* every open step goes out, incomplete ones counted */
 	while (D.runs) {
 		struct run *r = D.runs;
-		while (r->open)
-			emit_step(r, r->open);
+		emit_all(r);
 		D.runs = r->next;
 		free(r);
 	}
@@ -781,14 +814,12 @@ tick_cb(uv_timer_t *t)
 		return;
 	}
 	uint64_t now = mono_ms();
+	/* the earliest open step of a run times out; later ones follow in order */
 	for (struct run *r = D.runs; r; r = r->next) {
-		struct step *s = r->open;
-		while (s) {
-			struct step *next = s->next;
-			if (!s->in_work && now - s->first_ms >= (uint64_t)D.cfg.step_timeout_ms)
-				emit_step(r, s);
-			s = next;
-		}
+		struct step *m;
+		while ((m = min_open_step(r)) && (m->complete || (!m->in_work &&
+		    now - m->first_ms >= (uint64_t)D.cfg.step_timeout_ms)))
+			emit_step(r, m);
 	}
 	static uint64_t last_sample;
 	if (now - last_sample >= 1000) {

@@ -420,6 +420,45 @@ def case_sigkill_resume():
         d.stop()
 
 
+def case_assembly():
+    """Step assembly: out-of-order steps are stored, an incomplete step is
+    written after the timeout with its missing layers NaN and counted,
+    duplicates and late layers are dropped and counted, sequence gaps are
+    stored as lost messages."""
+    d = Daemon(extra=["--step-timeout-ms", "300"]).start()
+    try:
+        rng = np.random.default_rng(7)
+        snd = Sender(d.listen, "asm", 2, 3)
+        x = random_probs(rng, 3, 2, 6)
+        snd.snapshot(10, 0, x)
+        snd.snapshot(10, 1, x)
+        d.wait(lambda s: s["writer"]["steps_written"] >= 1, what="step 10")
+        snd.snapshot(20, 0, x)
+        snd.snapshot(20, 0, x)            # duplicate while assembling
+        snd.seq += 1                      # one message lost on the way
+        snd.snapshot(5, 1, x)             # an earlier step, after 10 was written
+        snd.snapshot(5, 0, x)
+        d.wait(lambda s: s["writer"]["steps_written"] >= 2, what="steps 10 and 5")
+        snd.snapshot(10, 0, x)            # late: step 10 is already written
+        st = d.wait(lambda s: s["traffic"]["steps_incomplete"] >= 1, what="the timeout")
+        assert st["drops"]["duplicate"] == 1 and st["drops"]["late"] == 1, st["drops"]
+        snd.snapshot(30, 0, x)
+        snd.snapshot(30, 1, x)
+        snd.end()
+        path = wait_ended(d, "asm")
+        with h5py.File(path, "r") as f:
+            assert list(f["step"][:]) == [10, 5, 20, 30], f["step"][:]
+            assert f["missing"][2].tolist() == [0, 1], f["missing"][:]
+            assert np.all(np.isnan(f["entropy"][2, 1])) and np.all(np.isfinite(f["entropy"][2, 0]))
+            assert int(f["rows"][2, 1, 0]) == 0
+            assert list(f["incomplete"][:]) == [0, 0, 1, 1], f["incomplete"][:]
+            assert int(f["lost"][-1]) == 1, f["lost"][:]
+        assert "written incomplete" in d.read_log()
+        snd.close()
+    finally:
+        assert d.stop() == 0
+
+
 def case_status_and_config():
     d = Daemon().start()
     try:

@@ -10,6 +10,7 @@
 
 #include "storage/tensor.h"
 #include "tools/analyze.h"
+#include "tools/tools.h"
 
 /* splitmix64: a fixed, portable stream so the demo is the same everywhere. */
 static double
@@ -52,20 +53,10 @@ make_demo(float *x, size_t L, size_t H, size_t Q, size_t K)
 			}
 }
 
-int
-sw_demo_main(int argc, char **argv)
+/* `sinkwatch demo --tensor`: a saved tensor, analyzed. */
+static int
+tensor_demo(const char *out, const char *format)
 {
-	const char *out = "sinkwatch-demo.h5", *format = "text";
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--out") && i + 1 < argc)
-			out = argv[++i];
-		else if (!strcmp(argv[i], "--format") && i + 1 < argc)
-			format = argv[++i];
-		else {
-			fprintf(stderr, "usage: sinkwatch demo [--out FILE.h5] [--format json|csv|text]\n");
-			return 2;
-		}
-	}
 	enum { L = 2, H = 4, Q = 32, K = 32 };
 	float *x = malloc((size_t)L * H * Q * K * sizeof(float));
 	char err[512];
@@ -91,5 +82,164 @@ sw_demo_main(int argc, char **argv)
 	char *av[] = { "analyze", target, "--causal", "--format", (char *)format, NULL };
 	rc = sw_analyze_main(5, av);
 	free(target);
+	return rc;
+}
+
+/* ---- the pipeline demo: daemon, a streamed run, a report ------------------ */
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "storage/runfile.h"
+
+static int
+ping(const char *ep, int timeout_ms)
+{
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_REQ);
+	int zero = 0, ok = 0;
+	char buf[16];
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+	if (zmq_connect(s, ep) == 0 && zmq_send(s, "ping", 4, 0) == 4)
+		ok = zmq_recv(s, buf, sizeof(buf), 0) >= 4 && !memcmp(buf, "pong", 4);
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	return ok;
+}
+
+/* The daemon beside this program, else $SINKWATCHD, else sinkwatchd on PATH. */
+static void
+find_daemon(char *buf, size_t len)
+{
+	const char *env = getenv("SINKWATCHD");
+	if (env && *env) {
+		snprintf(buf, len, "%s", env);
+		return;
+	}
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			const char *cands[] = { "%s/sinkwatchd", "%s/../sbin/sinkwatchd", "%s/../sinkwatchd" };
+			for (size_t i = 0; i < 3; i++) {
+				snprintf(buf, len, cands[i], self);
+				if (access(buf, X_OK) == 0)
+					return;
+			}
+		}
+	}
+	snprintf(buf, len, "sinkwatchd");
+}
+
+static int
+wait_ended(const char *path, int timeout_s)
+{
+	time_t end = time(NULL) + timeout_s;
+	char err[512];
+	while (time(NULL) < end) {
+		sw_reader *r;
+		if (access(path, R_OK) == 0 && sw_reader_open(path, &r, NULL, err, sizeof(err)) == 0) {
+			int done = sw_reader_refresh(r, err, sizeof(err)) >= 0 && sw_reader_ended(r);
+			sw_reader_close(&r);
+			if (done)
+				return 0;
+		}
+		struct timespec ts = { 0, 50000000 };
+		nanosleep(&ts, NULL);
+	}
+	return -1;
+}
+
+int
+sw_demo_main(int argc, char **argv)
+{
+	const char *out = "sinkwatch-demo.h5", *format = "text";
+	int tensor = 0;
+	long steps = 60;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--tensor"))
+			tensor = 1;
+		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: sinkwatch demo [--steps N] [--format text|json]\n"
+			    "       sinkwatch demo --tensor [--out FILE.h5] [--format json|csv|text]\n");
+			return 0;
+		}
+		else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+			out = argv[++i];
+		else if (!strcmp(argv[i], "--format") && i + 1 < argc)
+			format = argv[++i];
+		else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+			if (sw_parse_long(argv[++i], &steps) || steps < 2)
+				return sw_tool_fail("demo", "--steps: '%s' is not an integer >= 2", argv[i]);
+		} else {
+			fprintf(stderr, "usage: sinkwatch demo [--steps N] [--format text|json]\n"
+			    "       sinkwatch demo --tensor [--out FILE.h5] [--format json|csv|text]\n");
+			return 2;
+		}
+	}
+	if (tensor)
+		return tensor_demo(out, format);
+
+	/* the daemon on its embedded defaults */
+	const char *listen = "tcp://127.0.0.1:5710", *control = "tcp://127.0.0.1:5711";
+	if (ping(control, 200))
+		return sw_tool_fail("demo", "a sinkwatchd already answers on %s: stop it first "
+		    "(the demo starts its own)", control);
+	char daemon[4096];
+	find_daemon(daemon, sizeof(daemon));
+	pid_t pid = fork();
+	if (pid < 0)
+		return sw_tool_fail("demo", "fork: %s", strerror(errno));
+	if (pid == 0) {
+		execlp(daemon, daemon, (char *)NULL);
+		fprintf(stderr, "sinkwatch demo: cannot run %s: %s\n", daemon, strerror(errno));
+		_exit(127);
+	}
+	int up = 0;
+	for (int i = 0; i < 100 && !up; i++) {
+		int st;
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return sw_tool_fail("demo", "sinkwatchd exited at start (status %d)", st);
+		up = ping(control, 100);
+	}
+	if (!up) {
+		kill(pid, SIGTERM);
+		waitpid(pid, NULL, 0);
+		return sw_tool_fail("demo", "sinkwatchd did not answer on %s", control);
+	}
+	char run[64], steps_s[32], path[600];
+	snprintf(run, sizeof(run), "demo-%ld", (long)time(NULL));
+	snprintf(steps_s, sizeof(steps_s), "%ld", steps);
+	fprintf(stderr, "sinkwatch demo: sinkwatchd (pid %ld) on %s, data in ./sinkwatch-data; "
+	    "streaming run %s\n", (long)pid, listen, run);
+	char *sim_argv[] = { "sim", "--connect", (char *)listen, "--run", run, "--mode", "mixed",
+	    "--steps", steps_s, "--layers", "4", "--heads", "8", "--rows", "16", "--keys", "128",
+	    "--blocking", NULL };
+	int rc = sw_sim_main((int)(sizeof(sim_argv) / sizeof(sim_argv[0])) - 1, sim_argv);
+	char name[512];
+	sw_runfile_name(run, name, sizeof(name));
+	snprintf(path, sizeof(path), "sinkwatch-data/%s", name);
+	if (rc == 0 && wait_ended(path, 60) != 0)
+		rc = sw_tool_fail("demo", "the run file %s did not show the run's end", path);
+	if (rc == 0) {
+		char *rep_argv[] = { "report", path, "--format", (char *)format, NULL };
+		rc = sw_report_main(4, rep_argv);
+	}
+	int st = 0;
+	kill(pid, SIGTERM);
+	waitpid(pid, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		rc = sw_tool_fail("demo", "sinkwatchd stopped with status %d", st);
+	else
+		fprintf(stderr, "sinkwatch demo: sinkwatchd stopped; the run file is %s\n", path);
 	return rc;
 }

@@ -364,8 +364,8 @@ sw_report_main(int argc, char **argv)
 		    first_step, last_step, meta.split_form);
 		printf("entropy change attributed to sink growth and content sharpening (nats)\n");
 		printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s\n", "", "path dH",
-		    "sink", "content", "sink%", "cont%", "endpoint dH", "sink", "content",
-		    "sink%", "cont%");
+		    "sink", "content", "sink_sh", "cont_sh", "endpoint dH", "sink", "content",
+		    "sink_sh", "cont_sh");
 		for (size_t l = 0; l < L; l++) {
 			char label[32];
 			snprintf(label, sizeof(label), "layer %zu", l);
