@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1036,6 +1038,15 @@ main(int argc, char **argv)
 	}
 	if (mkdirs(D.cfg.data_dir) != 0) {
 		log_err("cannot create the data directory %s: %s", D.cfg.data_dir, strerror(errno));
+		return 2;
+	}
+	/* one writer per data directory: run files are resumed without HDF5 locks */
+	char lockp[1100];
+	snprintf(lockp, sizeof(lockp), "%s/.sinkwatchd.lock", D.cfg.data_dir);
+	int lockfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
+		log_err("%s: %s", lockp, lockfd < 0 ? strerror(errno) :
+		    "another sinkwatchd writes to this data directory");
 		return 2;
 	}
 	char nthreads[16];

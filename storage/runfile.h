@@ -73,10 +73,16 @@ typedef struct sw_runfile sw_runfile;
 /*
  * The file name for a run id: safe (letters, digits, '-', '_', '.' kept,
  * every other byte %XX-escaped, so distinct ids never collide and no id can
- * traverse a path), plus ".h5". Returns the length written (without the
- * NUL) or -1 if len is too small (3 * 128 + 4 bytes always suffice). A
- * leading '.' is escaped too, so no name is hidden or "." / "..".
+ * traverse a path), plus ".h5". A leading '.' is escaped too, so no name is
+ * hidden or "." / "..". A name never exceeds SW_RUNFILE_NAME_MAX bytes (a
+ * file name's limit, NAME_MAX): an id whose escaped form would (over ~63
+ * escaped bytes) becomes its first ~235 escaped bytes, '~' and 16 hex
+ * digits of a 64-bit hash of the whole id; '~' never appears otherwise, and
+ * sw_runfile_open refuses a file whose run attribute is another id.
+ * Returns the length written (without the NUL), or -1 if run is empty or
+ * len is too small (SW_RUNFILE_NAME_MAX + 1 bytes always suffice).
  */
+#define SW_RUNFILE_NAME_MAX 255
 int sw_runfile_name(const char *run, char *buf, size_t len);
 
 /*
@@ -85,7 +91,11 @@ int sw_runfile_name(const char *run, char *buf, size_t len);
  * reopened) or resumes an existing one, also one left by a writer that was
  * killed (the file then still carries the SWMR writer flag; HDF5's
  * "clear status flags" file access option opens it). A resumed file must
- * have the same layers, heads and sink, else -1 with a message.
+ * have the same run id, layers, heads and sink (and layout version), else
+ * -1 with a message and the file untouched (it is checked read-only first).
+ * The other attributes stay as the file's creation wrote them. Resuming
+ * opens without HDF5's file lock, so that dashboards may go on tailing:
+ * the caller makes sure one process at most writes a run.
  * Returns 0 and *out, or -1 with a message in err and *out NULL.
  */
 int sw_runfile_open(const char *dir, const sw_runmeta *meta,
@@ -94,10 +104,14 @@ int sw_runfile_open(const char *dir, const sw_runmeta *meta,
 /* Steps stored so far (after a resume, what the file already had). */
 int64_t sw_runfile_steps(const sw_runfile *f);
 
+/* The file's path (dir/name), owned by f. */
+const char *sw_runfile_path(const sw_runfile *f);
+
 /*
  * The per-head values of the last stored step ([layers * heads] each, NaN
  * if no step is stored), for the split against the next one after a
- * resume. Returns 0, or -1 if nothing is stored.
+ * resume. NULL entries of head, and rows NULL, are skipped. Returns 0, or
+ * -1 if nothing is stored (rows then 0).
  */
 int sw_runfile_last(const sw_runfile *f, double *head[SW_HEAD_FIELDS],
     int64_t *rows);
@@ -105,15 +119,22 @@ int sw_runfile_last(const sw_runfile *f, double *head[SW_HEAD_FIELDS],
 /*
  * Appends one step: every dataset is extended and written first, /step
  * last, so a SWMR reader that sizes its reads by /step never sees a half
- * step. Does not flush. Returns 0, or -1 with a message (the file is left
- * as it was at the last flush if a write fails midway).
+ * step. A NULL head field is stored as NaN like a NULL pair or flip; rows,
+ * rejected and missing must be given. Does not flush. Returns 0, or -1
+ * with a message: a write that fails midway leaves the committed steps as
+ * they were (/step not extended), and the next append writes that step
+ * again.
  */
 int sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen);
 
 /* One H5Fflush of the whole file (never one per dataset). 0 or -1. */
 int sw_runfile_flush(sw_runfile *f, char *err, size_t errlen);
 
-/* Records that the run ended (a dataset /ended, see LAYOUT.md). 0 or -1. */
+/*
+ * Records that the run ended: appends 1 to /ended (see LAYOUT.md), nothing
+ * if the run is already marked. If a resumed run that was marked ended
+ * appends again, a 0 is appended to /ended first. 0 or -1.
+ */
 int sw_runfile_mark_ended(sw_runfile *f, char *err, size_t errlen);
 
 /* Flushes and closes *f (NULL is fine), sets it NULL. 0 or -1. */
@@ -124,7 +145,10 @@ int sw_runfile_close(sw_runfile **f);
 typedef struct sw_reader sw_reader;
 
 /*
- * Opens a run file for SWMR reading. Returns 0 and *out, or -1 with err.
+ * Opens a run file for SWMR reading, from a process that does not write it;
+ * one reader per file in a process (HDF5 shares an open file, and two
+ * handles on one dataset read wrong chunks after a refresh in 1.10.8).
+ * Returns 0 and *out, or -1 with err.
  * The metadata attributes are in *meta if meta is not NULL (split_form and
  * kind then point into the reader and live as long as it does).
  */
@@ -140,13 +164,19 @@ int64_t sw_reader_refresh(sw_reader *r, char *err, size_t errlen);
 /*
  * Reads committed steps [t0, t1) of dataset name (a head field, pair field,
  * "flip_rate", "rows", "rejected", "step", "time", "lost", "incomplete",
- * "missing") into buf, converted to double, C order [t1 - t0, ...]. The
- * dataset is refreshed first. Returns the number of doubles written, or -1.
+ * "missing") into buf, converted to double, C order [t1 - t0, ...];
+ * t1 <= the count of the last sw_reader_refresh. The dataset is refreshed
+ * first; one still shorter than t1 (the writer is in the middle of a flush:
+ * HDF5 writes the datasets' headers one by one) is refreshed again for up
+ * to about 100 ms. Returns the number of doubles written, or -1 with err.
  */
 int64_t sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
     double *buf, size_t buflen, char *err, size_t errlen);
 
-/* Whether the run was marked ended (after a refresh). */
+/*
+ * Whether the run was marked ended (the last /ended entry is 1), after a
+ * refresh of /ended: 1 or 0, -1 on a read error.
+ */
 int sw_reader_ended(sw_reader *r);
 
 void sw_reader_close(sw_reader **r);

@@ -281,8 +281,8 @@ def case_bad_input():
         assert os.path.dirname(os.path.abspath(escape)) == os.path.abspath(d.data), escape
         assert not os.path.exists(os.path.join(d.tmp, "escape.h5"))
         assert not os.path.exists(os.path.join(os.path.dirname(d.tmp), "escape.h5"))
-        assert sorted(os.listdir(d.data)) == sorted([os.path.basename(escape), "victim.h5"]), \
-            os.listdir(d.data)
+        files = [n for n in os.listdir(d.data) if not n.startswith(".sinkwatchd")]
+        assert sorted(files) == sorted([os.path.basename(escape), "victim.h5"]), files
         snd.close()
         trav.close()
     finally:
@@ -489,6 +489,14 @@ def case_status_and_config():
         f.write("# comment\nflush_ms = 100\nflush_ms = fast\n")
     rc, out, err = run_cmd([SINKWATCHD, "--config", bad, "--check-config"])
     assert rc == 2 and "bad.conf:3" in err and "flush_ms" in err, err
+    d1 = Daemon().start()
+    try:
+        d2 = Daemon(tmp=d1.tmp, data_dir=d1.data)
+        rc, out, err = run_cmd([SINKWATCHD, "--listen", d2.listen, "--control", d2.control,
+                                "--data-dir", d1.data], timeout=20)
+        assert rc == 2 and "another sinkwatchd" in err, (rc, err)
+    finally:
+        assert d1.stop() == 0
     rc, out, err = run_cmd([SINKWATCHD, "--no-such-option", "1"])
     assert rc == 2 and "unknown option" in err, err
 

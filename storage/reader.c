@@ -1,0 +1,405 @@
+/*
+ * reader.c: SWMR reading of run files (runfile.h) while the daemon appends
+ * to them. The commit protocol it follows is LAYOUT.md's: refresh /step,
+ * read only below its extent, refresh each dataset before reading it.
+ *
+ * A process must not SWMR-read a file it also writes: HDF5 would hand the
+ * reader the writer's open file and caches, not what is on disk.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hdf5.h>
+
+#include "storage/runfile.h"
+
+#define REFRESH_TRIES 100	/* about 100 ms of 1 ms waits */
+
+/* The datasets a reader may read, then /ended. */
+static const char *const other_names[] = {
+	"step", "time", "rows", "rejected", "flip_rate", "missing", "lost",
+	"incomplete"
+};
+#define NOTHER (sizeof(other_names) / sizeof(other_names[0]))
+#define NNAMES (SW_HEAD_FIELDS + SW_PAIR_FIELDS + NOTHER)
+
+/* Where "step" is in the names: /step has one handle for both uses. */
+#define STEP_INDEX (SW_HEAD_FIELDS + SW_PAIR_FIELDS)
+
+/*
+ * One handle per dataset: H5Drefresh through one of two handles to the same
+ * dataset leaves the other one reading chunks from where they used to be
+ * (HDF5 1.10.8: a tailing reader then got step 0's value for step 64).
+ */
+struct sw_reader {
+	hid_t file;
+	hid_t ended;
+	hid_t dset[NNAMES];	/* opened on first read; /step at open */
+	int64_t committed;	/* the extent of /step at the last refresh */
+	char *path;
+	char split_form[16], kind[16];
+};
+
+static void
+quiet(void)
+{
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static herr_t
+innermost(unsigned n, const H5E_error2_t *e, void *data)
+{
+	char *detail = data;
+
+	if (n == 0 && e->desc)
+		snprintf(detail, 200, "%s", e->desc);
+	return 0;
+}
+
+/* As in runfile.c: the message, then HDF5's innermost one if any. */
+static void
+fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	char detail[200] = "";
+	va_list ap;
+
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, detail);
+	H5Eclear2(H5E_DEFAULT);
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	if (detail[0]) {
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n, " (HDF5: %s)", detail);
+	}
+}
+
+static const char *
+name_at(size_t i)
+{
+	if (i < SW_HEAD_FIELDS)
+		return sw_head_field_names[i];
+	i -= SW_HEAD_FIELDS;
+	if (i < SW_PAIR_FIELDS)
+		return sw_pair_field_names[i];
+	return other_names[i - SW_PAIR_FIELDS];
+}
+
+static int
+attr_num(hid_t loc, const char *name, hid_t mtype, void *v)
+{
+	hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+	int rc = -1;
+
+	if (a >= 0 && H5Aread(a, mtype, v) >= 0)
+		rc = 0;
+	if (a >= 0)
+		H5Aclose(a);
+	return rc;
+}
+
+/* A string attribute, variable or fixed length, into buf (truncated). */
+static int
+attr_str(hid_t loc, const char *name, char *buf, size_t len)
+{
+	hid_t a = H5Aopen(loc, name, H5P_DEFAULT), ft = -1, mt = -1;
+	int rc = -1;
+
+	buf[0] = '\0';
+	if (a < 0)
+		return -1;
+	if ((ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING)
+		goto done;
+	if (H5Tis_variable_str(ft) > 0) {
+		char *s = NULL;
+		/* HDF5 converts no string between character sets */
+		mt = H5Tcopy(H5T_C_S1);
+		if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
+		    H5Tset_cset(mt, H5Tget_cset(ft)) >= 0 &&
+		    H5Aread(a, mt, &s) >= 0) {
+			snprintf(buf, len, "%s", s ? s : "");
+			H5free_memory(s);
+			rc = 0;
+		}
+	} else {
+		size_t sz = H5Tget_size(ft);
+		char *s = calloc(1, sz + 1);
+		mt = H5Tcopy(ft);
+		if (s && mt >= 0 && H5Aread(a, mt, s) >= 0) {
+			snprintf(buf, len, "%s", s);
+			rc = 0;
+		}
+		free(s);
+	}
+done:
+	if (mt >= 0)
+		H5Tclose(mt);
+	if (ft >= 0)
+		H5Tclose(ft);
+	H5Aclose(a);
+	return rc;
+}
+
+static int
+read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
+{
+	uint8_t fixed = 0;
+
+	memset(m, 0, sizeof(*m));
+	if (attr_str(r->file, "run", m->run, sizeof(m->run)) < 0 ||
+	    attr_str(r->file, "model", m->model, sizeof(m->model)) < 0 ||
+	    attr_num(r->file, "params", H5T_NATIVE_UINT64, &m->params) < 0 ||
+	    attr_num(r->file, "layers", H5T_NATIVE_UINT32, &m->layers) < 0 ||
+	    attr_num(r->file, "heads", H5T_NATIVE_UINT32, &m->heads) < 0 ||
+	    attr_num(r->file, "sink", H5T_NATIVE_UINT32, &m->sink) < 0 ||
+	    attr_num(r->file, "fixed_probe", H5T_NATIVE_UINT8, &fixed) < 0 ||
+	    attr_str(r->file, "split_form", r->split_form, sizeof(r->split_form)) < 0 ||
+	    attr_str(r->file, "kind", r->kind, sizeof(r->kind)) < 0 ||
+	    attr_num(r->file, "rows", H5T_NATIVE_UINT32, &m->rows) < 0 ||
+	    attr_num(r->file, "keys", H5T_NATIVE_UINT32, &m->keys) < 0) {
+		fail(err, errlen, "%s: reading the run attributes failed", r->path);
+		return -1;
+	}
+	m->fixed_probe = fixed;
+	m->split_form = r->split_form;
+	m->kind = r->kind;
+	return 0;
+}
+
+static hsize_t
+extent0(hid_t ds, int *rank, hsize_t *dims)
+{
+	hid_t sp = H5Dget_space(ds);
+	int rk = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+
+	if (rk < 1 || rk > 4 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0)
+		rk = -1;
+	if (sp >= 0)
+		H5Sclose(sp);
+	if (rank)
+		*rank = rk;
+	return rk < 1 ? (hsize_t)-1 : dims[0];
+}
+
+void
+sw_reader_close(sw_reader **rp)
+{
+	sw_reader *r = *rp;
+
+	if (!r)
+		return;
+	quiet();
+	for (size_t i = 0; i < NNAMES; i++)
+		if (r->dset[i] >= 0)
+			H5Dclose(r->dset[i]);
+	if (r->ended >= 0)
+		H5Dclose(r->ended);
+	if (r->file >= 0)
+		H5Fclose(r->file);
+	H5Eclear2(H5E_DEFAULT);
+	free(r->path);
+	free(r);
+	*rp = NULL;
+}
+
+int
+sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
+    size_t errlen)
+{
+	sw_reader *r;
+	hid_t fapl = -1;
+	int32_t version = -1;
+
+	*out = NULL;
+	quiet();
+	if (!(r = calloc(1, sizeof(*r))) || !(r->path = strdup(path))) {
+		free(r);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	r->file = r->ended = -1;
+	for (size_t i = 0; i < NNAMES; i++)
+		r->dset[i] = -1;
+	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+	    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0) {
+		fail(err, errlen, "%s: making the file access list failed", path);
+		goto fail;
+	}
+	r->file = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+	H5Pclose(fapl);
+	fapl = -1;
+	if (r->file < 0) {
+		fail(err, errlen, "%s: cannot open the run file for SWMR reading", path);
+		goto fail;
+	}
+	if (attr_num(r->file, "layout_version", H5T_NATIVE_INT32, &version) < 0) {
+		fail(err, errlen, "%s: not a sinkwatch run file (no layout_version)", path);
+		goto fail;
+	}
+	if (version != SW_RUNFILE_VERSION) {
+		snprintf(err, errlen, "%s: layout version %d, this build reads %d", path,
+		    (int)version, SW_RUNFILE_VERSION);
+		goto fail;
+	}
+	if (meta && read_meta(r, meta, err, errlen) < 0)
+		goto fail;
+	if ((r->dset[STEP_INDEX] = H5Dopen2(r->file, "step", H5P_DEFAULT)) < 0 ||
+	    (r->ended = H5Dopen2(r->file, "ended", H5P_DEFAULT)) < 0) {
+		fail(err, errlen, "%s: not a sinkwatch run file (no /step or /ended)", path);
+		goto fail;
+	}
+	if (sw_reader_refresh(r, err, errlen) < 0)
+		goto fail;
+	*out = r;
+	return 0;
+fail:
+	if (fapl >= 0)
+		H5Pclose(fapl);
+	sw_reader_close(&r);
+	return -1;
+}
+
+int64_t
+sw_reader_refresh(sw_reader *r, char *err, size_t errlen)
+{
+	hsize_t dims[4];
+
+	quiet();
+	if (H5Drefresh(r->dset[STEP_INDEX]) < 0) {
+		fail(err, errlen, "%s: refreshing /step failed", r->path);
+		return -1;
+	}
+	hsize_t n = extent0(r->dset[STEP_INDEX], NULL, dims);
+	if (n == (hsize_t)-1) {
+		fail(err, errlen, "%s: reading the extent of /step failed", r->path);
+		return -1;
+	}
+	/* an extent never shrinks; keep the count monotone regardless */
+	if ((int64_t)n > r->committed)
+		r->committed = (int64_t)n;
+	return r->committed;
+}
+
+int64_t
+sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
+    double *buf, size_t buflen, char *err, size_t errlen)
+{
+	hsize_t dims[4], start[4] = { 0 }, count[4];
+	hid_t ds = -1, fsp = -1, msp = -1;
+	size_t i;
+	int rank = -1;
+
+	quiet();
+	for (i = 0; i < NNAMES; i++)
+		if (!strcmp(name, name_at(i)))
+			break;
+	if (i == NNAMES) {
+		snprintf(err, errlen, "%s: no series \"%s\"", r->path, name);
+		return -1;
+	}
+	if (t0 < 0 || t1 < t0 || t1 > r->committed) {
+		snprintf(err, errlen, "%s: steps [%lld, %lld) of /%s: only [0, %lld) are "
+		    "committed", r->path, (long long)t0, (long long)t1, name,
+		    (long long)r->committed);
+		return -1;
+	}
+	if (r->dset[i] < 0 && (r->dset[i] = H5Dopen2(r->file, name, H5P_DEFAULT)) < 0) {
+		fail(err, errlen, "%s: opening /%s failed", r->path, name);
+		return -1;
+	}
+	ds = r->dset[i];
+	/*
+	 * /step is written last and flushed with everything else, but one
+	 * H5Fflush writes the datasets' headers one after another: right
+	 * after /step grew, another header may still hold the old extent.
+	 */
+	for (int tries = 0;; tries++) {
+		if (H5Drefresh(ds) < 0) {
+			fail(err, errlen, "%s: refreshing /%s failed", r->path, name);
+			return -1;
+		}
+		hsize_t n = extent0(ds, &rank, dims);
+		if (n == (hsize_t)-1) {
+			fail(err, errlen, "%s: reading the extent of /%s failed", r->path, name);
+			return -1;
+		}
+		if (n >= (hsize_t)t1)
+			break;
+		if (tries == REFRESH_TRIES) {
+			snprintf(err, errlen, "%s: /%s has %llu steps, /step %lld: the writer "
+			    "has not finished its flush; read again", r->path, name,
+			    (unsigned long long)n, (long long)t1);
+			return -1;
+		}
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL);
+	}
+	uint64_t total = (uint64_t)(t1 - t0);
+	for (int d = 1; d < rank; d++)
+		total *= dims[d];
+	if (total > buflen) {
+		snprintf(err, errlen, "%s: /%s [%lld, %lld) is %llu values, the buffer "
+		    "holds %zu", r->path, name, (long long)t0, (long long)t1,
+		    (unsigned long long)total, buflen);
+		return -1;
+	}
+	if (total == 0)
+		return 0;
+	memcpy(count, dims, sizeof(dims));
+	start[0] = (hsize_t)t0;
+	count[0] = (hsize_t)(t1 - t0);
+	hsize_t n = total;
+	int64_t rc = -1;
+	if ((fsp = H5Dget_space(ds)) >= 0 &&
+	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+	    (msp = H5Screate_simple(1, &n, NULL)) >= 0 &&
+	    H5Dread(ds, H5T_NATIVE_DOUBLE, msp, fsp, H5P_DEFAULT, buf) >= 0)
+		rc = (int64_t)total;
+	else
+		fail(err, errlen, "%s: reading steps [%lld, %lld) of /%s failed", r->path,
+		    (long long)t0, (long long)t1, name);
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return rc;
+}
+
+int
+sw_reader_ended(sw_reader *r)
+{
+	hsize_t dims[4], start, one = 1;
+	hid_t fsp = -1, msp = -1;
+	int8_t v = 0;
+	int rc = -1;
+
+	quiet();
+	if (H5Drefresh(r->ended) < 0) {
+		H5Eclear2(H5E_DEFAULT);
+		return -1;
+	}
+	hsize_t n = extent0(r->ended, NULL, dims);
+	if (n == (hsize_t)-1) {
+		H5Eclear2(H5E_DEFAULT);
+		return -1;
+	}
+	if (n == 0)
+		return 0;
+	start = n - 1;
+	if ((fsp = H5Dget_space(r->ended)) >= 0 &&
+	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &start, NULL, &one, NULL) >= 0 &&
+	    (msp = H5Screate_simple(1, &one, NULL)) >= 0 &&
+	    H5Dread(r->ended, H5T_NATIVE_INT8, msp, fsp, H5P_DEFAULT, &v) >= 0)
+		rc = v == 1;
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	H5Eclear2(H5E_DEFAULT);
+	return rc;
+}

@@ -1,0 +1,1132 @@
+/*
+ * runfile.c: the run-file writer (runfile.h), one HDF5 file per run that
+ * SWMR readers tail while it grows. storage/LAYOUT.md is the layout and the
+ * commit protocol; this file is the one implementation of both.
+ *
+ * The HDF5 1.10.8 behaviour this code is shaped by (each checked on Debian
+ * 12's libhdf5 1.10.8, see LAYOUT.md "SWMR notes"):
+ *  - SWMR needs the latest file format, and a reader only ever sees the
+ *    objects that existed when SWMR writing started: every dataset and
+ *    every attribute is made first, then H5Fstart_swmr_write.
+ *  - H5Fstart_swmr_write resets the chunk cache of open datasets to the
+ *    library default, so the datasets are closed before it and opened again
+ *    after it with our own dataset-access list.
+ *  - One H5Fflush per round; H5Dflush per dataset is quadratic.
+ *  - A writer killed while in SWMR mode leaves the writer flags in the
+ *    superblock; the fapl property "clear_status_flags" (what h5clear -s
+ *    sets) lets us open such a file.
+ *  - A SWMR reader keeps a shared flock on the file, so a writer that
+ *    resumes while a dashboard tails the file must not ask for the
+ *    exclusive lock (H5Pset_file_locking off).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "storage/runfile.h"
+
+_Static_assert(SWM_STATUS__N == 6, "rejected stores statuses 1..5");
+
+#define CHUNK_CAP (1u << 20)	/* bytes: a chunk stays near 1 MiB */
+#define CHUNK_STEPS_DEFAULT 64
+#define NREASONS (SWM_STATUS__N - 1)	/* rejected reasons: status 1..5 */
+
+const char *const sw_head_field_names[SW_HEAD_FIELDS] = {
+	"sink_mass", "content_mass", "entropy", "sink_entropy",
+	"content_entropy", "content_term", "content_entropy_mw",
+	"sink_balance", "dH", "dH_sink", "dH_content",
+	"drift_sink", "drift_content"
+};
+
+const char *const sw_pair_field_names[SW_PAIR_FIELDS] = {
+	"cosine_keep", "cosine_drop", "js_keep", "js_drop",
+	"pair_sink", "pair_content"
+};
+
+/*
+ * The datasets, in the order an append writes them: /step comes last, it
+ * is the commit marker. /ended is not indexed by step.
+ */
+enum {
+	D_TIME,
+	D_HEAD,				/* SW_HEAD_FIELDS of them */
+	D_ROWS = D_HEAD + SW_HEAD_FIELDS,
+	D_REJECTED,
+	D_PAIR,				/* SW_PAIR_FIELDS of them */
+	D_FLIP = D_PAIR + SW_PAIR_FIELDS,
+	D_MISSING,
+	D_LOST,
+	D_INCOMPLETE,
+	D_STEP,
+	D_ENDED,
+	D__N
+};
+
+/* Shapes after the first axis. */
+enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3 };
+enum etype { E_F64, E_I64, E_U8, E_I8 };
+
+struct dspec {
+	const char *name;
+	enum etype type;
+	enum shape shape;
+};
+
+struct sw_runfile {
+	hid_t file;
+	hid_t dset[D__N];
+	hsize_t ext[D__N];	/* extent along the first axis, as we set it */
+	char *path;
+	uint32_t layers, heads;
+	int64_t steps;		/* committed: the extent of /step */
+	int ended;		/* the last /ended entry is 1 */
+	double *nan;		/* layers * heads * heads NaNs, for NULL arrays */
+	int64_t *rej;		/* layers * heads * NREASONS, repacked rejected */
+};
+
+static void
+quiet(void)
+{
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static void
+spec(int d, struct dspec *s)
+{
+	static const struct dspec fixed[] = {
+		[D_TIME] = { "time", E_F64, SH_T },
+		[D_ROWS] = { "rows", E_I64, SH_TLH },
+		[D_REJECTED] = { "rejected", E_I64, SH_TLHR },
+		[D_FLIP] = { "flip_rate", E_F64, SH_TL3 },
+		[D_MISSING] = { "missing", E_U8, SH_TL },
+		[D_LOST] = { "lost", E_I64, SH_T },
+		[D_INCOMPLETE] = { "incomplete", E_I64, SH_T },
+		[D_STEP] = { "step", E_I64, SH_T },
+		[D_ENDED] = { "ended", E_I8, SH_T },
+	};
+
+	if (d >= D_HEAD && d < D_HEAD + SW_HEAD_FIELDS) {
+		s->name = sw_head_field_names[d - D_HEAD];
+		s->type = E_F64;
+		s->shape = SH_TLH;
+	} else if (d >= D_PAIR && d < D_PAIR + SW_PAIR_FIELDS) {
+		s->name = sw_pair_field_names[d - D_PAIR];
+		s->type = E_F64;
+		s->shape = SH_TLHH;
+	} else
+		*s = fixed[d];
+}
+
+/* Rank, and dims[1..] for a shape; dims[0] is left to the caller. */
+static int
+shape_dims(enum shape sh, uint32_t layers, uint32_t heads, hsize_t *dims)
+{
+	switch (sh) {
+	case SH_T:
+		return 1;
+	case SH_TL:
+		dims[1] = layers;
+		return 2;
+	case SH_TLH:
+		dims[1] = layers;
+		dims[2] = heads;
+		return 3;
+	case SH_TLHR:
+		dims[1] = layers;
+		dims[2] = heads;
+		dims[3] = NREASONS;
+		return 4;
+	case SH_TLHH:
+		dims[1] = layers;
+		dims[2] = heads;
+		dims[3] = heads;
+		return 4;
+	case SH_TL3:
+		dims[1] = layers;
+		dims[2] = SW_FLIP_FIELDS;
+		return 3;
+	}
+	return 1;
+}
+
+static const char *
+shape_axes(int d, enum shape sh)
+{
+	if (d == D_ENDED)
+		return "mark";
+	switch (sh) {
+	case SH_T: return "step";
+	case SH_TL: return "step,layer";
+	case SH_TLH: return "step,layer,head";
+	case SH_TLHR: return "step,layer,head,reason";
+	case SH_TLHH: return "step,layer,head,head";
+	case SH_TL3: return "step,layer,metric";
+	}
+	return "step";
+}
+
+static hid_t
+file_type(enum etype t)
+{
+	switch (t) {
+	case E_F64: return H5T_IEEE_F64LE;
+	case E_I64: return H5T_STD_I64LE;
+	case E_U8: return H5T_STD_U8LE;
+	case E_I8: return H5T_STD_I8LE;
+	}
+	return H5T_IEEE_F64LE;
+}
+
+static hid_t
+mem_type(enum etype t)
+{
+	switch (t) {
+	case E_F64: return H5T_NATIVE_DOUBLE;
+	case E_I64: return H5T_NATIVE_INT64;
+	case E_U8: return H5T_NATIVE_UINT8;
+	case E_I8: return H5T_NATIVE_INT8;
+	}
+	return H5T_NATIVE_DOUBLE;
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+static herr_t
+innermost(unsigned n, const H5E_error2_t *e, void *data)
+{
+	char *detail = data;
+
+	/* walked upward, entry 0 is where HDF5 first saw the problem */
+	if (n == 0 && e->desc)
+		snprintf(detail, 200, "%s", e->desc);
+	return 0;
+}
+
+/*
+ * Formats a message into err, with the innermost message of HDF5's error
+ * stack appended when there is one. Call it right after the failing HDF5
+ * call: the next API call clears the stack.
+ */
+static void
+fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	char detail[200] = "";
+	va_list ap;
+
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, detail);
+	H5Eclear2(H5E_DEFAULT);
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	if (detail[0]) {
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n, " (HDF5: %s)", detail);
+	}
+}
+
+/* ---- file names --------------------------------------------------------- */
+
+static int
+name_keep(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	    (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+}
+
+int
+sw_runfile_name(const char *run, char *buf, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char tmp[SW_RUNFILE_NAME_MAX + 1];
+	size_t n = 0, cut = 0;
+	uint64_t h = 0xcbf29ce484222325ull;	/* FNV-1a */
+	int toolong = 0;
+
+	if (!run || !run[0] || !buf)
+		return -1;
+	for (const unsigned char *p = (const unsigned char *)run; *p; p++) {
+		h = (h ^ *p) * 0x100000001b3ull;
+		if (toolong)
+			continue;
+		/* a leading '.' would hide the file or make "." and ".." */
+		int keep = name_keep(*p) && !(p == (const unsigned char *)run && *p == '.');
+		size_t need = keep ? 1 : 3;
+		if (n + need + 3 > SW_RUNFILE_NAME_MAX) {
+			toolong = 1;
+			continue;
+		}
+		if (keep)
+			tmp[n++] = (char)*p;
+		else {
+			tmp[n++] = '%';
+			tmp[n++] = hex[*p >> 4];
+			tmp[n++] = hex[*p & 15];
+		}
+		/* cut points at escape boundaries, for the long form */
+		if (n + 17 + 3 <= SW_RUNFILE_NAME_MAX)
+			cut = n;
+	}
+	if (toolong) {
+		/*
+		 * Over NAME_MAX: a prefix and '~' + a hash of the whole id.
+		 * The escaping never emits '~' (it becomes %7E), so a long
+		 * name never equals a short one; two long ones collide only
+		 * with the same prefix and the same 64-bit hash, and resuming
+		 * checks the run attribute, so even that is refused, not mixed.
+		 */
+		n = cut;
+		tmp[n++] = '~';
+		for (int i = 15; i >= 0; i--)
+			tmp[n++] = hex[(h >> (4 * i)) & 15];
+	}
+	memcpy(tmp + n, ".h5", 3);
+	n += 3;
+	if (n + 1 > len)
+		return -1;
+	memcpy(buf, tmp, n);
+	buf[n] = '\0';
+	return (int)n;
+}
+
+/* ---- attributes --------------------------------------------------------- */
+
+static int
+attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype,
+    const void *val)
+{
+	hid_t sp = H5Screate(H5S_SCALAR), a = -1;
+	int rc = -1;
+
+	if (sp >= 0 && (a = H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT,
+	    H5P_DEFAULT)) >= 0 && H5Awrite(a, mtype, val) >= 0)
+		rc = 0;
+	if (a >= 0)
+		H5Aclose(a);
+	if (sp >= 0)
+		H5Sclose(sp);
+	return rc;
+}
+
+/* Variable-length UTF-8: h5py reads it as str (bytes that are not UTF-8 as
+ * surrogate escapes), fixed-length strings as bytes. */
+static int
+attr_str(hid_t loc, const char *name, const char *s)
+{
+	hid_t t = H5Tcopy(H5T_C_S1);
+	int rc = -1;
+
+	if (t >= 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 &&
+	    H5Tset_cset(t, H5T_CSET_UTF8) >= 0)
+		rc = attr_write(loc, name, t, t, &s);
+	if (t >= 0)
+		H5Tclose(t);
+	return rc;
+}
+
+static int
+attr_u32(hid_t loc, const char *name, uint32_t v)
+{
+	return attr_write(loc, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
+}
+
+static int
+attr_read_u32(hid_t loc, const char *name, uint32_t *v)
+{
+	hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+	int rc = -1;
+
+	if (a >= 0 && H5Aread(a, H5T_NATIVE_UINT32, v) >= 0)
+		rc = 0;
+	if (a >= 0)
+		H5Aclose(a);
+	return rc;
+}
+
+/* A string attribute, variable or fixed length, into buf (truncated). */
+static int
+attr_read_str(hid_t loc, const char *name, char *buf, size_t len)
+{
+	hid_t a = H5Aopen(loc, name, H5P_DEFAULT), ft = -1, mt = -1;
+	int rc = -1;
+
+	buf[0] = '\0';
+	if (a < 0)
+		return -1;
+	if ((ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING)
+		goto done;
+	if (H5Tis_variable_str(ft) > 0) {
+		char *s = NULL;
+		/* HDF5 converts no string between character sets */
+		mt = H5Tcopy(H5T_C_S1);
+		if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
+		    H5Tset_cset(mt, H5Tget_cset(ft)) >= 0 &&
+		    H5Aread(a, mt, &s) >= 0) {
+			snprintf(buf, len, "%s", s ? s : "");
+			H5free_memory(s);
+			rc = 0;
+		}
+	} else {
+		size_t sz = H5Tget_size(ft);
+		char *s = calloc(1, sz + 1);
+		mt = H5Tcopy(ft);
+		if (s && mt >= 0 && H5Aread(a, mt, s) >= 0) {
+			snprintf(buf, len, "%s", s);
+			rc = 0;
+		}
+		free(s);
+	}
+done:
+	if (mt >= 0)
+		H5Tclose(mt);
+	if (ft >= 0)
+		H5Tclose(ft);
+	H5Aclose(a);
+	return rc;
+}
+
+static int
+write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
+{
+	char created[32], reasons[64] = "";
+	int32_t layout = SW_RUNFILE_VERSION, contract = SWM_CONTRACT_VERSION;
+	uint8_t fixed = m->fixed_probe ? 1 : 0;
+	time_t now = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&now, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	for (int st = 1; st < SWM_STATUS__N; st++) {
+		if (st > 1)
+			strcat(reasons, ",");
+		strcat(reasons, swm_status_name((swm_status)st));
+	}
+	if (attr_write(file, "layout_version", H5T_STD_I32LE, H5T_NATIVE_INT32, &layout) < 0 ||
+	    attr_write(file, "metrics_contract", H5T_STD_I32LE, H5T_NATIVE_INT32, &contract) < 0 ||
+	    attr_str(file, "run", m->run) < 0 ||
+	    attr_str(file, "model", m->model) < 0 ||
+	    attr_write(file, "params", H5T_STD_U64LE, H5T_NATIVE_UINT64, &m->params) < 0 ||
+	    attr_u32(file, "layers", m->layers) < 0 ||
+	    attr_u32(file, "heads", m->heads) < 0 ||
+	    attr_u32(file, "sink", m->sink) < 0 ||
+	    attr_write(file, "fixed_probe", H5T_STD_U8LE, H5T_NATIVE_UINT8, &fixed) < 0 ||
+	    attr_str(file, "split_form", m->split_form) < 0 ||
+	    attr_str(file, "kind", m->kind) < 0 ||
+	    attr_u32(file, "rows", m->rows) < 0 ||
+	    attr_u32(file, "keys", m->keys) < 0 ||
+	    attr_str(file, "created", created) < 0 ||
+	    attr_str(file, "flip_fields", "cosine,js,entropy") < 0 ||
+	    attr_str(file, "rejected_reasons", reasons) < 0) {
+		fail(err, errlen, "writing the file attributes failed");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- datasets ----------------------------------------------------------- */
+
+/*
+ * Chunk dims for appending one step at a time: chunk_steps along T and the
+ * whole trailing dims, with chunk_steps cut so that a chunk stays near
+ * CHUNK_CAP; if one step alone is over it, the trailing axes are cut too
+ * (outermost first). Returns the chunk's bytes.
+ */
+static size_t
+chunk_dims(int rank, const hsize_t *dims, size_t esize, size_t chunk_steps,
+    hsize_t *ch)
+{
+	uint64_t row = esize;
+
+	for (int i = 1; i < rank; i++) {
+		ch[i] = dims[i];
+		row *= dims[i];
+	}
+	for (int i = 1; i < rank && row > CHUNK_CAP; i++) {
+		uint64_t inner = row / ch[i];	/* bytes per index of axis i */
+		uint64_t k = inner < CHUNK_CAP ? CHUNK_CAP / inner : 1;
+		ch[i] = k;
+		row = inner * k;
+	}
+	uint64_t steps = row < CHUNK_CAP ? CHUNK_CAP / row : 1;
+	if (steps > chunk_steps)
+		steps = chunk_steps;
+	ch[0] = steps ? steps : 1;
+	return (size_t)(row * ch[0]);
+}
+
+/* Dataset access list with a chunk cache that holds a whole step's chunks. */
+static hid_t
+make_dapl(hid_t dcpl_or_dset, int is_dset)
+{
+	hid_t dcpl = is_dset ? H5Dget_create_plist(dcpl_or_dset) : dcpl_or_dset;
+	hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+	hsize_t ch[8];
+	size_t esize = 8;
+	int rank;
+
+	if (dcpl < 0 || dapl < 0)
+		goto fail;
+	rank = H5Pget_chunk(dcpl, 8, ch);
+	if (rank < 1)
+		goto fail;
+	size_t bytes = esize;
+	for (int i = 0; i < rank; i++)
+		bytes *= ch[i];
+	/* room for two chunks per dataset, never under the 1 MiB default */
+	size_t nbytes = 2 * bytes < CHUNK_CAP ? CHUNK_CAP : 2 * bytes;
+	if (H5Pset_chunk_cache(dapl, 521, nbytes, 0.75) < 0)
+		goto fail;
+	if (is_dset)
+		H5Pclose(dcpl);
+	return dapl;
+fail:
+	if (is_dset && dcpl >= 0)
+		H5Pclose(dcpl);
+	if (dapl >= 0)
+		H5Pclose(dapl);
+	return -1;
+}
+
+static int
+create_datasets(hid_t file, uint32_t layers, uint32_t heads, size_t chunk_steps,
+    char *err, size_t errlen)
+{
+	const double nan = NAN;
+
+	for (int d = 0; d < D__N; d++) {
+		struct dspec s;
+		hsize_t dims[4] = { 0 }, maxd[4], ch[4];
+		hid_t sp = -1, dcpl = -1, ds = -1;
+		int rc = -1;
+
+		spec(d, &s);
+		int rank = shape_dims(s.shape, layers, heads, dims);
+		memcpy(maxd, dims, sizeof(dims));
+		maxd[0] = H5S_UNLIMITED;
+		chunk_dims(rank, dims, H5Tget_size(mem_type(s.type)), chunk_steps, ch);
+		if ((sp = H5Screate_simple(rank, dims, maxd)) >= 0 &&
+		    (dcpl = H5Pcreate(H5P_DATASET_CREATE)) >= 0 &&
+		    H5Pset_chunk(dcpl, rank, ch) >= 0 &&
+		    /* no modification times: one less header update per write */
+		    H5Pset_obj_track_times(dcpl, 0) >= 0 &&
+		    (s.type != E_F64 ||
+		    H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &nan) >= 0) &&
+		    (ds = H5Dcreate2(file, s.name, file_type(s.type), sp,
+		    H5P_DEFAULT, dcpl, H5P_DEFAULT)) >= 0 &&
+		    attr_str(ds, "dims", shape_axes(d, s.shape)) >= 0)
+			rc = 0;
+		else
+			fail(err, errlen, "creating dataset /%s failed", s.name);
+		if (ds >= 0)
+			H5Dclose(ds);
+		if (dcpl >= 0)
+			H5Pclose(dcpl);
+		if (sp >= 0)
+			H5Sclose(sp);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Opens every dataset with our chunk cache; reads their extents. */
+static int
+open_datasets(sw_runfile *f, char *err, size_t errlen)
+{
+	for (int d = 0; d < D__N; d++) {
+		struct dspec s;
+		hsize_t dims[4];
+
+		spec(d, &s);
+		hid_t ds = H5Dopen2(f->file, s.name, H5P_DEFAULT);
+		if (ds < 0) {
+			fail(err, errlen, "%s: no dataset /%s", f->path, s.name);
+			return -1;
+		}
+		hid_t dapl = make_dapl(ds, 1);
+		H5Dclose(ds);
+		if (dapl < 0) {
+			fail(err, errlen, "%s: reading the layout of /%s failed", f->path, s.name);
+			return -1;
+		}
+		f->dset[d] = H5Dopen2(f->file, s.name, dapl);
+		H5Pclose(dapl);
+		if (f->dset[d] < 0) {
+			fail(err, errlen, "%s: opening /%s failed", f->path, s.name);
+			return -1;
+		}
+		hid_t sp = H5Dget_space(f->dset[d]);
+		if (sp < 0 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
+			fail(err, errlen, "%s: reading the extent of /%s failed", f->path, s.name);
+			if (sp >= 0)
+				H5Sclose(sp);
+			return -1;
+		}
+		H5Sclose(sp);
+		f->ext[d] = dims[0];
+	}
+	return 0;
+}
+
+/*
+ * Writes row t of dataset d from buf (a whole row, C order), extending the
+ * dataset first if it is shorter. After a resume a dataset may already be
+ * longer than /step (a crash between its extension and /step's): its row t
+ * is then simply overwritten.
+ */
+static int
+write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
+    char *err, size_t errlen)
+{
+	struct dspec s;
+	hsize_t dims[4], start[4] = { 0 }, count[4];
+	hid_t fsp = -1, msp = -1;
+	int rc = -1;
+
+	spec(d, &s);
+	int rank = shape_dims(s.shape, f->layers, f->heads, dims);
+	if (f->ext[d] < t + 1) {
+		dims[0] = t + 1;
+		if (H5Dset_extent(f->dset[d], dims) < 0) {
+			fail(err, errlen, "%s: extending /%s to %llu steps failed",
+			    f->path, s.name, (unsigned long long)(t + 1));
+			return -1;
+		}
+		f->ext[d] = t + 1;
+	}
+	memcpy(count, dims, sizeof(dims));
+	start[0] = t;
+	count[0] = 1;
+	hsize_t n = 1;
+	for (int i = 0; i < rank; i++)
+		n *= count[i];
+	if ((fsp = H5Dget_space(f->dset[d])) >= 0 &&
+	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+	    (msp = H5Screate_simple(1, &n, NULL)) >= 0 &&
+	    H5Dwrite(f->dset[d], mtype, msp, fsp, H5P_DEFAULT, buf) >= 0)
+		rc = 0;
+	else
+		fail(err, errlen, "%s: writing step %llu of /%s failed", f->path,
+		    (unsigned long long)t, s.name);
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return rc;
+}
+
+/* Reads row t of dataset d into buf as mtype. */
+static int
+read_row(const sw_runfile *f, int d, hsize_t t, hid_t mtype, void *buf)
+{
+	struct dspec s;
+	hsize_t dims[4], start[4] = { 0 }, count[4];
+	hid_t fsp = -1, msp = -1;
+	int rc = -1;
+
+	spec(d, &s);
+	int rank = shape_dims(s.shape, f->layers, f->heads, dims);
+	memcpy(count, dims, sizeof(dims));
+	start[0] = t;
+	count[0] = 1;
+	hsize_t n = 1;
+	for (int i = 0; i < rank; i++)
+		n *= count[i];
+	if ((fsp = H5Dget_space(f->dset[d])) >= 0 &&
+	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+	    (msp = H5Screate_simple(1, &n, NULL)) >= 0 &&
+	    H5Dread(f->dset[d], mtype, msp, fsp, H5P_DEFAULT, buf) >= 0)
+		rc = 0;
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return rc;
+}
+
+/* ---- open: create or resume --------------------------------------------- */
+
+static hid_t
+make_fapl(int resume)
+{
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+	hbool_t clear = 1;
+
+	if (fapl < 0)
+		return -1;
+	if (H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)
+		goto fail;
+	/*
+	 * "clear_status_flags" is h5clear's private property, registered on
+	 * the file-access class (H5Pfapl.c), so H5Pset reaches it; H5F_open
+	 * zeroes the superblock's writer flags when it is set.
+	 */
+	if (resume && H5Pset(fapl, "clear_status_flags", &clear) < 0)
+		goto fail;
+	return fapl;
+fail:
+	H5Pclose(fapl);
+	return -1;
+}
+
+static int
+check_meta(const sw_runmeta *m, char *err, size_t errlen)
+{
+	static const char *const forms[] = { "paired", "aggregate" };
+	static const char *const kinds[] = { "probs", "logits", "rowstats" };
+	int ok_form = 0, ok_kind = 0;
+
+	if (!m->run[0]) {
+		snprintf(err, errlen, "empty run id");
+		return -1;
+	}
+	if (m->layers < 1 || m->heads < 1) {
+		snprintf(err, errlen, "run %s: %u layers and %u heads: both must be at least 1",
+		    m->run, m->layers, m->heads);
+		return -1;
+	}
+	/* the largest row, layers * heads * heads doubles, must be addressable */
+	if ((uint64_t)m->layers * m->heads > (UINT64_C(1) << 32) ||
+	    (uint64_t)m->layers * m->heads * m->heads > (UINT64_C(1) << 36)) {
+		snprintf(err, errlen, "run %s: %u layers x %u heads is too large",
+		    m->run, m->layers, m->heads);
+		return -1;
+	}
+	for (size_t i = 0; i < 2; i++)
+		ok_form |= m->split_form && !strcmp(m->split_form, forms[i]);
+	for (size_t i = 0; i < 3; i++)
+		ok_kind |= m->kind && !strcmp(m->kind, kinds[i]);
+	if (!ok_form || !ok_kind) {
+		snprintf(err, errlen, "run %s: split_form \"%s\" or kind \"%s\" is not one of "
+		    "paired/aggregate, probs/logits/rowstats", m->run,
+		    m->split_form ? m->split_form : "(null)", m->kind ? m->kind : "(null)");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Builds the file under a temporary name beside the final one (".NAME.tmp":
+ * hidden, and no run's file name starts with '.'), so that a crash while
+ * creating never leaves a half-made run file; a crash leaves at most the
+ * temporary file, which the next creation truncates.
+ */
+static int
+create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
+    size_t errlen)
+{
+	char *tmp = NULL, *slash;
+	hid_t fapl = -1;
+	int rc = -1;
+
+	size_t len = strlen(f->path) + 8;
+	if (!(tmp = malloc(len))) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	slash = strrchr(f->path, '/');
+	snprintf(tmp, len, "%.*s.%s.tmp", (int)(slash - f->path + 1), f->path, slash + 1);
+	if ((fapl = make_fapl(0)) < 0) {
+		fail(err, errlen, "%s: making the file access list failed", f->path);
+		goto done;
+	}
+	f->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+	if (f->file < 0) {
+		fail(err, errlen, "%s: cannot create the HDF5 file", tmp);
+		goto done;
+	}
+	if (write_root_attrs(f->file, m, err, errlen) < 0 ||
+	    create_datasets(f->file, m->layers, m->heads, chunk_steps, err, errlen) < 0)
+		goto done;
+	if (H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) {
+		fail(err, errlen, "%s: flushing the new file failed", tmp);
+		goto done;
+	}
+	/*
+	 * Every dataset is closed here, so nothing keeps the cache it resets.
+	 * SWMR writing starts before the file has its name: a reader that
+	 * finds the name finds a file it can SWMR-read (before, the writer
+	 * holds an exclusive lock and the superblock says "not SWMR").
+	 */
+	if (H5Fstart_swmr_write(f->file) < 0) {
+		fail(err, errlen, "%s: starting SWMR writing failed", tmp);
+		goto done;
+	}
+	/* link() does not replace a file that appeared meanwhile; rename()
+	 * where the filesystem has no hard links */
+	if (link(tmp, f->path) == 0)
+		unlink(tmp);
+	else if (errno == EEXIST) {
+		snprintf(err, errlen, "%s: appeared while it was being created", f->path);
+		goto done;
+	} else if (rename(tmp, f->path) != 0) {
+		snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
+		goto done;
+	}
+	rc = open_datasets(f, err, errlen);
+done:
+	if (rc < 0 && f->file >= 0) {
+		H5Fclose(f->file);
+		f->file = -1;
+		unlink(tmp);
+	}
+	if (fapl >= 0)
+		H5Pclose(fapl);
+	free(tmp);
+	return rc;
+}
+
+/*
+ * Checks an existing file against the run before anything writes to it:
+ * opened read-only (the writer flags cleared in memory only), so a refused
+ * file is left byte for byte as it was.
+ */
+static int
+check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
+{
+	hid_t fapl = make_fapl(1), file = -1;
+	uint32_t layers, heads, sink, version;
+	char run[sizeof(m->run)];
+	int rc = -1;
+
+	if (fapl < 0) {
+		fail(err, errlen, "%s: making the file access list failed", path);
+		return -1;
+	}
+	if (H5Fis_hdf5(path) <= 0) {
+		H5Eclear2(H5E_DEFAULT);
+		snprintf(err, errlen, "%s: exists and is not an HDF5 file", path);
+		goto done;
+	}
+	file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+	if (file < 0) {
+		fail(err, errlen, "%s: cannot open the existing run file", path);
+		goto done;
+	}
+	if (attr_read_u32(file, "layout_version", &version) < 0 ||
+	    attr_read_u32(file, "layers", &layers) < 0 ||
+	    attr_read_u32(file, "heads", &heads) < 0 ||
+	    attr_read_u32(file, "sink", &sink) < 0 ||
+	    attr_read_str(file, "run", run, sizeof(run)) < 0) {
+		fail(err, errlen, "%s: not a sinkwatch run file (attributes missing)", path);
+		goto done;
+	}
+	if (version != SW_RUNFILE_VERSION) {
+		snprintf(err, errlen, "%s: layout version %u, this build writes %d; "
+		    "refusing to resume (the file is left as it is)", path, version,
+		    SW_RUNFILE_VERSION);
+		goto done;
+	}
+	if (strcmp(run, m->run) != 0) {
+		snprintf(err, errlen, "%s: holds run \"%s\", not \"%s\"; refusing to resume "
+		    "(the file is left as it is)", path, run, m->run);
+		goto done;
+	}
+	if (layers != m->layers || heads != m->heads || sink != m->sink) {
+		snprintf(err, errlen, "%s: the file has %u layers, %u heads, sink %u; the run "
+		    "now has %u layers, %u heads, sink %u; refusing to resume (the file is "
+		    "left as it is)", path, layers, heads, sink, m->layers, m->heads, m->sink);
+		goto done;
+	}
+	/* every dataset, with the shape this run needs */
+	for (int d = 0; d < D__N; d++) {
+		struct dspec s;
+		hsize_t want[4], have[4];
+
+		spec(d, &s);
+		int rank = shape_dims(s.shape, layers, heads, want);
+		hid_t ds = H5Dopen2(file, s.name, H5P_DEFAULT);
+		hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
+		int ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == rank &&
+		    H5Sget_simple_extent_dims(sp, have, NULL) == rank;
+		for (int i = 1; ok && i < rank; i++)
+			ok = have[i] == want[i];
+		if (sp >= 0)
+			H5Sclose(sp);
+		if (ds >= 0)
+			H5Dclose(ds);
+		if (!ok) {
+			H5Eclear2(H5E_DEFAULT);
+			snprintf(err, errlen, "%s: dataset /%s missing or of the wrong shape; "
+			    "refusing to resume", path, s.name);
+			goto done;
+		}
+	}
+	rc = 0;
+done:
+	if (file >= 0)
+		H5Fclose(file);
+	H5Pclose(fapl);
+	return rc;
+}
+
+static int
+resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
+{
+	hid_t fapl = -1;
+	haddr_t eoa;
+	struct stat sb;
+	int rc = -1;
+
+	if (check_existing(f->path, m, err, errlen) < 0)
+		return -1;
+	if ((fapl = make_fapl(1)) < 0 ||
+	    /* a dashboard's SWMR reader holds a shared flock: don't ask for
+	     * the exclusive one (a SWMR writer drops it at once anyway) */
+	    H5Pset_file_locking(fapl, 0, 1) < 0) {
+		fail(err, errlen, "%s: making the file access list failed", f->path);
+		goto done;
+	}
+	f->file = H5Fopen(f->path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl);
+	if (f->file < 0) {
+		fail(err, errlen, "%s: cannot open the run file for SWMR writing", f->path);
+		goto done;
+	}
+	/*
+	 * A killed SWMR writer may have written past the end of allocation
+	 * its last flush recorded, and metadata it evicted since may point
+	 * there: new allocations must start past the end of the file, as
+	 * h5clear --increment does.
+	 */
+	if (H5Fget_eoa(f->file, &eoa) >= 0 && stat(f->path, &sb) == 0 &&
+	    (haddr_t)sb.st_size > eoa && H5Fincrement_filesize(f->file, 0) < 0) {
+		fail(err, errlen, "%s: moving the end of allocation past the end of file failed",
+		    f->path);
+		goto done;
+	}
+	if (open_datasets(f, err, errlen) < 0)
+		goto done;
+	if (f->ext[D_ENDED] > 0) {
+		int8_t last = 0;
+		if (read_row(f, D_ENDED, f->ext[D_ENDED] - 1, H5T_NATIVE_INT8, &last) < 0) {
+			fail(err, errlen, "%s: reading /ended failed", f->path);
+			goto done;
+		}
+		f->ended = last == 1;
+	}
+	rc = 0;
+done:
+	if (fapl >= 0)
+		H5Pclose(fapl);
+	return rc;
+}
+
+static void
+runfile_free(sw_runfile *f)
+{
+	for (int d = 0; d < D__N; d++)
+		if (f->dset[d] >= 0)
+			H5Dclose(f->dset[d]);
+	if (f->file >= 0)
+		H5Fclose(f->file);
+	free(f->nan);
+	free(f->rej);
+	free(f->path);
+	free(f);
+}
+
+int
+sw_runfile_open(const char *dir, const sw_runmeta *meta,
+    const sw_runfile_opts *opts, sw_runfile **out, char *err, size_t errlen)
+{
+	char name[SW_RUNFILE_NAME_MAX + 1];
+	struct stat sb;
+	sw_runfile *f;
+	size_t chunk_steps = opts && opts->chunk_steps ? opts->chunk_steps :
+	    CHUNK_STEPS_DEFAULT;
+
+	*out = NULL;
+	quiet();
+	if (check_meta(meta, err, errlen) < 0)
+		return -1;
+	if (sw_runfile_name(meta->run, name, sizeof(name)) < 0) {
+		snprintf(err, errlen, "run %s: no file name for it", meta->run);
+		return -1;
+	}
+	if (!(f = calloc(1, sizeof(*f)))) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	f->file = -1;
+	for (int d = 0; d < D__N; d++)
+		f->dset[d] = -1;
+	f->layers = meta->layers;
+	f->heads = meta->heads;
+	size_t lh = (size_t)meta->layers * meta->heads;
+	size_t plen = strlen(dir) + strlen(name) + 2;
+	f->path = malloc(plen);
+	f->nan = malloc(lh * meta->heads * sizeof(double));
+	f->rej = malloc(lh * NREASONS * sizeof(int64_t));
+	if (!f->path || !f->nan || !f->rej) {
+		snprintf(err, errlen, "run %s: out of memory", meta->run);
+		goto fail;
+	}
+	for (size_t i = 0; i < lh * meta->heads; i++)
+		f->nan[i] = NAN;
+	snprintf(f->path, plen, "%s/%s", dir, name);
+
+	if (stat(f->path, &sb) == 0) {
+		if (resume_file(f, meta, err, errlen) < 0)
+			goto fail;
+	} else if (errno == ENOENT) {
+		if (create_file(f, meta, chunk_steps, err, errlen) < 0)
+			goto fail;
+	} else {
+		snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
+		goto fail;
+	}
+	/* committed steps: the extent of /step, whatever the others say */
+	f->steps = (int64_t)f->ext[D_STEP];
+	*out = f;
+	return 0;
+fail:
+	runfile_free(f);
+	return -1;
+}
+
+int64_t
+sw_runfile_steps(const sw_runfile *f)
+{
+	return f->steps;
+}
+
+const char *
+sw_runfile_path(const sw_runfile *f)
+{
+	return f->path;
+}
+
+int
+sw_runfile_last(const sw_runfile *f, double *head[SW_HEAD_FIELDS], int64_t *rows)
+{
+	size_t lh = (size_t)f->layers * f->heads;
+	int rc = 0;
+
+	quiet();
+	if (f->steps > 0) {
+		hsize_t t = (hsize_t)f->steps - 1;
+		for (int i = 0; i < SW_HEAD_FIELDS && rc == 0; i++)
+			if (head[i])
+				rc = read_row(f, D_HEAD + i, t, H5T_NATIVE_DOUBLE, head[i]);
+		if (rc == 0 && rows)
+			rc = read_row(f, D_ROWS, t, H5T_NATIVE_INT64, rows);
+		H5Eclear2(H5E_DEFAULT);
+		if (rc == 0)
+			return 0;
+	}
+	for (int i = 0; i < SW_HEAD_FIELDS; i++)
+		for (size_t j = 0; head[i] && j < lh; j++)
+			head[i][j] = NAN;
+	for (size_t j = 0; rows && j < lh; j++)
+		rows[j] = 0;
+	return -1;
+}
+
+/* Appends one value to /ended. */
+static int
+append_ended(sw_runfile *f, int8_t v, char *err, size_t errlen)
+{
+	if (write_row(f, D_ENDED, f->ext[D_ENDED], H5T_NATIVE_INT8, &v, err, errlen) < 0)
+		return -1;
+	f->ended = v == 1;
+	return 0;
+}
+
+int
+sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
+{
+	size_t lh = (size_t)f->layers * f->heads;
+	hsize_t t = (hsize_t)f->steps;
+
+	quiet();
+	if (!s->rows || !s->rejected || !s->missing) {
+		snprintf(err, errlen, "%s: step %lld: rows, rejected and missing must not be NULL",
+		    f->path, (long long)s->step);
+		return -1;
+	}
+	/* a run that was marked ended and goes on: say so before its steps */
+	if (f->ended && append_ended(f, 0, err, errlen) < 0)
+		return -1;
+	for (size_t i = 0; i < lh; i++)
+		for (int r = 0; r < NREASONS; r++)
+			f->rej[i * NREASONS + r] = s->rejected[i * SWM_STATUS__N + 1 + r];
+
+	if (write_row(f, D_TIME, t, H5T_NATIVE_DOUBLE, &s->time, err, errlen) < 0)
+		return -1;
+	for (int i = 0; i < SW_HEAD_FIELDS; i++)
+		if (write_row(f, D_HEAD + i, t, H5T_NATIVE_DOUBLE,
+		    s->head[i] ? s->head[i] : f->nan, err, errlen) < 0)
+			return -1;
+	if (write_row(f, D_ROWS, t, H5T_NATIVE_INT64, s->rows, err, errlen) < 0 ||
+	    write_row(f, D_REJECTED, t, H5T_NATIVE_INT64, f->rej, err, errlen) < 0)
+		return -1;
+	for (int i = 0; i < SW_PAIR_FIELDS; i++)
+		if (write_row(f, D_PAIR + i, t, H5T_NATIVE_DOUBLE,
+		    s->pair[i] ? s->pair[i] : f->nan, err, errlen) < 0)
+			return -1;
+	if (write_row(f, D_FLIP, t, H5T_NATIVE_DOUBLE, s->flip ? s->flip : f->nan,
+	    err, errlen) < 0 ||
+	    write_row(f, D_MISSING, t, H5T_NATIVE_UINT8, s->missing, err, errlen) < 0 ||
+	    write_row(f, D_LOST, t, H5T_NATIVE_INT64, &s->lost, err, errlen) < 0 ||
+	    write_row(f, D_INCOMPLETE, t, H5T_NATIVE_INT64, &s->incomplete, err, errlen) < 0)
+		return -1;
+	/* the commit: a reader sizes everything by /step */
+	if (write_row(f, D_STEP, t, H5T_NATIVE_INT64, &s->step, err, errlen) < 0)
+		return -1;
+	f->steps++;
+	return 0;
+}
+
+int
+sw_runfile_flush(sw_runfile *f, char *err, size_t errlen)
+{
+	quiet();
+	if (H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) {
+		fail(err, errlen, "%s: flush failed", f->path);
+		return -1;
+	}
+	return 0;
+}
+
+int
+sw_runfile_mark_ended(sw_runfile *f, char *err, size_t errlen)
+{
+	quiet();
+	if (f->ended)
+		return 0;
+	return append_ended(f, 1, err, errlen);
+}
+
+int
+sw_runfile_close(sw_runfile **fp)
+{
+	sw_runfile *f = *fp;
+	int rc = 0;
+
+	if (!f)
+		return 0;
+	quiet();
+	if (H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0)
+		rc = -1;
+	for (int d = 0; d < D__N; d++) {
+		if (f->dset[d] >= 0 && H5Dclose(f->dset[d]) < 0)
+			rc = -1;
+		f->dset[d] = -1;
+	}
+	if (H5Fclose(f->file) < 0)
+		rc = -1;
+	f->file = -1;
+	H5Eclear2(H5E_DEFAULT);
+	runfile_free(f);
+	*fp = NULL;
+	return rc;
+}
