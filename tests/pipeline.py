@@ -489,8 +489,21 @@ def case_status_and_config():
         f.write("# comment\nflush_ms = 100\nflush_ms = fast\n")
     rc, out, err = run_cmd([SINKWATCHD, "--config", bad, "--check-config"])
     assert rc == 2 and "bad.conf:3" in err and "flush_ms" in err, err
-    d1 = Daemon().start()
+    logp = os.path.join(d.tmp, "rotated.log")
+    d1 = Daemon(extra=["--log-file", logp]).start()
     try:
+        # SIGHUP reopens the log: rotate it away, signal, a new file appears
+        os.rename(logp, logp + ".1")
+        d1.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while not os.path.exists(logp) and time.time() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(logp), "SIGHUP did not reopen the log"
+        with open(logp + ".1") as f:
+            assert "listening on" in f.read()
+        d1.ctl("ping")
+        with open(logp) as f:
+            assert "log reopened" in f.read()
         d2 = Daemon(tmp=d1.tmp, data_dir=d1.data)
         rc, out, err = run_cmd([SINKWATCHD, "--listen", d2.listen, "--control", d2.control,
                                 "--data-dir", d1.data], timeout=20)

@@ -1,0 +1,561 @@
+#!/usr/bin/python3
+"""Live plots of a sinkwatch run file, tailed with SWMR while sinkwatchd writes it.
+
+    sinkwatch_dashboard.py RUN.h5 [--png OUT.png [--follow]] [--interval S]
+                           [--timeout S] [--once] [--size WxH] [--quiet]
+
+Four panels, one line per layer (mean over the layer's heads), x = training
+step: sink mass, entropy, and the cumulative sink and content parts of the
+entropy change (running sums of dH_sink and dH_content, a NaN counting as 0;
+the two add up to the entropy's change since the first step).
+
+Without --png it opens a matplotlib window and redraws it as steps are
+committed, every --interval seconds (default 1), until the window is closed.
+With --png OUT it renders the current state to OUT (headless, Agg) and exits;
+with --follow it goes on re-rendering OUT (atomically: OUT.tmp, then rename)
+whenever steps are committed, until the run ends or --timeout runs out.
+
+The file may not exist yet: the dashboard waits for it up to --timeout seconds
+(default 30). Exit status 0, or 2 with a message for a file still missing
+after the timeout, one that is not a sinkwatch run file, or bad arguments.
+
+Each PNG carries tEXt entries "sinkwatch.steps", "sinkwatch.last_step" and
+"sinkwatch.ended" saying what it shows.
+
+Reading follows storage/runfile.h: /step is the commit marker, so it is
+refreshed first and only rows below its extent are read; every other
+dataset is then refreshed (again, briefly, while a writer's flush has not
+reached it yet) and read up to that extent.
+"""
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+PROG = "sinkwatch_dashboard"
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+REQUIRED_ATTRS = ("run", "layers", "heads")
+# the per-head series the dashboard plots, each [T, layers, heads]
+PLOTTED = ("sink_mass", "entropy", "dH_sink", "dH_content")
+REQUIRED_DATASETS = ("step", "ended") + PLOTTED
+DEFAULT_FILE_TIMEOUT = 30.0
+MAX_LEGEND_LAYERS = 12
+
+
+class NotARunFile(Exception):
+    """The path holds something other than a sinkwatch run file."""
+
+
+class Fatal(Exception):
+    """An error the command line reports with exit status 2."""
+
+
+def _attr(f, name, default=None):
+    v = f.attrs.get(name, default)
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    elif isinstance(v, np.generic):
+        v = v.item()
+    return v
+
+
+def check_run_file(f):
+    """Raises NotARunFile unless the open h5py file looks like a run file."""
+    missing_ds = [n for n in REQUIRED_DATASETS if n not in f]
+    missing_at = [n for n in REQUIRED_ATTRS if n not in f.attrs]
+    if missing_ds or missing_at:
+        what = []
+        if missing_ds:
+            what.append("dataset%s %s" % ("s" if len(missing_ds) > 1 else "",
+                                          ", ".join("/" + n for n in missing_ds)))
+        if missing_at:
+            what.append("attribute%s %s" % ("s" if len(missing_at) > 1 else "",
+                                            ", ".join(missing_at)))
+        raise NotARunFile("no %s" % " and no ".join(what))
+    layers, heads = int(_attr(f, "layers")), int(_attr(f, "heads"))
+    for n in PLOTTED:
+        ds = f[n]
+        if ds.ndim != 3 or tuple(ds.shape[1:]) != (layers, heads):
+            raise NotARunFile("/%s has shape %s, not [T, %d, %d]"
+                              % (n, ds.shape, layers, heads))
+    if f["step"].ndim != 1:
+        raise NotARunFile("/step has shape %s, not [T]" % (f["step"].shape,))
+
+
+def read_meta(f):
+    """The run's attributes as plain Python values."""
+    return {k: _attr(f, k) for k in f.attrs.keys()}
+
+
+def _looks_like_hdf5(path):
+    """False when the file is long enough to hold a superblock and has none
+    (at 0 or at a user block offset 512, 1024, ...); None if too short yet."""
+    try:
+        size = os.path.getsize(path)
+        if size < len(HDF5_SIGNATURE):
+            return None
+        with open(path, "rb") as fh:
+            off = 0
+            while off + len(HDF5_SIGNATURE) <= size:
+                fh.seek(off)
+                if fh.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+                    return True
+                off = 512 if off == 0 else off * 2
+    except OSError:
+        return None
+    return False
+
+
+def open_run(path, timeout=DEFAULT_FILE_TIMEOUT, poll=0.1):
+    """Opens path for SWMR reading once it exists and is a run file, waiting
+    up to timeout seconds. Returns the h5py.File; raises Fatal."""
+    import h5py
+
+    deadline = time.monotonic() + max(0.0, timeout)
+    last_err, not_run, rechecked = None, None, False
+    while True:
+        if os.path.exists(path):
+            if os.path.isdir(path):
+                raise Fatal("%s: is a directory, not a sinkwatch run file" % path)
+            if _looks_like_hdf5(path) is False:
+                raise Fatal("%s: not a sinkwatch run file (not an HDF5 file)" % path)
+            try:
+                f = h5py.File(path, "r", libver="latest", swmr=True)
+            except OSError as e:   # still being created, or not HDF5 after all
+                last_err = e
+            else:
+                try:
+                    check_run_file(f)
+                    return f
+                except NotARunFile as e:
+                    f.close()
+                    # one more look a moment later, should a writer be midway
+                    if rechecked:
+                        raise Fatal("%s: not a sinkwatch run file (%s)" % (path, e))
+                    not_run, rechecked = e, True
+        if time.monotonic() >= deadline:
+            if not os.path.exists(path):
+                raise Fatal("%s: no such file (waited %gs; see --timeout)" % (path, timeout))
+            if not_run is not None:
+                raise Fatal("%s: not a sinkwatch run file (%s)" % (path, not_run))
+            raise Fatal("%s: cannot open it as a SWMR HDF5 file after %gs: %s"
+                        % (path, timeout, last_err))
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())) or 0.01)
+
+
+def _refresh_to(ds, t, wait=0.1):
+    """Refreshes ds; while it is shorter than t (a writer's flush has not
+    reached its header yet) refreshes again for up to `wait` seconds.
+    Returns its extent along axis 0."""
+    ds.refresh()
+    deadline = time.monotonic() + wait
+    while ds.shape[0] < t and time.monotonic() < deadline:
+        time.sleep(0.005)
+        ds.refresh()
+    return ds.shape[0]
+
+
+class RunData:
+    """What the dashboard shows of a run: T committed steps, per layer."""
+
+    def __init__(self, meta, steps, sink_mass, entropy, cum_sink, cum_content,
+                 ended, last_time=None, lost=None, incomplete=None):
+        self.meta = meta
+        self.steps = steps              # int64 [T], the training steps
+        self.sink_mass = sink_mass      # [T, L], mean over heads
+        self.entropy = entropy          # [T, L], mean over heads
+        self.cum_sink = cum_sink        # [T, L], mean over heads of nancumsum(dH_sink)
+        self.cum_content = cum_content  # [T, L], same for dH_content
+        self.ended = ended
+        self.last_time = last_time
+        self.lost = lost
+        self.incomplete = incomplete
+
+    @property
+    def T(self):
+        return int(self.steps.shape[0])
+
+    @property
+    def layers(self):
+        return int(self.sink_mass.shape[1])
+
+    def key(self):
+        """Changes whenever there is something new to draw."""
+        return (self.T, self.ended)
+
+
+def _head_mean(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # an all-NaN layer
+        return np.nanmean(x, axis=2)
+
+
+def load_run(f):
+    """Reads the committed steps of an open run file (refreshing it first).
+
+    Per layer, mean over heads: sink_mass and entropy (NaN where every head is
+    NaN); cum_sink and cum_content, the running sums over steps of dH_sink and
+    dH_content with a NaN counted as 0 (np.nancumsum along T), then averaged
+    over heads. Returns a RunData."""
+    meta = read_meta(f)
+    layers, heads = int(meta["layers"]), int(meta["heads"])
+    # /ended before /step: a run seen ended has all its steps committed
+    ended_ds = f["ended"]
+    ended_ds.refresh()
+    ne = ended_ds.shape[0]
+    ended = bool(ne > 0 and int(ended_ds[ne - 1]) == 1)
+    step_ds = f["step"]
+    step_ds.refresh()
+    t = step_ds.shape[0]
+    for name in PLOTTED:
+        t = min(t, _refresh_to(f[name], t))
+    steps = np.asarray(step_ds[:t], dtype=np.int64)
+    raw = {name: np.asarray(f[name][:t], dtype=np.float64) for name in PLOTTED}
+    for name, a in raw.items():
+        if a.shape != (t, layers, heads):
+            raise NotARunFile("/%s read as %s, not [%d, %d, %d]"
+                              % (name, a.shape, t, layers, heads))
+    extra = {}
+    for name in ("time", "lost", "incomplete"):
+        if name in f and f[name].ndim == 1 and t > 0:
+            ds = f[name]
+            if _refresh_to(ds, t, wait=0.02) >= t:
+                extra[name] = ds[t - 1].item()
+    return RunData(meta, steps,
+                   _head_mean(raw["sink_mass"]), _head_mean(raw["entropy"]),
+                   np.nancumsum(raw["dH_sink"], axis=0).mean(axis=2),
+                   np.nancumsum(raw["dH_content"], axis=0).mean(axis=2),
+                   ended, extra.get("time"), extra.get("lost"), extra.get("incomplete"))
+
+
+def load_path(path):
+    """load_run on a path (opened and closed here)."""
+    import h5py
+
+    with h5py.File(path, "r", libver="latest", swmr=True) as f:
+        check_run_file(f)
+        return load_run(f)
+
+
+# ---- drawing -----------------------------------------------------------------
+
+PANELS = (
+    ("sink_mass", "sink mass", "mean attention on the sink key"),
+    ("entropy", "attention entropy", "nats"),
+    ("cum_sink", "cumulative sink part of the entropy change", "Σ dH_sink (nats)"),
+    ("cum_content", "cumulative content part of the entropy change", "Σ dH_content (nats)"),
+)
+
+
+def layer_colors(n):
+    """Distinct colours for up to 10 layers, a sequential map beyond."""
+    from matplotlib import cm
+
+    if n <= 10:
+        cmap = cm.get_cmap("tab10")
+        return [cmap(i) for i in range(n)], None
+    cmap = cm.get_cmap("viridis")
+    return [cmap(i / max(1, n - 1)) for i in range(n)], cmap
+
+
+def title_of(d):
+    m = d.meta
+    state = "run ended" if d.ended else "running"
+    return "sinkwatch run %s  ·  model %s  ·  %d step%s stored  ·  %s" % (
+        m.get("run", "?"), m.get("model", "?"), d.T, "" if d.T == 1 else "s", state)
+
+
+def subtitle_of(d):
+    m = d.meta
+    parts = ["%s layers × %s heads, each line one layer (mean over its heads)"
+             % (m.get("layers", "?"), m.get("heads", "?"))]
+    if d.T:
+        parts.append("steps %d–%d" % (d.steps[0], d.steps[-1]))
+    if m.get("split_form"):
+        parts.append("%s split" % m["split_form"])
+    if d.lost:
+        parts.append("%d messages lost" % d.lost)
+    if d.incomplete:
+        parts.append("%d incomplete steps" % d.incomplete)
+    if d.last_time is not None and np.isfinite(d.last_time):
+        parts.append("last step committed %s"
+                     % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.last_time)))
+    return "  ·  ".join(parts)
+
+
+def _set_xlim(ax, x):
+    """x from the first to the last stored step, a little margin each side."""
+    if x.shape[0] and x[-1] > x[0]:
+        pad = 0.02 * (x[-1] - x[0])
+        ax.set_xlim(x[0] - pad, x[-1] + pad)
+
+
+def render(fig, d):
+    """Draws d onto the matplotlib Figure fig: a figure that render drew
+    before with the same layers (and lines, not the few-steps note) only
+    gets its lines' data, limits and titles updated (cheaper: --follow
+    and the window keep up with fast runs), else it is drawn anew."""
+    state = getattr(fig, "_sinkwatch", None)
+    layout = (d.layers, min(d.T, 2))
+    if state is not None and state["layout"] == layout:
+        x = d.steps.astype(np.float64)
+        for ax, (attr, _, _) in zip(state["axes"], PANELS):
+            y = getattr(d, attr)
+            for layer, line in enumerate(state["lines"][attr]):
+                line.set_data(x, y[:, layer])
+            ax.relim()
+            ax.autoscale_view()
+        _set_xlim(state["axes"][0], x)
+        state["title"].set_text(title_of(d))
+        state["subtitle"].set_text(subtitle_of(d))
+        fig.stale = True
+        return
+    fig.clf()
+    fig.subplots_adjust(left=0.065, right=0.89, bottom=0.075, top=0.88,
+                        hspace=0.28, wspace=0.22)
+    axs = fig.subplots(2, 2, sharex=True).ravel()
+    colors, cmap = layer_colors(d.layers)
+    x = d.steps.astype(np.float64)
+    single = d.T == 1
+    handles, lines = [], {}
+    for ax, (attr, title, ylabel) in zip(axs, PANELS):
+        y = getattr(d, attr)
+        if attr.startswith("cum_"):
+            ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
+        lines[attr] = []
+        for layer in range(d.layers):
+            (line,) = ax.plot(x, y[:, layer], color=colors[layer], lw=1.6,
+                              marker="o" if single else None, ms=5,
+                              label="layer %d" % layer, zorder=2)
+            lines[attr].append(line)
+            if ax is axs[0]:
+                handles.append(line)
+        ax.set_title(title, fontsize=11)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.grid(True, color="0.9", lw=0.7)
+        ax.tick_params(labelsize=8)
+    for ax in axs[2:]:
+        ax.set_xlabel("training step", fontsize=9)
+    for ax in axs[:2]:
+        ax.tick_params(labelbottom=True)
+    _set_xlim(axs[0], x)
+    if cmap is None:
+        fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.895, 0.5),
+                   title="layer", fontsize=9, title_fontsize=9, frameon=False,
+                   labels=[str(i) for i in range(d.layers)],
+                   ncol=1 if d.layers <= MAX_LEGEND_LAYERS else 2)
+    else:
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+
+        cax = fig.add_axes([0.91, 0.2, 0.015, 0.6])
+        sm = ScalarMappable(norm=Normalize(0, d.layers - 1), cmap=cmap)
+        cb = fig.colorbar(sm, cax=cax)
+        cb.set_label("layer", fontsize=9)
+        cb.ax.tick_params(labelsize=8)
+    title = fig.suptitle(title_of(d), fontsize=13, y=0.975)
+    subtitle = fig.text(0.5, 0.925, subtitle_of(d), ha="center", va="center", fontsize=9,
+                        color="0.3")
+    fig._sinkwatch = {"layout": layout, "axes": list(axs), "lines": lines,
+                      "title": title, "subtitle": subtitle}
+    if d.T < 2:
+        note = ("no step committed yet: waiting for data" if d.T == 0 else
+                "only 1 step stored: lines need 2 (and the entropy split starts at the 2nd)")
+        fig.text(0.48, 0.48, note, ha="center", va="center", fontsize=13, color="0.25",
+                 bbox=dict(boxstyle="round,pad=0.6", fc="#fff8dc", ec="0.6"))
+
+
+def png_metadata(d):
+    return {"Title": "sinkwatch run %s" % d.meta.get("run", "?"),
+            "Software": PROG,
+            "sinkwatch.run": str(d.meta.get("run", "")),
+            "sinkwatch.steps": str(d.T),
+            "sinkwatch.last_step": str(int(d.steps[-1])) if d.T else "",
+            "sinkwatch.ended": "1" if d.ended else "0"}
+
+
+def save_png(fig, d, out, dpi):
+    """Renders to out atomically (out.tmp, then a rename)."""
+    tmp = out + ".tmp"
+    try:
+        fig.savefig(tmp, format="png", dpi=dpi, metadata=png_metadata(d))
+        os.replace(tmp, out)
+    except OSError as e:
+        raise Fatal("cannot write %s: %s" % (out, e))
+
+
+# ---- the command line -------------------------------------------------------
+
+def parse_size(s):
+    try:
+        w, h = (int(v) for v in s.lower().split("x"))
+        if w < 200 or h < 150 or w > 10000 or h > 10000:
+            raise ValueError
+        return w, h
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected WxH in pixels (200x150 to 10000x10000), "
+                                         "got %r" % s)
+
+
+def positive(s):
+    v = float(s)
+    if not v > 0:
+        raise argparse.ArgumentTypeError("must be > 0, got %r" % s)
+    return v
+
+
+def nonneg(s):
+    v = float(s)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0, got %r" % s)
+    return v
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="sinkwatch_dashboard.py",
+        description="Live plots of a sinkwatch run file (per layer: sink mass, entropy, "
+                    "cumulative sink and content parts of the entropy change).")
+    p.add_argument("run", metavar="RUN.h5", help="the run's file (sinkwatchd --data-dir)")
+    p.add_argument("--png", metavar="OUT.png",
+                   help="render headless to OUT.png and exit (no window)")
+    p.add_argument("--follow", action="store_true",
+                   help="with --png: re-render OUT.png as steps are committed, until the "
+                        "run ends or --timeout")
+    p.add_argument("--interval", type=positive, default=1.0, metavar="S",
+                   help="seconds between looks at the file (default 1)")
+    p.add_argument("--timeout", type=nonneg, default=None, metavar="S",
+                   help="seconds to wait for the file to appear (default 30); with "
+                        "--follow also the longest to follow (default: until the run ends)")
+    p.add_argument("--once", action="store_true",
+                   help="draw once: --png renders and exits even with --follow; a window "
+                        "shows the current state without updating it")
+    p.add_argument("--size", type=parse_size, default=(1200, 800), metavar="WxH",
+                   help="picture size in pixels (default 1200x800)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no line on stdout per rendered picture")
+    a = p.parse_args(argv)
+    if a.follow and not a.png:
+        p.error("--follow needs --png")
+    return a
+
+
+DPI = 100
+
+
+def _reload(f, path, a):
+    """load_run, reopening the file once should the read fail (a writer that
+    restarted and resumed it, say). Returns (f, data)."""
+    try:
+        return f, load_run(f)
+    except (OSError, KeyError, RuntimeError):
+        try:
+            f.close()
+        except Exception:  # noqa: BLE001 - it is being replaced anyway
+            pass
+        f = open_run(path, timeout=max(a.interval, 5.0))
+        return f, load_run(f)
+
+
+def run_png(a, f):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(a.size[0] / DPI, a.size[1] / DPI), dpi=DPI)
+    follow = a.follow and not a.once
+    deadline = (time.monotonic() + a.timeout) if (follow and a.timeout is not None) else None
+    shown = None
+    while True:
+        f, d = _reload(f, a.run, a)
+        if d.key() != shown:
+            render(fig, d)
+            save_png(fig, d, a.png, DPI)
+            shown = d.key()
+            if not a.quiet:
+                print("%s: wrote %s (%d steps, %s)" % (PROG, a.png, d.T,
+                                                       "run ended" if d.ended else "running"),
+                      flush=True)
+        if not follow:
+            return 0
+        if d.ended:
+            # the writer flushes dataset headers one by one: one last look
+            time.sleep(min(a.interval, 0.2))
+            f, d = _reload(f, a.run, a)
+            if d.key() != shown:
+                render(fig, d)
+                save_png(fig, d, a.png, DPI)
+                if not a.quiet:
+                    print("%s: wrote %s (%d steps, run ended)" % (PROG, a.png, d.T), flush=True)
+            return 0
+        if deadline is not None and time.monotonic() >= deadline:
+            if not a.quiet:
+                print("%s: --timeout reached, the run goes on (%d steps)" % (PROG, d.T),
+                      flush=True)
+            return 0
+        wait = a.interval if deadline is None else min(a.interval, deadline - time.monotonic())
+        time.sleep(max(0.0, wait))
+
+
+def run_window(a, f):
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib import rcsetup
+
+    backend = matplotlib.get_backend()
+    non_interactive = {b.lower() for b in getattr(rcsetup, "non_interactive_bk", ())}
+    non_interactive |= {"agg", "pdf", "ps", "svg", "pgf", "cairo", "template"}
+    if backend.lower() in non_interactive:
+        raise Fatal("no interactive display (matplotlib backend %s): use --png OUT.png, "
+                    "or set DISPLAY / MPLBACKEND" % backend)
+    fig = plt.figure(figsize=(a.size[0] / DPI, a.size[1] / DPI), dpi=DPI)
+    f, d = _reload(f, a.run, a)
+    try:
+        fig.canvas.manager.set_window_title("sinkwatch %s" % d.meta.get("run", ""))
+    except AttributeError:
+        pass
+    render(fig, d)
+    if a.once:
+        plt.show()
+        return 0
+    shown = d.key()
+    plt.ion()
+    plt.show(block=False)
+    while plt.fignum_exists(fig.number):
+        plt.pause(a.interval)
+        if not plt.fignum_exists(fig.number):
+            break
+        f, d = _reload(f, a.run, a)
+        if d.key() != shown:
+            render(fig, d)
+            fig.canvas.draw_idle()
+            shown = d.key()
+    return 0
+
+
+def main(argv=None):
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    if a.png:
+        import matplotlib.figure  # noqa: F401 - slow: while the file is awaited, not after
+    try:
+        f = open_run(a.run, timeout=DEFAULT_FILE_TIMEOUT if a.timeout is None else a.timeout)
+        try:
+            return run_png(a, f) if a.png else run_window(a, f)
+        finally:
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001
+                pass
+    except Fatal as e:
+        print("%s: %s" % (PROG, e), file=sys.stderr)
+        return 2
+    except NotARunFile as e:
+        print("%s: %s: not a sinkwatch run file (%s)" % (PROG, a.run, e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
