@@ -237,7 +237,7 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	rc = SW_EZMQ;
 	if (!(c->ctx = zmq_ctx_new()))
 		goto fail;
-	/* one I/O thread, and no signal handling of ZeroMQ's own */
+	/* one I/O thread for this handle */
 	zmq_ctx_set(c->ctx, ZMQ_IO_THREADS, 1);
 	if (!(c->sock = zmq_socket(c->ctx, ZMQ_XPUB)))
 		goto fail;

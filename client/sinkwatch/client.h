@@ -4,8 +4,13 @@
  *
  * Contract, for every call:
  * - It never stalls the training loop unless the caller asked for blocking
- *   mode: a non-blocking send returns at once; when the daemon is away or
- *   slow the message is dropped and counted (sw_client_get_stats()).
+ *   mode: a non-blocking send returns at once. When the daemon is away or
+ *   slow the message waits in the handle's queue (queue_max messages,
+ *   queue_max_bytes); when that is full it is dropped and counted
+ *   (sw_client_get_stats()). ZeroMQ's own queue holds up to queue_max more
+ *   messages (ZMQ_SNDHWM), so at most about 2 * queue_max messages are held.
+ *   Blocking mode waits up to block_timeout_ms for a daemon, then up to as
+ *   long again for ZeroMQ to take the message.
  * - It installs no signal handler, prints nothing, never aborts, and keeps
  *   no process-wide state: each handle owns its own ZeroMQ context.
  * - Errors are negative SW_E* codes; sw_strerror() describes a code and

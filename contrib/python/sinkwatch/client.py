@@ -1,0 +1,427 @@
+"""The training-job side of sinkwatch in Python: the behaviour of the C client
+(client/client.c, sinkwatch/client.h) with pyzmq.
+
+The socket is an XPUB that connects to the daemon's SUB. ZeroMQ's PUB drops
+silently what is sent before a subscription arrives (the slow joiner), so
+the client reads the subscription messages its XPUB gets, knows whether a
+daemon is listening, and keeps messages in its own bounded queue until one
+is. ZMQ_XPUB_NODROP turns a full ZeroMQ queue into EAGAIN, so every drop is
+seen and counted instead of vanishing.
+
+Contract: send() never waits (unless blocking=True) and never raises because
+the daemon is away or a queue is full; it returns False and counts the drop
+(one warning per client, then only the counters). Bad arguments raise
+ValueError. A Client is used by one thread at a time (calls are serialized
+by a lock, so a hook called from another thread is safe, but not faster).
+"""
+
+import collections
+import math
+import os
+import threading
+import time
+import warnings
+
+import numpy as np
+import zmq
+
+from . import proto
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5710"
+
+_KIND_NAMES = proto.KINDS
+_NP_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
+              np.dtype(np.float64): "f64"}
+_WANT = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
+_INT_MAX_MS = (1 << 31) - 1
+
+
+class SinkwatchWarning(RuntimeWarning):
+    """Messages are being dropped (no daemon subscribed, queue full, timeout)."""
+
+
+class ClosedError(RuntimeError):
+    """send() or end() after end(), or any call after close() (SW_ECLOSED)."""
+
+
+def _ms(seconds, none=-1):
+    if seconds is None:
+        return none
+    if seconds < 0:
+        return -1
+    return int(min(seconds * 1000.0, _INT_MAX_MS))
+
+
+def _element_dtype(arr, dtype):
+    """The wire dtype name of a numpy array, checking an explicit dtype."""
+    dt = arr.dtype
+    if dtype is None:
+        if dt.name == "bfloat16" and dt.itemsize == 2:   # ml_dtypes.bfloat16
+            return "bf16"
+        name = _NP_DTYPES.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
+        if name is None:
+            if dt.kind in "iu" and dt.itemsize == 2:
+                raise ValueError("array: dtype %s needs dtype='bf16' (bfloat16 bits)" % dt)
+            raise ValueError("array: dtype %s not supported (float32, float16, float64, "
+                             "or uint16 with dtype='bf16')" % dt)
+        return name
+    if dtype not in proto.DTYPES:
+        raise ValueError("dtype: %r, expected one of %s" % (dtype, ", ".join(proto.DTYPES)))
+    if dtype == "bf16":
+        if not (dt.itemsize == 2 and (dt.kind in "iu" or dt.name == "bfloat16")):
+            raise ValueError("dtype 'bf16' needs a uint16 (or int16) array of bfloat16 "
+                             "bits, got %s" % dt)
+        return "bf16"
+    if dt.kind != "f" or dt.itemsize != np.dtype(_WANT[dtype]).itemsize:
+        raise ValueError("dtype %r does not match the array's %s" % (dtype, dt))
+    return dtype
+
+
+class Client:
+    """Streams attention snapshots of one run to sinkwatchd.
+
+    run: run id (1..128 bytes, no control characters); layers, heads: the
+    model's; model, params: name and parameter count ("" and 0 if unknown);
+    sink: the sink key index; fixed_probe: every snapshot uses the same probe
+    inputs. blocking: wait for a daemon (up to block_timeout seconds, None:
+    forever) instead of queueing and dropping. queue_max / queue_max_bytes:
+    the own queue's bounds while no daemon is subscribed (also ZMQ_SNDHWM).
+    linger: close() waits at most this many seconds for queued messages.
+    """
+
+    def __init__(self, run, layers, heads, endpoint=DEFAULT_ENDPOINT, model="", params=0,
+                 sink=0, fixed_probe=True, blocking=False, block_timeout=None,
+                 queue_max=16, queue_max_bytes=256 << 20, linger=2.0):
+        self._sock = None
+        self._ctx = None
+        self._closed = True     # until fully constructed: __del__ does nothing
+        self._topic = proto.topic(run)      # ValueError (ProtocolError) on a bad run
+        self._run = self._topic[len(proto.TOPIC_PREFIX):]
+        model = "" if model is None else model
+        mb = model.encode("utf-8") if isinstance(model, str) else bytes(model)
+        if len(mb) > proto.MODEL_MAX:
+            raise ValueError("model: %d bytes, limit %d" % (len(mb), proto.MODEL_MAX))
+        if b"\0" in mb:
+            raise ValueError("model: NUL byte")
+        for name, v, lo, hi in (("layers", layers, 1, proto.LAYERS_MAX),
+                                ("heads", heads, 1, proto.HEADS_MAX),
+                                ("params", params, 0, (1 << 64) - 1),
+                                ("sink", sink, 0, (1 << 32) - 1)):
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
+                raise ValueError("%s: not an integer (%r)" % (name, v))
+            if not lo <= v.__index__() <= hi:
+                raise ValueError("%s: %d, not in %d..%d" % (name, v, lo, hi))
+        self._model = mb
+        self.layers, self.heads = int(layers), int(heads)
+        self.params, self.sink = int(params), int(sink)
+        self.fixed_probe = bool(fixed_probe)
+        self.run = run
+        self.endpoint = endpoint
+        self.blocking = bool(blocking)
+        self.block_timeout = block_timeout
+        self.queue_max = max(1, int(queue_max))
+        self.queue_max_bytes = int(queue_max_bytes)
+        self.linger = max(0.0, float(linger))
+        self._block_ms = _ms(block_timeout)
+        self._clock = time.time          # the header's time (tests may replace it)
+        self._lock = threading.RLock()
+        self._pending = collections.deque()     # (header, tensor Frame or None, bytes)
+        self._pending_bytes = 0
+        self._nsubs = 0
+        self._seq = 0
+        self._ended = False
+        self._sent = self._dropped = self._bytes_sent = 0
+        self._warned = False
+        self.last_error = ""
+
+        ctx = zmq.Context(io_threads=1)     # its own, never the global instance
+        sock = None
+        try:
+            sock = ctx.socket(zmq.XPUB)
+            # ZMQ_IMMEDIATE: no pipe to a daemon that is not connected, so when
+            # the daemon goes away its subscription is withdrawn and the
+            # client queues (and counts) instead of filling a dead pipe.
+            sock.setsockopt(zmq.XPUB_NODROP, 1)
+            sock.setsockopt(zmq.XPUB_VERBOSER, 1)
+            sock.setsockopt(zmq.SNDHWM, self.queue_max)
+            sock.setsockopt(zmq.LINGER, _ms(self.linger))
+            sock.setsockopt(zmq.SNDTIMEO, self._block_ms if self.blocking else 0)
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+            sock.setsockopt(zmq.RECONNECT_IVL, 100)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            try:
+                sock.connect(endpoint)
+            except zmq.ZMQError as e:
+                raise ValueError("endpoint %r: %s" % (endpoint, e)) from None
+        except BaseException:
+            if sock is not None:
+                sock.close(linger=0)
+            ctx.term()
+            raise
+        self._ctx, self._sock = ctx, sock
+        self._pid = os.getpid()
+        self._closed = False
+
+    # ------------------------------------------------------------ internals
+
+    def _poll_subs(self):
+        """Reads the subscription messages the XPUB has received."""
+        sock, tp = self._sock, self._topic
+        while True:
+            try:
+                m = sock.recv(zmq.NOBLOCK)
+            except zmq.ZMQError:    # Again: nothing more; anything else: try later
+                return
+            if len(m) < 1 or len(m) - 1 > len(tp) or not tp.startswith(m[1:]):
+                continue
+            if m[0] == 1:
+                self._nsubs += 1
+            elif m[0] == 0 and self._nsubs > 0:
+                self._nsubs -= 1
+
+    def _send_now(self, hdr, frame, flags):
+        """Hands one message to ZeroMQ; False if it did not take it (EAGAIN,
+        timeout or another ZeroMQ error, never raised)."""
+        sock = self._sock
+        try:
+            sock.send(self._topic, zmq.SNDMORE | flags)
+        except zmq.ZMQError:
+            return False
+        # after the first frame ZeroMQ takes the rest of the message
+        try:
+            if frame is None:
+                sock.send(hdr, 0)
+            else:
+                sock.send(hdr, zmq.SNDMORE)
+                sock.send(frame, 0, copy=False)
+        except zmq.ZMQError:
+            return False
+        return True
+
+    def _flush_pending(self, flags):
+        """Sends queued messages while a daemon listens and ZeroMQ takes them."""
+        q = self._pending
+        while q and self._nsubs > 0:
+            hdr, frame, nbytes = q[0]
+            if not self._send_now(hdr, frame, flags):
+                return
+            q.popleft()
+            self._pending_bytes -= nbytes
+            self._sent += 1
+            self._bytes_sent += nbytes
+
+    def _wait_ready(self, timeout_ms):
+        """Waits up to timeout_ms (-1: forever) for a subscriber and an empty queue."""
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+        while True:
+            self._poll_subs()
+            self._flush_pending(zmq.DONTWAIT)
+            if self._nsubs > 0 and not self._pending:
+                return True
+            wait = 50
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                wait = min(wait, max(1, int(math.ceil(left * 1000))))
+            try:
+                self._sock.poll(wait, zmq.POLLIN)
+            except zmq.ZMQError:
+                time.sleep(wait / 1000.0)
+
+    def _drop(self, why):
+        self._dropped += 1
+        self.last_error = "dropped message %d: %s" % (self._seq - 1, why)
+        if not self._warned:
+            self._warned = True
+            try:
+                warnings.warn("sinkwatch: run %r: %s; further drops are only counted "
+                              "(Client.stats)" % (self.run, self.last_error),
+                              SinkwatchWarning, stacklevel=4)
+            except Exception:   # noqa: BLE001 - warnings as errors must not reach the loop
+                pass
+        return False
+
+    def _dispatch(self, hdr, frame, nbytes):
+        """Sends or queues the message; True, or False when dropped (counted)."""
+        try:
+            self._poll_subs()
+            self._flush_pending(zmq.DONTWAIT)
+            if self.blocking:
+                if self._wait_ready(self._block_ms) and self._send_now(hdr, frame, 0):
+                    self._sent += 1
+                    self._bytes_sent += nbytes
+                    return True
+                return self._drop("blocking send timed out after %d ms" % self._block_ms)
+            if not self._pending and self._nsubs > 0 and \
+                    self._send_now(hdr, frame, zmq.DONTWAIT):
+                self._sent += 1
+                self._bytes_sent += nbytes
+                return True
+            # no daemon yet, or ZeroMQ's queue is full: queue it if there is room
+            if len(self._pending) < self.queue_max and \
+                    self._pending_bytes + nbytes <= self.queue_max_bytes:
+                self._pending.append((hdr, frame, nbytes))
+                self._pending_bytes += nbytes
+                return True
+            return self._drop("queue full" if self._nsubs else "no daemon subscribed")
+        except Exception as e:  # noqa: BLE001 - never into the training loop
+            return self._drop("%s: %s" % (type(e).__name__, e))
+
+    def _check_open(self):
+        if self._closed:
+            raise ClosedError("sinkwatch: the client was closed")
+        if os.getpid() != self._pid:
+            raise ClosedError("sinkwatch: the client belongs to process %d (this is a "
+                              "forked child); create a Client in this process" % self._pid)
+
+    def _header(self, fields):
+        fields["run"] = self._run
+        fields["seq"] = self._seq
+        t = self._clock()
+        fields["time"] = t if t is not None and math.isfinite(t) else None
+        return proto.encode_header(fields)
+
+    # --------------------------------------------------------------- API
+
+    def send(self, step, layer, array, kind="probs", qpos=None, dtype=None):
+        """Sends one layer's snapshot: array is [heads, rows, keys] float32,
+        float16 or float64 (or uint16 bfloat16 bits with dtype="bf16"); kind
+        "probs", "logits" or "rowstats" (keys == 6); qpos: None or rows query
+        positions. The data is copied once (the caller may reuse its buffer).
+        True when sent or queued, False when dropped (counted)."""
+        with self._lock:
+            self._check_open()
+            if self._ended:
+                raise ClosedError("sinkwatch: the run was ended")
+            if kind not in _KIND_NAMES:
+                raise ValueError("kind: %r, expected probs, logits or rowstats" % (kind,))
+            if not isinstance(array, np.ndarray):
+                array = np.asarray(array)
+            name = _element_dtype(array, dtype)
+            if array.ndim != 3:
+                raise ValueError("array: shape %s, expected [heads, rows, keys]"
+                                 % (array.shape,))
+            heads, rows, keys = array.shape
+            if heads != self.heads:
+                raise ValueError("array: shape[0] %d, the model has %d heads"
+                                 % (heads, self.heads))
+            if kind == "rowstats" and keys != proto.ROWSTATS_FIELDS:
+                raise ValueError("array: rowstats needs keys == %d, got %d"
+                                 % (proto.ROWSTATS_FIELDS, keys))
+            if isinstance(layer, bool) or not hasattr(layer, "__index__") or \
+                    not 0 <= layer.__index__() < self.layers:
+                raise ValueError("layer: %r, not in 0..%d" % (layer, self.layers - 1))
+            if isinstance(step, bool) or not hasattr(step, "__index__"):
+                raise ValueError("step: not an integer (%r)" % (step,))
+            if array.dtype.byteorder == ">":
+                array = array.astype(array.dtype.newbyteorder("<"))
+            array = np.ascontiguousarray(array)
+            nbytes = array.nbytes
+            fields = {"type": "snapshot", "model": self._model, "params": self.params,
+                      "layers": self.layers, "heads": self.heads, "sink": self.sink,
+                      "fixed_probe": self.fixed_probe, "step": step.__index__(),
+                      "layer": layer.__index__(), "kind": kind, "dtype": name,
+                      "shape": (heads, rows, keys), "qpos": qpos, "tensor_bytes": nbytes}
+            hdr = self._header(fields)      # ProtocolError (a ValueError) if invalid
+            # one copy, into a ZeroMQ message that can be queued and retried
+            frame = zmq.Frame(array.reshape(-1).view(np.uint8), copy=True)
+            self._seq += 1
+            return self._dispatch(hdr, frame, nbytes)
+
+    def end(self):
+        """Sends the run-end message (seq = number of messages before it);
+        later sends raise ClosedError. True when sent or queued."""
+        with self._lock:
+            self._check_open()
+            if self._ended:
+                raise ClosedError("sinkwatch: the run was already ended")
+            hdr = self._header({"type": "end"})
+            self._ended = True
+            self._seq += 1
+            return self._dispatch(hdr, None, 0)
+
+    def flush(self, timeout=0.0):
+        """Pushes queued messages to the daemon, waiting at most timeout
+        seconds (0: just try). Returns the number still queued."""
+        with self._lock:
+            if self._closed or os.getpid() != self._pid:
+                return len(self._pending)
+            deadline = time.monotonic() + max(0.0, float(timeout or 0.0))
+            while True:
+                try:
+                    self._poll_subs()
+                    self._flush_pending(zmq.DONTWAIT)
+                except Exception:   # noqa: BLE001
+                    pass
+                left = deadline - time.monotonic()
+                if not self._pending or left <= 0:
+                    return len(self._pending)
+                try:
+                    self._sock.poll(max(1, min(20, int(math.ceil(left * 1000)))), zmq.POLLIN)
+                except zmq.ZMQError:
+                    time.sleep(0.005)
+
+    @property
+    def stats(self):
+        """dict(sent, dropped, queued, bytes_sent, next_seq, subscribed);
+        bytes_sent counts tensor bytes, as the C client does."""
+        return {"sent": self._sent, "dropped": self._dropped, "queued": len(self._pending),
+                "bytes_sent": self._bytes_sent, "next_seq": self._seq,
+                "subscribed": self._nsubs > 0}
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def close(self):
+        """Sends what is queued for at most linger seconds, counts the rest
+        as dropped, and closes the socket and the context (bounded linger).
+        Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            if os.getpid() != self._pid:
+                # a forked child (a DataLoader worker, say): the ZeroMQ state
+                # belongs to the parent; touching it here could hang
+                self._closed = True
+                self._sock = self._ctx = None
+                return
+            start = time.monotonic()
+            try:
+                self.flush(self.linger)
+            finally:
+                self._closed = True
+                n = len(self._pending)
+                self._pending.clear()
+                self._pending_bytes = 0
+                self._dropped += n
+                left = max(0.0, self.linger - (time.monotonic() - start))
+                sock, ctx = self._sock, self._ctx
+                self._sock = self._ctx = None
+                try:
+                    sock.setsockopt(zmq.LINGER, _ms(left))
+                except Exception:   # noqa: BLE001
+                    pass
+                try:
+                    sock.close()
+                finally:
+                    ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if not getattr(self, "_closed", True):
+                self.close()
+        except Exception:   # noqa: BLE001 - interpreter shutdown, half-built object
+            pass
+
+    def __repr__(self):
+        return "<sinkwatch.Client run=%r endpoint=%r %s>" % (
+            self.run, self.endpoint, "closed" if self._closed else "open")
