@@ -1,0 +1,320 @@
+/*
+ * bench.c: the measuring half of `make bench` (bench/run_bench.py drives it
+ * and compares its figures with numpy, raw ZeroMQ and each other). Each
+ * subcommand prints one JSON object on stdout.
+ *
+ *   bench bandwidth MIB                  single-core read bandwidth
+ *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
+ *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
+ *   bench flood ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS [zc|copy] [blocking]
+ *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages
+ *   bench sendcost ENDPOINT N BYTES      p50/p99 of one non-blocking send
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <zmq.h>
+
+#include "metrics/swm.h"
+#include "sinkwatch/client.h"
+
+static double
+now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double
+median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double
+pct(double *v, size_t n, double p)
+{
+	qsort(v, n, sizeof(double), cmp_double);
+	size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+	return v[i < n ? i : n - 1];
+}
+
+/* Read bandwidth of one core: a sum over a buffer far larger than the caches. */
+static int
+bandwidth(size_t mib)
+{
+	size_t n = (mib << 20) / sizeof(double);
+	double *buf = aligned_alloc(64, n * sizeof(double));
+	if (!buf)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (double)(i & 7);
+	double t[5], sink = 0;
+	for (int r = 0; r < 5; r++) {
+		double acc[8] = { 0 };
+		double t0 = now();
+		for (size_t i = 0; i + 8 <= n; i += 8)
+			for (int j = 0; j < 8; j++)
+				acc[j] += buf[i + j];
+		t[r] = now() - t0;
+		for (int j = 0; j < 8; j++)
+			sink += acc[j];
+	}
+	double s = median(t, 5);
+	printf("{\"bytes_per_s\": %.6g, \"f32_per_s\": %.6g, \"check\": %g}\n",
+	    (double)(n * 8) / s, (double)(n * 8) / s / 4, sink);
+	free(buf);
+	return 0;
+}
+
+static int
+rows_bench(const char *file, size_t R, size_t K, const char *dts, const char *kinds, int reps)
+{
+	swm_dtype dt = !strcmp(dts, "f16") ? SWM_F16 : !strcmp(dts, "bf16") ? SWM_BF16 :
+	    !strcmp(dts, "f64") ? SWM_F64 : SWM_F32;
+	swm_kind kind = !strcmp(kinds, "logits") ? SWM_LOGITS : SWM_PROBS;
+	size_t es = swm_dtype_size(dt), bytes = R * K * es;
+	char *x = malloc(bytes);
+	FILE *f = fopen(file, "rb");
+	if (!x || !f || fread(x, 1, bytes, f) != bytes) {
+		fprintf(stderr, "bench rows: cannot read %zu bytes from %s\n", bytes, file);
+		return 1;
+	}
+	fclose(f);
+	swm_opts o;
+	swm_opts_default(&o);
+	double t[64], chk = 0;
+	size_t ok = 0;
+	reps = reps > 64 ? 64 : reps;
+	for (int r = 0; r < reps; r++) {
+		double t0 = now();
+		for (size_t i = 0; i < R; i++) {
+			swm_row row;
+			if (swm_row_stats(x + i * K * es, dt, kind, K, 0, &o, &row) == SWM_OK) {
+				chk += row.H;
+				ok++;
+			}
+		}
+		t[r] = now() - t0;
+	}
+	double s = median(t, reps);
+	printf("{\"elems_per_s\": %.6g, \"seconds\": %.6g, \"rows_ok\": %zu, \"mean_H\": %.17g}\n",
+	    (double)(R * K) / s, s, ok / (size_t)reps, chk / (double)ok);
+	free(x);
+	return 0;
+}
+
+static int
+pairs_bench(size_t H, size_t R, size_t K, int reps)
+{
+	float *x = malloc(H * R * K * sizeof(float));
+	uint64_t st = 7;
+	for (size_t i = 0; i < H * R; i++) {
+		double sum = 0;
+		for (size_t k = 0; k < K; k++) {
+			st = st * 6364136223846793005ull + 1442695040888963407ull;
+			double u = (double)(st >> 11) * 0x1p-53;
+			x[i * K + k] = (float)(k == 0 ? 40.0 * u : u);
+			sum += x[i * K + k];
+		}
+		for (size_t k = 0; k < K; k++)
+			x[i * K + k] = (float)(x[i * K + k] / sum);
+	}
+	swm_opts o;
+	swm_opts_default(&o);
+	void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
+	swm_head_acc *acc = calloc(H, sizeof(*acc));
+	swm_pair_acc *pairs = calloc(H * H, sizeof(*pairs));
+	double t[64], tn[64];
+	reps = reps > 64 ? 64 : reps;
+	swm_block b = { .data = x, .dtype = SWM_F32, .kind = SWM_PROBS, .heads = H, .rows = R,
+	    .keys = K, .head_stride = R * K, .row_stride = K };
+	for (int r = 0; r < reps; r++) {
+		memset(acc, 0, H * sizeof(*acc));
+		memset(pairs, 0, H * H * sizeof(*pairs));
+		double t0 = now();
+		swm_block_add(&b, &o, scratch, acc, pairs);
+		t[r] = now() - t0;
+		memset(acc, 0, H * sizeof(*acc));
+		t0 = now();
+		swm_block_add(&b, &o, scratch, acc, NULL);
+		tn[r] = now() - t0;
+	}
+	printf("{\"layer_s\": %.6g, \"rows_only_s\": %.6g, \"cos01\": %.17g}\n", median(t, reps),
+	    median(tn, reps), pairs[1].cos_keep / (double)pairs[1].rows);
+	free(x);
+	free(scratch);
+	free(acc);
+	free(pairs);
+	return 0;
+}
+
+static void
+noop_release(void *data, void *hint)
+{
+	(void)data;
+	(void)hint;
+}
+
+static int
+flood(int argc, char **argv)
+{
+	if (argc < 9)
+		return 2;
+	const char *ep = argv[2], *run = argv[3];
+	long steps = atol(argv[4]), L = atol(argv[5]), H = atol(argv[6]), R = atol(argv[7]),
+	    K = atol(argv[8]);
+	int zc = argc > 9 && !strcmp(argv[9], "zc"), blocking = argc > 10 && !strcmp(argv[10], "blocking");
+	size_t bytes = (size_t)H * R * K * 2;
+	uint16_t *x = malloc(bytes);
+	for (size_t i = 0; i < bytes / 2; i++)
+		x[i] = (i % (size_t)K) == 0 ? 0x3800 : 0x1000;	/* f16: a sink and a flat rest */
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.blocking = blocking;
+	o.block_timeout_ms = 60000;
+	o.linger_ms = 10000;
+	sw_run_info ri = { run, "bench", 1400000000ull, (uint32_t)L, (uint32_t)H, 0, 1 };
+	sw_client *c;
+	if (sw_client_new(&o, &ri, &c))
+		return 1;
+	sw_client_flush(c, 3000);
+	double t0 = now();
+	for (long s = 0; s < steps; s++)
+		for (long l = 0; l < L; l++) {
+			sw_snapshot sn = { s, (uint32_t)l, SW_KIND_PROBS, SW_DTYPE_F16, (uint32_t)R,
+			    (uint32_t)K, NULL, x, bytes };
+			if (zc)
+				sw_client_send_zc(c, &sn, noop_release, NULL);
+			else
+				sw_client_send(c, &sn);
+		}
+	double t1 = now();
+	sw_client_end(c);
+	sw_client_flush(c, 10000);
+	sw_client_stats st;
+	sw_client_get_stats(c, &st);
+	sw_client_destroy(&c);
+	printf("{\"send_s\": %.6g, \"sent\": %llu, \"dropped\": %llu, \"bytes\": %zu}\n", t1 - t0,
+	    (unsigned long long)st.sent, (unsigned long long)st.dropped, bytes);
+	free(x);
+	return 0;
+}
+
+/* A bare subscriber: the most ZeroMQ delivers with no processing. */
+static int
+rawrecv(const char *ep, long count)
+{
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_SUB);
+	int hwm = 8, tmo = 20000;
+	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+	zmq_setsockopt(s, ZMQ_RCVTIMEO, &tmo, sizeof(tmo));
+	zmq_setsockopt(s, ZMQ_SUBSCRIBE, "sw/", 3);
+	if (zmq_bind(s, ep))
+		return 1;
+	printf("{\"ready\": 1}\n");
+	fflush(stdout);
+	long got = 0;
+	size_t bytes = 0;
+	double t0 = 0;
+	while (got < count) {
+		zmq_msg_t m;
+		int more = 1;
+		while (more) {
+			zmq_msg_init(&m);
+			if (zmq_msg_recv(&m, s, 0) < 0) {
+				zmq_msg_close(&m);
+				goto out;
+			}
+			bytes += zmq_msg_size(&m);
+			more = zmq_msg_more(&m);
+			zmq_msg_close(&m);
+		}
+		if (got++ == 0)
+			t0 = now();
+	}
+out:
+	printf("{\"messages\": %ld, \"bytes\": %zu, \"seconds\": %.6g}\n", got, bytes,
+	    got > 1 ? now() - t0 : 0.0);
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	return 0;
+}
+
+static int
+sendcost(const char *ep, long n, size_t bytes)
+{
+	char *x = malloc(bytes);
+	memset(x, 0, bytes);
+	double *tz = malloc((size_t)n * sizeof(double)), *tc = malloc((size_t)n * sizeof(double));
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.linger_ms = 2000;
+	uint32_t H = 16, R = 64, K = (uint32_t)(bytes / (16 * 64 * 2));
+	sw_run_info ri = { "sendcost", "bench", 0, 1, H, 0, 1 };
+	sw_client *c;
+	if (sw_client_new(&o, &ri, &c))
+		return 1;
+	sw_client_flush(c, 2000);
+	for (long i = 0; i < n; i++) {
+		sw_snapshot s = { i, 0, SW_KIND_PROBS, SW_DTYPE_F16, R, K, NULL, x, bytes };
+		double t0 = now();
+		sw_client_send_zc(c, &s, noop_release, NULL);
+		tz[i] = now() - t0;
+		t0 = now();
+		sw_client_send(c, &s);
+		tc[i] = now() - t0;
+		if (i % 8 == 7)
+			sw_client_flush(c, 50);	/* keep the queue from filling: time the send itself */
+	}
+	sw_client_stats st;
+	sw_client_get_stats(c, &st);
+	sw_client_destroy(&c);
+	printf("{\"zc_p50_us\": %.4g, \"zc_p99_us\": %.4g, \"copy_p50_us\": %.4g, "
+	    "\"copy_p99_us\": %.4g, \"subscribed\": %d, \"sent\": %llu, \"dropped\": %llu}\n",
+	    pct(tz, (size_t)n, 0.5) * 1e6, pct(tz, (size_t)n, 0.99) * 1e6,
+	    pct(tc, (size_t)n, 0.5) * 1e6, pct(tc, (size_t)n, 0.99) * 1e6, st.subscribed,
+	    (unsigned long long)st.sent, (unsigned long long)st.dropped);
+	free(x);
+	free(tz);
+	free(tc);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	if (!strcmp(argv[1], "bandwidth") && argc > 2)
+		return bandwidth((size_t)atol(argv[2]));
+	if (!strcmp(argv[1], "rows") && argc > 7)
+		return rows_bench(argv[2], (size_t)atol(argv[3]), (size_t)atol(argv[4]), argv[5],
+		    argv[6], atoi(argv[7]));
+	if (!strcmp(argv[1], "pairs") && argc > 5)
+		return pairs_bench((size_t)atol(argv[2]), (size_t)atol(argv[3]),
+		    (size_t)atol(argv[4]), atoi(argv[5]));
+	if (!strcmp(argv[1], "flood"))
+		return flood(argc, argv);
+	if (!strcmp(argv[1], "rawrecv") && argc > 3)
+		return rawrecv(argv[2], atol(argv[3]));
+	if (!strcmp(argv[1], "sendcost") && argc > 4)
+		return sendcost(argv[2], atol(argv[3]), (size_t)atol(argv[4]));
+	fprintf(stderr, "usage: see the comment at the top of bench/bench.c\n");
+	return 2;
+}

@@ -1,0 +1,429 @@
+#!/usr/bin/python3
+"""`make bench`: every figure side by side in one run, each the median of
+repeats, with ratios against numpy, the memory bandwidth and raw ZeroMQ
+measured in the same run. Prints the machine, a table, and one line per
+target:  TARGET <name> measured=<value> target=<value> ok|MISS
+and writes the same to bench/results.json.  Not a test: it asserts nothing.
+
+    make bench            (or: BENCH=bench/bench SINKWATCHD=./sinkwatchd \\
+                           /usr/bin/python3 bench/run_bench.py --out bench/results.json)
+"""
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("SW_SRCDIR", os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SRC, "tests"))
+sys.path.insert(0, os.path.join(SRC, "contrib", "python"))
+from swharness import Daemon, free_port  # noqa: E402
+
+BENCH = os.environ.get("BENCH", os.path.join(HERE, "bench"))
+REPS = 5
+
+
+def run_json(args, timeout=600):
+    args = [str(a) for a in args]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError("%s: %s" % (" ".join(map(str, args)), p.stderr))
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def median_time(fn, reps=REPS):
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+# ---------------------------------------------------------------- numpy references
+
+def np_rows(x, delta=1e-10, k=0):
+    """METRICS §1 and §4 per row, vectorized over rows (float64)."""
+    a = x.astype(np.float64)
+    S = a.sum(1, keepdims=True)
+    a = a / S
+    with np.errstate(divide="ignore", invalid="ignore"):
+        la = np.where(a > 0, np.log(np.where(a > 0, a, 1.0)), 0.0)
+    s = a[:, k]
+    w = a[:, 1:].sum(1)
+    H = -(a * la).sum(1)
+    hb = -(s * np.log(s) + w * np.log(w))
+    Hc = np.log(w) - (a[:, 1:] * la[:, 1:]).sum(1) / w
+    small = a < delta
+    r = small.sum(1, keepdims=True)
+    big = np.where(small, 0.0, a).sum(1, keepdims=True)
+    lr = np.where(small, np.log(delta), la + np.log((1 - delta * r) / big))
+    n = a.shape[1]
+    b = np.sqrt((n - 1) / n) * (lr[:, k] - lr[:, 1:].mean(1))
+    return s, w, H, hb, Hc, b
+
+
+def np_logits_rows(z, k=0):
+    z = z.astype(np.float64)
+    y = z - z.max(1, keepdims=True)
+    e = np.exp(y)
+    Z = e.sum(1, keepdims=True)
+    a = e / Z
+    la = y - np.log(Z)
+    s = a[:, k]
+    w = a[:, 1:].sum(1)
+    H = -(a * la).sum(1)
+    hb = -(s * np.log(s) + w * np.log(w))
+    Hc = np.log(w) - (a[:, 1:] * la[:, 1:]).sum(1) / w
+    n = a.shape[1]
+    b = np.sqrt((n - 1) / n) * (la[:, k] - la[:, 1:].mean(1))
+    return s, w, H, hb, Hc, b
+
+
+def np_pairs(x):
+    """Head-pair work of one layer [H, R, K]: cosine and JS keep/drop, Aitchison."""
+    Hh = x.shape[0]
+    a = x.astype(np.float64)
+    a = a / a.sum(2, keepdims=True)
+    c = a[:, :, 1:] / a[:, :, 1:].sum(2, keepdims=True)
+    la = np.log(np.maximum(a, 1e-10))
+    clr = la[:, :, 1:] - la[:, :, 1:].mean(2, keepdims=True)
+    bal = np.sqrt((a.shape[2] - 1) / a.shape[2]) * (la[:, :, 0] - la[:, :, 1:].mean(2))
+
+    def ent(p):
+        return -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+
+    Ha, Hcc = ent(a), ent(c)
+    out = {}
+    for i in range(Hh):
+        for j in range(i + 1, Hh):
+            ck = (a[i] * a[j]).sum(-1) / np.sqrt((a[i] ** 2).sum(-1) * (a[j] ** 2).sum(-1))
+            cd = (c[i] * c[j]).sum(-1) / np.sqrt((c[i] ** 2).sum(-1) * (c[j] ** 2).sum(-1))
+            jk = ent(0.5 * (a[i] + a[j])) - 0.5 * (Ha[i] + Ha[j])
+            jd = ent(0.5 * (c[i] + c[j])) - 0.5 * (Hcc[i] + Hcc[j])
+            ps = np.sqrt(np.mean((bal[i] - bal[j]) ** 2))
+            pc = np.sqrt(np.mean(((clr[i] - clr[j]) ** 2).sum(-1)))
+            out[i, j] = (ck.mean(), cd.mean(), jk.mean(), jd.mean(), ps, pc)
+    return out
+
+
+def make_probs(rng, rows, keys):
+    z = rng.normal(size=(rows, keys)).astype(np.float32)
+    z[:, 0] += 3.0
+    p = np.exp(z - z.max(1, keepdims=True))
+    return (p / p.sum(1, keepdims=True)).astype(np.float32), z
+
+
+def to_bf16(x):
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+# ---------------------------------------------------------------- the measurements
+
+def machine():
+    info = {"python": platform.python_version(), "numpy": np.__version__,
+            "cores": os.cpu_count()}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in ("Model name", "CPU(s)", "L2 cache", "L3 cache"):
+                info[k.strip()] = v.strip()
+        flags = [f for f in ("avx2", "avx512f", "avx512dq", "f16c") if f in out]
+        info["isa_flags"] = flags
+    except OSError:
+        pass
+    with open("/proc/meminfo") as f:
+        info["mem_total"] = f.readline().split(":")[1].strip()
+    return info
+
+
+def bench_rows(tmp, res):
+    rng = np.random.default_rng(1)
+    R, K = 32768, 2048          # 256 MiB of f32 rows: streamed from memory
+    probs, logits = make_probs(rng, R, K)
+    data = {"f32": probs, "f16": probs.astype(np.float16), "bf16": to_bf16(probs),
+            "logits_f32": logits}
+    sub = 4096                  # numpy timed on a slice (its temporaries are large)
+    for name, arr in data.items():
+        path = os.path.join(tmp, name + ".raw")
+        arr.tofile(path)
+        dt, kind = (name, "probs") if not name.startswith("logits") else ("f32", "logits")
+        c = run_json([BENCH, "rows", path, R, K, dt, kind, REPS])
+        if kind == "logits":
+            t = median_time(lambda: np_logits_rows(arr[:sub]), 3)
+        else:
+            t = median_time(lambda: np_rows(arr[:sub].astype(np.float32)), 3)
+        np_eps = sub * K / t
+        res["rows"][name] = {"c_elems_per_s": c["elems_per_s"], "numpy_elems_per_s": np_eps,
+                             "ratio_vs_numpy": c["elems_per_s"] / np_eps}
+        os.unlink(path)
+        # the numbers agree: mean entropy over the rows
+        if kind == "probs" and name == "f32":
+            H = np_rows(arr)[2]
+            res["rows"][name]["mean_H_c"] = c["mean_H"]
+            res["rows"][name]["mean_H_numpy"] = float(H.mean())
+
+
+def bench_pairs(res):
+    H, R, K = 16, 64, 2048
+    c = run_json([BENCH, "pairs", H, R, K, REPS])
+    rng = np.random.default_rng(2)
+    x = np.stack([make_probs(rng, R, K)[0] for _ in range(H)])
+    t = median_time(lambda: np_pairs(x), 3)
+    res["pairs"] = {"layer_s_c": c["layer_s"], "rows_only_s_c": c["rows_only_s"],
+                    "layer_s_numpy": t, "ratio_vs_numpy": t / c["layer_s"],
+                    "snapshot_all_pairs_s": 24 * c["layer_s"]}
+
+
+def status_fig(d, sec, key):
+    return d.status()[sec][key]
+
+
+def bench_e2e(tmp, res, transport):
+    """A client flood of 1.4B-shaped snapshots (24 layers x [16, 64, 2048] f16)."""
+    L, H, R, K = 24, 16, 64, 2048
+    steps = 12
+    n = steps * L
+    elems = H * R * K
+    if transport == "ipc":
+        ep = "ipc://%s/sw-%d.sock" % (tmp, free_port())
+    else:
+        ep = "tcp://127.0.0.1:%d" % free_port()
+    # raw ZeroMQ: the same messages to a bare SUB, no processing
+    rr = subprocess.Popen([BENCH, "rawrecv", ep, str(n + 1)], stdout=subprocess.PIPE, text=True)
+    rr.stdout.readline()
+    fl = run_json([BENCH, "flood", ep, "raw", steps, L, H, R, K, "zc", "blocking"])
+    raw = json.loads(rr.communicate(timeout=120)[0].strip().splitlines()[-1])
+    raw_mps = (raw["messages"] - 1) / raw["seconds"] if raw["seconds"] > 0 else float("nan")
+    # the daemon with its default configuration (own ports and data dir)
+    d = Daemon(tmp=tmp)
+    d.listen = ep
+    d.extra = []
+    d.start()
+    try:
+        t0 = time.time()
+        fl2 = run_json([BENCH, "flood", ep, "e2e-" + transport, steps, L, H, R, K, "zc",
+                        "blocking"])
+        st = d.wait(lambda s: s["writer"]["steps_written"] >= steps and
+                    s["queue"]["jobs_in_flight"] == 0, timeout=600, what="the flood")
+        elapsed = time.time() - t0
+        done = st["traffic"]["messages"] - 1 - sum(st["drops"].values())
+        res["e2e"][transport] = {
+            "snapshots_per_s": done / L / elapsed, "messages_per_s": done / elapsed,
+            "elems_per_s": done * elems / elapsed, "raw_zmq_messages_per_s": raw_mps,
+            "ratio_vs_raw_zmq": (done / elapsed) / raw_mps, "drops": st["drops"],
+            "elapsed_s": elapsed, "send_s": fl2["send_s"]}
+    finally:
+        d.stop()
+    _ = fl
+
+
+def bench_allpairs(tmp, res):
+    """One 1.4B snapshot with every pair metric on every row."""
+    res["pairs"]["snapshot_default_s"] = 24 * (res["pairs"]["rows_only_s_c"] +
+                                               res["pairs"]["layer_s_c"] * 8 / 64)
+
+
+def bench_client(tmp, res):
+    n, size = 2000, 4 << 20
+    d = Daemon(tmp=tmp).start()
+    try:
+        up = run_json([BENCH, "sendcost", d.listen, n, size])
+    finally:
+        d.stop()
+    down = run_json([BENCH, "sendcost", "tcp://127.0.0.1:%d" % free_port(), n, size])
+    res["client"] = {"daemon_up": up, "daemon_down": down}
+
+
+def bench_visibility(tmp, res):
+    import h5py
+    from sinkwatch import Client
+    d = Daemon(tmp=tmp, extra=[]).start()
+    # the daemon's default flush cadence (the harness sets 100 ms: undo it)
+    d.stop()
+    d = Daemon(tmp=tmp)
+    d.start_args_default = True
+    args = [os.environ["SINKWATCHD"], "--listen", d.listen, "--control", d.control,
+            "--data-dir", d.data]
+    d.logf = open(d.log, "ab")
+    d.proc = subprocess.Popen(args, stderr=d.logf, stdout=d.logf)
+    time.sleep(0.5)
+    flush_ms = 500
+    lat = []
+    try:
+        c = Client("vis", 1, 2, endpoint=d.listen, blocking=True, block_timeout=10)
+        x = np.full((2, 4, 16), 1 / 16, dtype=np.float32)
+        c.send(0, 0, x)
+        path = d.run_file("vis")
+        deadline = time.time() + 20
+        while not os.path.exists(path) and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)
+        with h5py.File(path, "r", libver="latest", swmr=True) as f:
+            ds = f["step"]
+            for i in range(1, 41):
+                ds.refresh()
+                T0 = ds.shape[0]
+                t0 = time.time()
+                c.send(i, 0, x)
+                while True:
+                    ds.refresh()
+                    if ds.shape[0] > T0:
+                        break
+                    if time.time() - t0 > 5:
+                        break
+                    time.sleep(0.002)
+                lat.append(time.time() - t0)
+                time.sleep(0.05 + 0.013 * (i % 7))
+        c.close()
+    finally:
+        d.stop()
+    lat = np.array(lat)
+    res["visibility"] = {"p50_s": float(np.percentile(lat, 50)),
+                         "p99_s": float(np.percentile(lat, 99)), "flush_ms": flush_ms}
+
+
+def bench_memory(tmp, res):
+    """Peak RSS under a 10x flood with the default budget; every drop counted."""
+    d = Daemon(tmp=tmp)
+    args = [os.environ["SINKWATCHD"], "--listen", d.listen, "--control", d.control,
+            "--data-dir", d.data]
+    d.logf = open(d.log, "ab")
+    d.proc = subprocess.Popen(args, stderr=d.logf, stdout=d.logf)
+    time.sleep(0.5)
+    budget = 512 << 20
+    L, H, R, K = 24, 16, 64, 2048
+    msg = H * R * K * 2
+    steps = max(1, (10 * budget) // (msg * L))
+    try:
+        fl = run_json([BENCH, "flood", d.listen, "mem", steps, L, H, R, K, "zc"])
+        sent = fl["sent"]
+        st = d.wait(lambda s: s["traffic"]["messages"] >= sent and
+                    s["queue"]["jobs_in_flight"] == 0 and s["queue"]["writer_queue"] == 0,
+                    timeout=900, what="the memory flood")
+        with open("/proc/%d/status" % d.proc.pid) as f:
+            hwm = [ln for ln in f if ln.startswith("VmHWM")][0].split()[1]
+        peak = int(hwm) * 1024
+        runs = d.status()
+        received = st["traffic"]["messages"]
+    finally:
+        d.stop()
+    res["memory"] = {"peak_rss": peak, "budget": budget, "client_sent": sent,
+                     "client_dropped": fl["dropped"], "daemon_received": received,
+                     "daemon_drops": st["drops"], "steps": steps,
+                     "accounted": received == sent}
+    _ = runs
+
+
+def targets(res):
+    t = []
+    if "bandwidth" not in res or "f32" not in res["rows"] or "pairs" not in res:
+        return t
+    bw = res["bandwidth"]["f32_per_s"]
+    r = res["rows"]["f32"]
+    t.append(("rows_f32_vs_numpy", r["ratio_vs_numpy"], 5.0, r["ratio_vs_numpy"] >= 5))
+    t.append(("rows_f32_vs_bandwidth", r["c_elems_per_s"] / bw, 0.5, r["c_elems_per_s"] / bw >= 0.5))
+    t.append(("pairs_vs_numpy", res["pairs"]["ratio_vs_numpy"], 5.0, res["pairs"]["ratio_vs_numpy"] >= 5))
+    for tr, e in res["e2e"].items():
+        t.append(("e2e_%s_elems_per_s" % tr, e["elems_per_s"], 1e9, e["elems_per_s"] >= 1e9))
+        t.append(("e2e_%s_vs_raw_zmq" % tr, e["ratio_vs_raw_zmq"], 0.5, e["ratio_vs_raw_zmq"] >= 0.5))
+    if "client" in res:
+        zc = res["client"]["daemon_up"]["zc_p99_us"]
+        zcd = res["client"]["daemon_down"]["zc_p99_us"]
+        t.append(("client_zc_p99_us_up", zc, 20.0, zc <= 20))
+        t.append(("client_zc_p99_us_down", zcd, 20.0, zcd <= 20))
+    if "visibility" in res:
+        v = res["visibility"]
+        lim = 1.5 * v["flush_ms"] / 1000
+        t.append(("visibility_p99_s", v["p99_s"], lim, v["p99_s"] <= lim))
+    if "memory" in res:
+        m = res["memory"]
+        lim = m["budget"] + (64 << 20)
+        t.append(("memory_peak_rss", m["peak_rss"], lim, m["peak_rss"] <= lim and m["accounted"]))
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    res = {"machine": machine(), "rows": {}, "e2e": {}, "started": time.time()}
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-bench-")
+    steps = [("bandwidth", lambda: res.__setitem__("bandwidth", run_json([BENCH, "bandwidth", 1024]))),
+             ("rows", lambda: bench_rows(tmp, res)),
+             ("pairs", lambda: bench_pairs(res)),
+             ("allpairs", lambda: bench_allpairs(tmp, res)),
+             ("e2e_tcp", lambda: bench_e2e(tmp, res, "tcp")),
+             ("e2e_ipc", lambda: bench_e2e(tmp, res, "ipc")),
+             ("client", lambda: bench_client(tmp, res)),
+             ("visibility", lambda: bench_visibility(tmp, res)),
+             ("memory", lambda: bench_memory(tmp, res))]
+    for name, fn in steps:
+        if a.only and name not in a.only:
+            continue
+        t0 = time.time()
+        try:
+            fn()
+            print("# %-11s done in %.1f s" % (name, time.time() - t0), flush=True)
+        except Exception as e:  # noqa: BLE001 - a failed measurement is reported, the rest go on
+            res.setdefault("errors", {})[name] = str(e)
+            print("# %-11s FAILED: %s" % (name, e), flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("\nmachine:", json.dumps(res["machine"]))
+    if "bandwidth" in res:
+        print("single-core read bandwidth: %.3g GB/s = %.3g f32/s" %
+              (res["bandwidth"]["bytes_per_s"] / 1e9, res["bandwidth"]["f32_per_s"]))
+    print("\n%-14s %14s %14s %8s" % ("row kernel", "C elem/s", "numpy elem/s", "ratio"))
+    for k, v in res["rows"].items():
+        print("%-14s %14.3g %14.3g %8.1f" % (k, v["c_elems_per_s"], v["numpy_elems_per_s"],
+                                             v["ratio_vs_numpy"]))
+    if "pairs" in res:
+        p = res["pairs"]
+        print("\nhead pairs 16x64x2048: C %.4f s/layer, numpy %.4f s/layer, ratio %.1f; "
+              "1.4B snapshot, every pair on every row: %.2f s; default config: %.2f s" %
+              (p["layer_s_c"], p["layer_s_numpy"], p["ratio_vs_numpy"],
+               p["snapshot_all_pairs_s"], p.get("snapshot_default_s", float("nan"))))
+    for tr, e in res["e2e"].items():
+        print("e2e %s: %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f)" %
+              (tr, e["snapshots_per_s"], e["elems_per_s"], e["messages_per_s"],
+               e["raw_zmq_messages_per_s"], e["ratio_vs_raw_zmq"]))
+    if "client" in res:
+        for k, v in res["client"].items():
+            print("client send of 4 MiB, %s: zero-copy p50 %.1f us p99 %.1f us; copy p50 %.1f us p99 %.1f us"
+                  % (k, v["zc_p50_us"], v["zc_p99_us"], v["copy_p50_us"], v["copy_p99_us"]))
+    if "visibility" in res:
+        v = res["visibility"]
+        print("visibility send -> SWMR reader: p50 %.3f s, p99 %.3f s (flush %d ms)" %
+              (v["p50_s"], v["p99_s"], v["flush_ms"]))
+    if "memory" in res:
+        m = res["memory"]
+        print("memory under a 10x flood: peak RSS %.1f MiB, budget %d MiB; sent %d, "
+              "received %d, client drops %d, daemon drops %s" %
+              (m["peak_rss"] / 2**20, m["budget"] >> 20, m["client_sent"], m["daemon_received"],
+               m["client_dropped"], {k: v for k, v in m["daemon_drops"].items() if v}))
+    print()
+    res["targets"] = []
+    for name, got, want, ok in targets(res):
+        line = "TARGET %s measured=%.4g target=%.4g %s" % (name, got, want, "ok" if ok else "MISS")
+        print(line)
+        res["targets"].append({"name": name, "measured": got, "target": want, "ok": bool(ok)})
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1, default=float)
+    print("\nwrote", a.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+#!/usr/bin/python3
+"""Train a tiny causal transformer from scratch on CPU and watch its attention.
+
+The model: byte-level vocabulary (256 bytes + BOS), a BOS token at position 0
+of every sequence (the natural sink), pre-norm blocks built on
+torch.nn.MultiheadAttention, learned positions. The text: every file under
+/usr/share/common-licenses. A sinkwatch.torch.AttentionProbe streams the
+attention of a fixed probe batch to sinkwatchd at step 0 and every --every
+steps (and after the last step when it falls on the cadence).
+
+    sinkwatchd &
+    contrib/examples/train_tiny_gpt.py --run tiny/seed1 --steps 400 --every 50
+    sinkwatch report sinkwatch-data/tiny%2Fseed1.h5
+
+Deterministic with --seed (and --threads); the probe does not change the
+training: --no-probe gives the same parameters and losses bit for bit.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+BOS = 256
+VOCAB = 257
+TEXT_DIR = "/usr/share/common-licenses"
+
+
+def load_text(root=TEXT_DIR):
+    """The bytes of every regular file under root, in sorted path order, each
+    file once (the directory has symlinks such as GPL -> GPL-3)."""
+    seen, chunks = set(), []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.realpath(os.path.join(dirpath, name))
+            if path in seen or not os.path.isfile(path):
+                continue
+            seen.add(path)
+            with open(path, "rb") as f:
+                chunks.append(f.read())
+    data = b"\n".join(chunks)
+    if len(data) < 4096:
+        raise SystemExit("not enough text under %s" % root)
+    return torch.tensor(np.frombuffer(data, dtype=np.uint8).astype(np.int64))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, dropout=dropout, batch_first=True)
+        self.drop = nn.Dropout(dropout)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        a, _ = self.attn(h, h, h, attn_mask=mask, need_weights=False)
+        x = x + self.drop(a)
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, layers, heads, d, context, dropout):
+        super().__init__()
+        self.context = context
+        self.tok = nn.Embedding(VOCAB, d)
+        self.pos = nn.Embedding(context, d)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([Block(d, heads, dropout) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, VOCAB, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(context, context, dtype=torch.bool), 1),
+                             persistent=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))
+        mask = self.mask[:T, :T]
+        for b in self.blocks:
+            x = b(x, mask)
+        return self.head(self.ln(x))
+
+
+def batch_from(data, offsets, context):
+    """Inputs [BOS, t0 .. t_{C-2}] and targets [t0 .. t_{C-1}] at offsets."""
+    w = torch.stack([data[o:o + context] for o in offsets.tolist()])
+    x = torch.cat([torch.full((len(w), 1), BOS, dtype=torch.long), w[:, :-1]], 1)
+    return x, w
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--connect", default="tcp://127.0.0.1:5710", help="sinkwatchd endpoint")
+    p.add_argument("--run", default=None,
+                   help="run id (default tiny-gpt/seedN-UNIXTIME: a run id that is used "
+                   "again resumes its file and appends to it)")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--every", type=int, default=50, help="probe cadence, steps")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--probe-batch", type=int, default=2, help="sequences in the probe batch")
+    p.add_argument("--probe-rows", type=int, default=None,
+                   help="query positions per probe sequence, evenly spread (default: all)")
+    p.add_argument("--probe-positions", default=None, metavar="Q,Q,..",
+                   help="these query positions instead of --probe-rows")
+    p.add_argument("--cast", choices=("f16", "bf16"), default=None)
+    p.add_argument("--rowstats", action="store_true",
+                   help="send per-row statistics instead of rows")
+    p.add_argument("--dump-probes", metavar="DIR", default=None,
+                   help="save each probe's attention as .npy files")
+    p.add_argument("--no-probe", action="store_true", help="train without the probe")
+    p.add_argument("--save-final", metavar="FILE", default=None,
+                   help="save the final parameters and the losses (.npz)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--flush-timeout", type=float, default=5.0,
+                   help="seconds to wait at the end for queued messages")
+    return p.parse_args(argv)
+
+
+def dump(dirname, last):
+    """probe_STEP.npy: [layers, heads, rows, keys] float rows as captured
+    (masked keys 0); sent_STEP.npy: what was sent ([.., 6] for rowstats,
+    uint16 bits for bf16); qpos.npy: the query position of each row."""
+    s = last["step"]
+    np.save(os.path.join(dirname, "probe_%06d.npy" % s), np.stack(last["attention"]))
+    np.save(os.path.join(dirname, "sent_%06d.npy" % s), np.stack(last["sent"]))
+    if last.get("qpos") is not None:
+        np.save(os.path.join(dirname, "qpos.npy"), last["qpos"])
+
+
+def main(argv=None):
+    a = parse(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    np.random.seed(a.seed)
+    run = a.run or "tiny-gpt/seed%d-%d" % (a.seed, int(time.time()))
+
+    data = load_text()
+    model = TinyGPT(a.layers, a.heads, a.d_model, a.context, a.dropout)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    # a fixed probe batch, evenly spread over the text, drawn from no RNG
+    starts = torch.linspace(0, len(data) - a.context - 1, a.probe_batch + 2)[1:-1].long()
+    probe_x, _ = batch_from(data, starts, a.context)
+
+    client = probe = None
+    if not a.no_probe:
+        import sinkwatch
+        import sinkwatch.torch as swt
+        positions = a.probe_rows
+        if a.probe_positions:
+            positions = [int(q) for q in a.probe_positions.split(",")]
+        client = sinkwatch.Client(run, a.layers, a.heads, endpoint=a.connect,
+                                  model="tiny-gpt-L%dH%dD%d" % (a.layers, a.heads, a.d_model),
+                                  params=params, sink=0, fixed_probe=True)
+        probe = swt.AttentionProbe(model, probe_x, client, every=a.every, capture="mha",
+                                   query_positions=positions, cast=a.cast,
+                                   rowstats=a.rowstats, causal=True,
+                                   keep=a.dump_probes is not None)
+        if a.dump_probes:
+            os.makedirs(a.dump_probes, exist_ok=True)
+    print("run %s: %d layers x %d heads, d_model %d, context %d, %d params, %d bytes of text"
+          % (run, a.layers, a.heads, a.d_model, a.context, params, len(data)), flush=True)
+
+    def maybe_probe(step):
+        if probe is None or not probe.due(step):
+            return
+        probe.maybe(step)
+        if a.dump_probes and probe.last is not None and probe.last["step"] == step:
+            dump(a.dump_probes, probe.last)
+
+    losses = []
+    t0 = time.time()
+    model.train()
+    for step in range(a.steps):
+        maybe_probe(step)
+        ix = torch.randint(0, len(data) - a.context, (a.batch,))
+        x, y = batch_from(data, ix, a.context)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if a.log_every > 0 and (step % a.log_every == 0 or step == a.steps - 1):
+            print("step %5d  loss %.4f  (%.1f bits/byte)" % (step, losses[-1],
+                  losses[-1] / math.log(2)), flush=True)
+    if a.steps > 0 and a.every > 0 and a.steps % a.every == 0:
+        maybe_probe(a.steps)          # the final weights, on the cadence
+    elapsed = time.time() - t0
+
+    if a.save_final:
+        arrays = {"param/" + k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+        arrays["losses"] = np.array(losses, dtype=np.float64)
+        np.savez(a.save_final, **arrays)
+
+    if client is not None:
+        client.end()
+        client.flush(a.flush_timeout)
+        cst = dict(client.stats)
+        client.close()
+        st = probe.stats
+        print("client: %s" % " ".join("%s=%s" % kv for kv in sorted(cst.items())))
+        print("probe cost: %d probes, %.2f ms/probe (max %.2f, forward %.2f), "
+              "%d bytes/probe, %s %s %d rows x %d keys x %d layers, errors %d; "
+              "training %.1f s, %.1f ms/step without the probes"
+              % (st["probes"], st["ms_mean"], st["ms_max"], st["ms_capture_mean"],
+                 st["bytes_mean"], st["kind"],
+                 st["dtype"], st["rows"], st["keys"], st["layers"], st["errors"], elapsed,
+                 (elapsed - st["ms_total"] / 1e3) * 1e3 / max(1, a.steps)),
+              flush=True)
+    else:
+        print("no probe, training %.1f s, %.1f ms/step"
+              % (elapsed, elapsed * 1e3 / max(1, a.steps)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
