@@ -289,6 +289,18 @@ release_zc(void *data, void *hint)
 	free(z);
 }
 
+/* Counts a drop and closes the message; a zero-copy buffer stays the caller's. */
+static void
+discard(sw_client *c, zmq_msg_t *hdr, zmq_msg_t *data, int has_data, struct zc_hint *z)
+{
+	c->dropped++;
+	if (z)
+		z->armed = 0;
+	zmq_msg_close(hdr);
+	if (has_data)
+		zmq_msg_close(data);
+}
+
 /*
  * Sends or queues the message (hdr, data); takes them over in every case
  * (closing them on a drop). Returns 0 or SW_EDROPPED / SW_ETIMEDOUT.
@@ -338,21 +350,11 @@ dispatch(sw_client *c, zmq_msg_t *hdr, zmq_msg_t *data, int has_data, size_t byt
 			return 0;
 		}
 	}
-	c->dropped++;
-	if (z)
-		z->armed = 0;
-	zmq_msg_close(hdr);
-	if (has_data)
-		zmq_msg_close(data);
+	discard(c, hdr, data, has_data, z);
 	return seterr(c, SW_EDROPPED, "dropped message %llu: %s",
 	    (unsigned long long)(c->seq - 1), c->nsubs ? "queue full" : "no daemon subscribed");
 drop_timeout:
-	c->dropped++;
-	if (z)
-		z->armed = 0;
-	zmq_msg_close(hdr);
-	if (has_data)
-		zmq_msg_close(data);
+	discard(c, hdr, data, has_data, z);
 	return seterr(c, SW_ETIMEDOUT, "blocking send timed out after %d ms",
 	    c->o.block_timeout_ms);
 }

@@ -14,6 +14,7 @@
 
 #include <hdf5.h>
 
+#include "storage/h5util.h"
 #include "storage/runfile.h"
 
 #define REFRESH_TRIES 100	/* about 100 ms of 1 ms waits */
@@ -91,77 +92,22 @@ name_at(size_t i)
 }
 
 static int
-attr_num(hid_t loc, const char *name, hid_t mtype, void *v)
-{
-	hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-	int rc = -1;
-
-	if (a >= 0 && H5Aread(a, mtype, v) >= 0)
-		rc = 0;
-	if (a >= 0)
-		H5Aclose(a);
-	return rc;
-}
-
-/* A string attribute, variable or fixed length, into buf (truncated). */
-static int
-attr_str(hid_t loc, const char *name, char *buf, size_t len)
-{
-	hid_t a = H5Aopen(loc, name, H5P_DEFAULT), ft = -1, mt = -1;
-	int rc = -1;
-
-	buf[0] = '\0';
-	if (a < 0)
-		return -1;
-	if ((ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING)
-		goto done;
-	if (H5Tis_variable_str(ft) > 0) {
-		char *s = NULL;
-		/* HDF5 converts no string between character sets */
-		mt = H5Tcopy(H5T_C_S1);
-		if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
-		    H5Tset_cset(mt, H5Tget_cset(ft)) >= 0 &&
-		    H5Aread(a, mt, &s) >= 0) {
-			snprintf(buf, len, "%s", s ? s : "");
-			H5free_memory(s);
-			rc = 0;
-		}
-	} else {
-		size_t sz = H5Tget_size(ft);
-		char *s = calloc(1, sz + 1);
-		mt = H5Tcopy(ft);
-		if (s && mt >= 0 && H5Aread(a, mt, s) >= 0) {
-			snprintf(buf, len, "%s", s);
-			rc = 0;
-		}
-		free(s);
-	}
-done:
-	if (mt >= 0)
-		H5Tclose(mt);
-	if (ft >= 0)
-		H5Tclose(ft);
-	H5Aclose(a);
-	return rc;
-}
-
-static int
 read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
 {
 	uint8_t fixed = 0;
 
 	memset(m, 0, sizeof(*m));
-	if (attr_str(r->file, "run", m->run, sizeof(m->run)) < 0 ||
-	    attr_str(r->file, "model", m->model, sizeof(m->model)) < 0 ||
-	    attr_num(r->file, "params", H5T_NATIVE_UINT64, &m->params) < 0 ||
-	    attr_num(r->file, "layers", H5T_NATIVE_UINT32, &m->layers) < 0 ||
-	    attr_num(r->file, "heads", H5T_NATIVE_UINT32, &m->heads) < 0 ||
-	    attr_num(r->file, "sink", H5T_NATIVE_UINT32, &m->sink) < 0 ||
-	    attr_num(r->file, "fixed_probe", H5T_NATIVE_UINT8, &fixed) < 0 ||
-	    attr_str(r->file, "split_form", r->split_form, sizeof(r->split_form)) < 0 ||
-	    attr_str(r->file, "kind", r->kind, sizeof(r->kind)) < 0 ||
-	    attr_num(r->file, "rows", H5T_NATIVE_UINT32, &m->rows) < 0 ||
-	    attr_num(r->file, "keys", H5T_NATIVE_UINT32, &m->keys) < 0) {
+	if (sw_h5_attr_str(r->file, "run", m->run, sizeof(m->run)) < 0 ||
+	    sw_h5_attr_str(r->file, "model", m->model, sizeof(m->model)) < 0 ||
+	    sw_h5_attr_num(r->file, "params", H5T_NATIVE_UINT64, &m->params) < 0 ||
+	    sw_h5_attr_num(r->file, "layers", H5T_NATIVE_UINT32, &m->layers) < 0 ||
+	    sw_h5_attr_num(r->file, "heads", H5T_NATIVE_UINT32, &m->heads) < 0 ||
+	    sw_h5_attr_num(r->file, "sink", H5T_NATIVE_UINT32, &m->sink) < 0 ||
+	    sw_h5_attr_num(r->file, "fixed_probe", H5T_NATIVE_UINT8, &fixed) < 0 ||
+	    sw_h5_attr_str(r->file, "split_form", r->split_form, sizeof(r->split_form)) < 0 ||
+	    sw_h5_attr_str(r->file, "kind", r->kind, sizeof(r->kind)) < 0 ||
+	    sw_h5_attr_num(r->file, "rows", H5T_NATIVE_UINT32, &m->rows) < 0 ||
+	    sw_h5_attr_num(r->file, "keys", H5T_NATIVE_UINT32, &m->keys) < 0) {
 		fail(err, errlen, "%s: reading the run attributes failed", r->path);
 		return -1;
 	}
@@ -237,7 +183,7 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 		fail(err, errlen, "%s: cannot open the run file for SWMR reading", path);
 		goto fail;
 	}
-	if (attr_num(r->file, "layout_version", H5T_NATIVE_INT32, &version) < 0) {
+	if (sw_h5_attr_num(r->file, "layout_version", H5T_NATIVE_INT32, &version) < 0) {
 		fail(err, errlen, "%s: not a sinkwatch run file (no layout_version)", path);
 		goto fail;
 	}

@@ -31,6 +31,7 @@
 
 #include <hdf5.h>
 
+#include "storage/h5util.h"
 #include "storage/runfile.h"
 
 _Static_assert(SWM_STATUS__N == 6, "rejected stores statuses 1..5");
@@ -337,61 +338,6 @@ static int
 attr_u32(hid_t loc, const char *name, uint32_t v)
 {
 	return attr_write(loc, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
-}
-
-static int
-attr_read_u32(hid_t loc, const char *name, uint32_t *v)
-{
-	hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-	int rc = -1;
-
-	if (a >= 0 && H5Aread(a, H5T_NATIVE_UINT32, v) >= 0)
-		rc = 0;
-	if (a >= 0)
-		H5Aclose(a);
-	return rc;
-}
-
-/* A string attribute, variable or fixed length, into buf (truncated). */
-static int
-attr_read_str(hid_t loc, const char *name, char *buf, size_t len)
-{
-	hid_t a = H5Aopen(loc, name, H5P_DEFAULT), ft = -1, mt = -1;
-	int rc = -1;
-
-	buf[0] = '\0';
-	if (a < 0)
-		return -1;
-	if ((ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING)
-		goto done;
-	if (H5Tis_variable_str(ft) > 0) {
-		char *s = NULL;
-		/* HDF5 converts no string between character sets */
-		mt = H5Tcopy(H5T_C_S1);
-		if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
-		    H5Tset_cset(mt, H5Tget_cset(ft)) >= 0 &&
-		    H5Aread(a, mt, &s) >= 0) {
-			snprintf(buf, len, "%s", s ? s : "");
-			H5free_memory(s);
-			rc = 0;
-		}
-	} else {
-		size_t sz = H5Tget_size(ft);
-		char *s = calloc(1, sz + 1);
-		mt = H5Tcopy(ft);
-		if (s && mt >= 0 && H5Aread(a, mt, s) >= 0) {
-			snprintf(buf, len, "%s", s);
-			rc = 0;
-		}
-		free(s);
-	}
-done:
-	if (mt >= 0)
-		H5Tclose(mt);
-	if (ft >= 0)
-		H5Tclose(ft);
-	H5Aclose(a);
-	return rc;
 }
 
 static int
@@ -812,11 +758,11 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 		fail(err, errlen, "%s: cannot open the existing run file", path);
 		goto done;
 	}
-	if (attr_read_u32(file, "layout_version", &version) < 0 ||
-	    attr_read_u32(file, "layers", &layers) < 0 ||
-	    attr_read_u32(file, "heads", &heads) < 0 ||
-	    attr_read_u32(file, "sink", &sink) < 0 ||
-	    attr_read_str(file, "run", run, sizeof(run)) < 0) {
+	if (sw_h5_attr_num(file, "layout_version", H5T_NATIVE_UINT32, &version) < 0 ||
+	    sw_h5_attr_num(file, "layers", H5T_NATIVE_UINT32, &layers) < 0 ||
+	    sw_h5_attr_num(file, "heads", H5T_NATIVE_UINT32, &heads) < 0 ||
+	    sw_h5_attr_num(file, "sink", H5T_NATIVE_UINT32, &sink) < 0 ||
+	    sw_h5_attr_str(file, "run", run, sizeof(run)) < 0) {
 		fail(err, errlen, "%s: not a sinkwatch run file (attributes missing)", path);
 		goto done;
 	}

@@ -41,19 +41,7 @@ def sim(d, run, *args):
 
 
 def wait_ended(d, run, timeout=20):
-    """Until the run's file exists and says it ended."""
-    path = d.run_file(run)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path):
-            try:
-                with h5py.File(path, "r", libver="latest", swmr=True) as f:
-                    if f["ended"].shape[0] > 0:
-                        return path
-            except OSError:
-                pass
-        time.sleep(0.05)
-    raise AssertionError("run %s did not end in %ss; log:\n%s" % (run, timeout, d.read_log()))
+    return d.wait_ended(run, timeout)
 
 
 def report(path):

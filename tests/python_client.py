@@ -72,19 +72,8 @@ def rowstats(p, k=0):
     return np.stack([s, w, H, hb, Hc, b], axis=-1)
 
 
-def wait_ended(d, run, timeout=10):
-    path = d.run_file(run)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path):
-            try:
-                with h5py.File(path, "r", libver="latest", swmr=True) as f:
-                    if f["ended"].shape[0] > 0:
-                        return path
-            except (OSError, KeyError):
-                pass
-        time.sleep(0.05)
-    raise AssertionError("run %s did not end in %ss; log:\n%s" % (run, timeout, d.read_log()))
+def wait_ended(d, run, timeout=20):
+    return d.wait_ended(run, timeout)
 
 
 def steps_of(path):

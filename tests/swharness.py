@@ -114,6 +114,23 @@ class Daemon:
         except OSError:
             return ""
 
+    def wait_ended(self, run, timeout=20):
+        """Until the run's file exists and records that the run ended."""
+        import h5py
+        path = self.run_file(run)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if os.path.exists(path):
+                try:
+                    with h5py.File(path, "r", libver="latest", swmr=True) as f:
+                        if f["ended"].shape[0] > 0 and f["ended"][-1] == 1:
+                            return path
+                except (OSError, KeyError):
+                    pass
+            time.sleep(0.05)
+        raise AssertionError("run %s did not end in %ss; log:\n%s"
+                             % (run, timeout, self.read_log()))
+
     def run_file(self, run):
         safe = "".join(c if (c.isascii() and (c.isalnum() or c in "-_.")) else
                        "".join("%%%02X" % b for b in c.encode()) for c in run)

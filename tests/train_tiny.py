@@ -77,18 +77,7 @@ def probe_cost(out):
 
 
 def wait_ended(d, run, timeout=20):
-    path = d.run_file(run)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path):
-            try:
-                with h5py.File(path, "r", libver="latest", swmr=True) as f:
-                    if f["ended"].shape[0] > 0 and f["ended"][-1] == 1:
-                        return path
-            except (OSError, KeyError):
-                pass
-        time.sleep(0.05)
-    raise AssertionError("run %s did not end in %ss; log:\n%s" % (run, timeout, d.read_log()))
+    return d.wait_ended(run, timeout)
 
 
 def read_heads(path):

@@ -1,0 +1,63 @@
+/* h5util.c: small HDF5 helpers shared by the run-file writer and reader. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <hdf5.h>
+
+#include "storage/h5util.h"
+
+int
+sw_h5_attr_num(hid_t loc, const char *name, hid_t mtype, void *v)
+{
+	hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+	int rc = -1;
+
+	if (a >= 0 && H5Aread(a, mtype, v) >= 0)
+		rc = 0;
+	if (a >= 0)
+		H5Aclose(a);
+	return rc;
+}
+
+/* A string attribute, variable or fixed length, into buf (truncated). */
+int
+sw_h5_attr_str(hid_t loc, const char *name, char *buf, size_t len)
+{
+	hid_t a = H5Aopen(loc, name, H5P_DEFAULT), ft = -1, mt = -1;
+	int rc = -1;
+
+	buf[0] = '\0';
+	if (a < 0)
+		return -1;
+	if ((ft = H5Aget_type(a)) < 0 || H5Tget_class(ft) != H5T_STRING)
+		goto done;
+	if (H5Tis_variable_str(ft) > 0) {
+		char *s = NULL;
+		/* HDF5 converts no string between character sets */
+		mt = H5Tcopy(H5T_C_S1);
+		if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
+		    H5Tset_cset(mt, H5Tget_cset(ft)) >= 0 &&
+		    H5Aread(a, mt, &s) >= 0) {
+			snprintf(buf, len, "%s", s ? s : "");
+			H5free_memory(s);
+			rc = 0;
+		}
+	} else {
+		size_t sz = H5Tget_size(ft);
+		char *s = calloc(1, sz + 1);
+		mt = H5Tcopy(ft);
+		if (s && mt >= 0 && H5Aread(a, mt, s) >= 0) {
+			snprintf(buf, len, "%s", s);
+			rc = 0;
+		}
+		free(s);
+	}
+done:
+	if (mt >= 0)
+		H5Tclose(mt);
+	if (ft >= 0)
+		H5Tclose(ft);
+	H5Aclose(a);
+	return rc;
+}
+

@@ -1,0 +1,14 @@
+/* h5util.h: small HDF5 helpers shared by the run-file writer and reader. */
+#ifndef SW_H5UTIL_H
+#define SW_H5UTIL_H
+
+#include <stddef.h>
+
+#include <hdf5.h>
+
+/* Reads attribute name of loc as mtype into v. 0, or -1. */
+int sw_h5_attr_num(hid_t loc, const char *name, hid_t mtype, void *v);
+/* A string attribute, variable or fixed length, into buf (truncated). 0 or -1. */
+int sw_h5_attr_str(hid_t loc, const char *name, char *buf, size_t len);
+
+#endif
