@@ -59,6 +59,8 @@ static const struct opt opts[] = {
 	  "runs tracked at once; messages of further runs are dropped" },
 	{ "max_open_steps", O_INT, S(max_open_steps), "64", 1, 1 << 20, 0,
 	  "steps assembled at once per run; past it the oldest is written incomplete" },
+	{ "run_idle_s", O_INT, S(run_idle_s), "600", 1, 86400 * 365, 0,
+	  "a run with no message for this long is written out and its file closed" },
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 

@@ -32,6 +32,7 @@ typedef struct swd_config {
 	int64_t chunk_steps;	/* HDF5 chunk length along the step axis */
 	int64_t max_runs;	/* runs tracked at once */
 	int64_t max_open_steps;	/* steps being assembled per run */
+	int64_t run_idle_s;	/* a run silent this long is closed (file kept) */
 } swd_config;
 
 void swd_config_defaults(swd_config *c);

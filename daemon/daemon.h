@@ -40,7 +40,7 @@ typedef struct swd_meta {
 	swp_dtype dtype;
 } swd_meta;
 
-enum { WQ_STEP, WQ_END, WQ_STOP };
+enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP };	/* CLOSE: idle run, file closed, not ended */
 
 /* A unit of work for the writer. */
 typedef struct swd_witem {

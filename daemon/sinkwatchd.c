@@ -49,6 +49,7 @@ struct run {
 	int64_t nopen;
 	int64_t jobs;
 	int ending;
+	uint64_t last_ms;	/* last message */
 	struct run *next;
 };
 
@@ -221,16 +222,17 @@ emit_all(struct run *r)
 		emit_step(r, m);
 }
 
-/* A run that was ended and has nothing in flight is closed and forgotten. */
+/*
+ * A run that was ended (or fell idle) and has nothing in flight is written
+ * out and forgotten; the writer closes its file (marking the end if ended).
+ */
 static void
-maybe_finish_run(struct run *r)
+finish_run(struct run *r, int type)
 {
-	if (!r->ending || r->jobs > 0)
-		return;
 	emit_all(r);
 	swd_witem *it = calloc(1, sizeof(*it));
 	if (it) {
-		it->type = WQ_END;
+		it->type = type;
 		it->meta = r->meta;
 		swd_writer_push(D.writer, it);
 	}
@@ -241,6 +243,13 @@ maybe_finish_run(struct run *r)
 		}
 	D.nruns--;
 	free(r);
+}
+
+static void
+maybe_finish_run(struct run *r)
+{
+	if (r->ending && r->jobs == 0)
+		finish_run(r, WQ_END);
 }
 
 /* ---- metric work on pool threads --------------------------------------- */
@@ -504,6 +513,7 @@ handle(zmq_msg_t *frames, size_t n)
 		    m.shape[1], m.shape[2], m.fixed_probe ? "fixed" : "varying");
 	}
 	r->messages++;
+	r->last_ms = mono_ms();
 	seq_check(r, m.seq);
 	if (r->ending) {
 		drop(SWD_DROP_AFTER_END, m.run, "the run was ended");
@@ -817,11 +827,17 @@ tick_cb(uv_timer_t *t)
 	}
 	uint64_t now = mono_ms();
 	/* the earliest open step of a run times out; later ones follow in order */
-	for (struct run *r = D.runs; r; r = r->next) {
+	for (struct run *r = D.runs, *next; r; r = next) {
 		struct step *m;
+		next = r->next;
 		while ((m = min_open_step(r)) && (m->complete || (!m->in_work &&
 		    now - m->first_ms >= (uint64_t)D.cfg.step_timeout_ms)))
 			emit_step(r, m);
+		if (r->jobs == 0 && !r->ending && now - r->last_ms >= (uint64_t)D.cfg.run_idle_s * 1000) {
+			log_info("run %s: no message for %lld s: closing its file", r->meta.run,
+			    (long long)D.cfg.run_idle_s);
+			finish_run(r, WQ_CLOSE);
+		}
 	}
 	static uint64_t last_sample;
 	if (now - last_sample >= 1000) {

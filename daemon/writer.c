@@ -382,6 +382,18 @@ end_run(swd_writer *w, swd_witem *it)
 	wrun_remove(w, r);
 }
 
+/* An idle run: its file is flushed and closed, to be resumed if it returns. */
+static void
+close_run(swd_writer *w, swd_witem *it)
+{
+	for (struct wrun *r = w->runs; r; r = r->next)
+		if (!strcmp(r->meta.run, it->meta.run)) {
+			log_info("run %s: idle, file closed", r->meta.run);
+			wrun_remove(w, r);
+			return;
+		}
+}
+
 static void *
 writer_main(void *arg)
 {
@@ -426,6 +438,8 @@ writer_main(void *arg)
 				write_step(w, it);
 			else if (it->type == WQ_END)
 				end_run(w, it);
+			else if (it->type == WQ_CLOSE)
+				close_run(w, it);
 			free_item(it, w->inflight);
 		}
 		if (mono_ms() - w->last_flush_ms >= w->cfg.flush_ms || stopping)

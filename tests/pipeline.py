@@ -447,6 +447,31 @@ def case_assembly():
         assert d.stop() == 0
 
 
+def case_idle_run():
+    """A run that falls silent is written out and its file closed (not
+    marked ended); when it comes back the file is resumed."""
+    d = Daemon(extra=["--run-idle-s", "1"]).start()
+    try:
+        x = random_probs(np.random.default_rng(4), 2, 2, 5)
+        snd = Sender(d.listen, "idle", 1, 2)
+        snd.snapshot(0, 0, x)
+        d.wait(lambda s: s["runs"]["runs"] == 0 and s["writer"]["files_open"] == 0,
+               what="the idle run to close")
+        path = d.run_file("idle")
+        with h5py.File(path, "r") as f:
+            assert list(f["step"][:]) == [0] and f["ended"].shape[0] == 0
+        snd.snapshot(1, 0, x)
+        snd.end()
+        d.wait_ended("idle")
+        with h5py.File(path, "r") as f:
+            assert list(f["step"][:]) == [0, 1], f["step"][:]
+            assert np.isfinite(f["dH"][1]).all()
+        assert "closing its file" in d.read_log()
+        snd.close()
+    finally:
+        assert d.stop() == 0
+
+
 def case_status_and_config():
     d = Daemon().start()
     try:
