@@ -5,6 +5,7 @@
 
 #include "swm.h"
 #include "swm_math.h"
+#include "swm_simd.h"
 
 #define LANES 8
 #define AI __attribute__((always_inline)) static inline
@@ -59,34 +60,69 @@ swm_balance(const double *l, size_t n, size_t k)
 	return sqrt(m / (double)n) * (l[k] - sum / m);
 }
 
-enum { Q_DOT, Q_NX, Q_NY, Q_HM, Q_HMC, Q_SD, Q__N };
+enum { Q_DOT, Q_NX, Q_NY, Q_SD, Q_HM, Q_HMC, Q__N };
 
-/* One content element of a row pair. */
-AI void
-pair_elem(double p, double q, double lp, double lq, double ixw, double iyw,
-    double a[Q__N][LANES], int j)
+#define CHUNK 256
+
+/* ln of n values with the vector kernel in use, or swm_ln (x > 0). */
+static void
+ln_array(const struct swm_kernels *kn, const double *x, double *y, size_t n)
 {
-	double m = 0.5 * (p + q);
-	double mc = 0.5 * (p * ixw + q * iyw);
-	a[Q_DOT][j] += p * q;
-	a[Q_NX][j] += p * p;
-	a[Q_NY][j] += q * q;
-	a[Q_HM][j] += m > 0 ? m * swm_ln(m) : 0.0;
-	a[Q_HMC][j] += mc > 0 ? mc * swm_ln(mc) : 0.0;
-	a[Q_SD][j] += lp - lq;
+	if (kn && kn->ln) {
+		kn->ln(x, y, n);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		y[i] = swm_ln(x[i] > 0 ? x[i] : 1.0);
 }
 
-AI void
+/*
+ * One content range of a row pair, CHUNK elements at a time: the mixtures
+ * m = (p + q) / 2 and mc (of the content distributions) go to a buffer, and
+ * their logarithms are taken in one vector call per chunk.
+ */
+static void
 pair_range(const double *px, const double *py, const double *lx,
     const double *ly, size_t lo, size_t hi, double ixw, double iyw,
-    double a[Q__N][LANES])
+    const struct swm_kernels *kn, double a[Q__N][LANES])
 {
-	size_t i = lo;
-	for (; i + LANES <= hi; i += LANES)
-		for (int j = 0; j < LANES; j++)
-			pair_elem(px[i + j], py[i + j], lx[i + j], ly[i + j], ixw, iyw, a, j);
-	for (; i < hi; i++)
-		pair_elem(px[i], py[i], lx[i], ly[i], ixw, iyw, a, 0);
+	double m[CHUNK], mc[CHUNK], lm[CHUNK], lmc[CHUNK];
+	for (size_t c0 = lo; c0 < hi; c0 += CHUNK) {
+		size_t len = hi - c0 < CHUNK ? hi - c0 : CHUNK;
+		const double *p = px + c0, *q = py + c0, *u = lx + c0, *v = ly + c0;
+		size_t i = 0;
+		for (; i + LANES <= len; i += LANES)
+			for (int j = 0; j < LANES; j++) {
+				double pi = p[i + j], qi = q[i + j];
+				m[i + j] = 0.5 * (pi + qi);
+				mc[i + j] = 0.5 * (pi * ixw + qi * iyw);
+				a[Q_DOT][j] += pi * qi;
+				a[Q_NX][j] += pi * pi;
+				a[Q_NY][j] += qi * qi;
+				a[Q_SD][j] += u[i + j] - v[i + j];
+			}
+		for (; i < len; i++) {
+			double pi = p[i], qi = q[i];
+			m[i] = 0.5 * (pi + qi);
+			mc[i] = 0.5 * (pi * ixw + qi * iyw);
+			a[Q_DOT][0] += pi * qi;
+			a[Q_NX][0] += pi * pi;
+			a[Q_NY][0] += qi * qi;
+			a[Q_SD][0] += u[i] - v[i];
+		}
+		ln_array(kn, m, lm, len);
+		ln_array(kn, mc, lmc, len);
+		/* 0 ln 0 = 0: the kernels give a finite value for 0, times 0 */
+		for (i = 0; i + LANES <= len; i += LANES)
+			for (int j = 0; j < LANES; j++) {
+				a[Q_HM][j] += m[i + j] > 0 ? m[i + j] * lm[i + j] : 0.0;
+				a[Q_HMC][j] += mc[i + j] > 0 ? mc[i + j] * lmc[i + j] : 0.0;
+			}
+		for (; i < len; i++) {
+			a[Q_HM][0] += m[i] > 0 ? m[i] * lm[i] : 0.0;
+			a[Q_HMC][0] += mc[i] > 0 ? mc[i] * lmc[i] : 0.0;
+		}
+	}
 }
 
 static double
@@ -115,9 +151,10 @@ swm_row_pair(const swm_row *rx, const double *px, const double *lx,
 	double a[Q__N][LANES] = { { 0 } };
 	int drop = rx->w > 0 && ry->w > 0;
 	double ixw = drop ? 1.0 / rx->w : 0.0, iyw = drop ? 1.0 / ry->w : 0.0;
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
 
-	pair_range(px, py, lx, ly, 0, k, ixw, iyw, a);
-	pair_range(px, py, lx, ly, k + 1, n, ixw, iyw, a);
+	pair_range(px, py, lx, ly, 0, k, ixw, iyw, kn, a);
+	pair_range(px, py, lx, ly, k + 1, n, ixw, iyw, kn, a);
 	double dot = lane_sum(a[Q_DOT]), nx = lane_sum(a[Q_NX]), ny = lane_sum(a[Q_NY]);
 	double hm = lane_sum(a[Q_HM]), hmc = lane_sum(a[Q_HMC]);
 	double mean = lane_sum(a[Q_SD]) / (double)(n - 1);

@@ -6,11 +6,20 @@
  * without reassociating floating-point sums (-ffast-math would also break
  * the rounding tricks in swm_math.h). The result is the same on every
  * build: the summation order is fixed by the code, not by the compiler.
+ *
+ * These loops are the "generic" path. On CPUs with AVX2 or AVX-512 the
+ * per-element passes of swm_row_stats() run the kernels of row_simd.c
+ * instead, chosen once at run time (swm_isa()); they sum the same terms in
+ * another order, so results agree with this path to a few ulps.
  */
+#include <cpuid.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <string.h>
 
 #include "swm.h"
 #include "swm_math.h"
+#include "swm_simd.h"
 
 #define LANES 8
 #define AI __attribute__((always_inline)) static inline
@@ -94,16 +103,91 @@ lane_sum(const double *a)
 
 /* ---- probabilities ---------------------------------------------------- */
 
-/* Sums over content entries of a probability row (raw, unnormalized). */
-struct psum {
-	double W;	/* sum x */
-	double P;	/* sum x ln x */
-	double L;	/* sum ln x over parts >= thr */
-	double Wbig;	/* sum x over parts >= thr */
-	double nsmall;	/* parts < thr */
-	double band;	/* parts in [blo, bhi): replacement depends on the sum */
-	double neg, nonfin;
+/* ---- run-time choice of the kernels ------------------------------------ */
+
+static const struct swm_kernels kernels_generic = { "generic", { 0 }, { 0 }, 0, 0 };
+
+/* F16C by CPUID: not every compiler's __builtin_cpu_supports() knows it */
+static int
+cpu_f16c(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
+static int
+isa_supported(const struct swm_kernels *kn)
+{
+	/* what both kernel sets use; __builtin_cpu_supports checks the OS saves the registers */
+	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("popcnt") && cpu_f16c();
+	if (kn == &swm_kernels_avx512)
+		return avx2 && __builtin_cpu_supports("avx512f") &&
+		    __builtin_cpu_supports("avx512dq");
+	if (kn == &swm_kernels_avx2)
+		return avx2;
+	return kn == &kernels_generic;
+}
+
+static const struct swm_kernels *const all_kernels[] = {
+	&swm_kernels_avx512, &swm_kernels_avx2, &kernels_generic
 };
+
+static const struct swm_kernels *
+kernels_auto(void)
+{
+	for (size_t i = 0; i < sizeof(all_kernels) / sizeof(all_kernels[0]); i++)
+		if (isa_supported(all_kernels[i]))
+			return all_kernels[i];
+	return &kernels_generic;
+}
+
+/* NULL until the first use; then the choice, replaced only by swm_set_isa() */
+static _Atomic(const struct swm_kernels *) kernels_active;
+
+static const struct swm_kernels *
+kernels(void)
+{
+	const struct swm_kernels *kn =
+	    atomic_load_explicit(&kernels_active, memory_order_acquire);
+	if (kn == NULL) {
+		const struct swm_kernels *want = kernels_auto();
+		/* a concurrent swm_set_isa() wins over the automatic choice */
+		if (atomic_compare_exchange_strong_explicit(&kernels_active, &kn, want,
+		    memory_order_acq_rel, memory_order_acquire))
+			kn = want;
+	}
+	return kn;
+}
+
+const char *
+swm_isa(void)
+{
+	return kernels()->name;
+}
+
+const struct swm_kernels *
+swm_kernels_get(const char *name)
+{
+	if (name == NULL)
+		return NULL;
+	if (strcmp(name, "auto") == 0)
+		return kernels_auto();
+	for (size_t i = 0; i < sizeof(all_kernels) / sizeof(all_kernels[0]); i++)
+		if (strcmp(name, all_kernels[i]->name) == 0)
+			return isa_supported(all_kernels[i]) ? all_kernels[i] : NULL;
+	return NULL;
+}
+
+int
+swm_set_isa(const char *name)
+{
+	const struct swm_kernels *kn = swm_kernels_get(name);
+	if (kn == NULL)
+		return -1;
+	atomic_store_explicit(&kernels_active, kn, memory_order_release);
+	return 0;
+}
 
 enum { P_W, P_P, P_L, P_WB, P_NS, P_BAND, P_NEG, P_NF, P__N };
 
@@ -136,7 +220,7 @@ probs_range(const void *x, swm_dtype dt, size_t lo, size_t hi, double thr,
 
 AI void
 probs_content(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
-    double blo, double bhi, struct psum *ps)
+    double blo, double bhi, struct swm_psum *ps)
 {
 	double a[P__N][LANES] = { { 0 } };
 	probs_range(x, dt, 0, k, thr, blo, bhi, a);
@@ -153,7 +237,7 @@ probs_content(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 
 static void
 probs_content_any(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
-    double blo, double bhi, struct psum *ps)
+    double blo, double bhi, struct swm_psum *ps)
 {
 	switch (dt) {
 	case SWM_F16: probs_content(x, SWM_F16, n, k, thr, blo, bhi, ps); break;
@@ -163,16 +247,48 @@ probs_content_any(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	}
 }
 
-/* Fills the §1 values shared by both kinds from s, w and Hc. */
+/* Fills the §1 values shared by both kinds from s, w, their logs and Hc. */
 static void
-finish_common(swm_row *r, double s, double w, double H, double Hc)
+finish_common(swm_row *r, double s, double w, double lns, double lnw, double H,
+    double Hc)
 {
 	r->s = s;
 	r->w = w;
 	r->H = H;
-	r->hb = -swm_xlnx(s) - swm_xlnx(w);
+	r->hb = -(s > 0 ? s * lns : 0.0) - (w > 0 ? w * lnw : 0.0);
 	r->Hc = Hc;
 	r->C = w * Hc;
+}
+
+/* The logs a row's statistics need, in place, for v[i] > 0: in one call
+ * of the vector kernel where there is one, else with swm_ln(). */
+static void
+ln_batch(const struct swm_kernels *kn, double *v, size_t m)
+{
+	if (kn->ln != NULL) {
+		kn->ln(v, v, m);
+		return;
+	}
+	for (size_t i = 0; i < m; i++)
+		v[i] = swm_ln(v[i]);
+}
+
+/* x where positive, else 1 (whose log is not used) */
+static double
+pos1(double x)
+{
+	return x > 0 ? x : 1.0;
+}
+
+/* The probability sums with the kernels kn, or the generic loop. */
+static void
+probs_sums(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_t n,
+    size_t k, double thr, double blo, double bhi, struct swm_psum *ps)
+{
+	swm_probs_fn f = (unsigned)dt < SWM_DTYPE__N ? kn->probs[dt] : NULL;
+	/* a NaN, an infinity or an overflow: the generic loop tells which */
+	if (f == NULL || f(x, n, k, thr, blo, bhi, ps) != 0)
+		probs_content_any(x, dt, n, k, thr, blo, bhi, ps);
 }
 
 static swm_status
@@ -181,7 +297,8 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 {
 	double tol = swm_opts_tol(o, dt), delta = o->delta;
 	double xk = ld(x, k, dt);
-	struct psum ps;
+	const struct swm_kernels *kn = kernels();
+	struct swm_psum ps;
 
 	/*
 	 * A part is replaced when x_i / S < delta. S is known only after the
@@ -190,7 +307,7 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 	 * then, rarely, run the pass again with the exact threshold.
 	 */
 	double thr = delta;
-	probs_content_any(x, dt, n, k, thr, delta * (1 - tol), delta * (1 + tol), &ps);
+	probs_sums(kn, x, dt, n, k, thr, delta * (1 - tol), delta * (1 + tol), &ps);
 	if (ps.nonfin > 0 || !(fabs(xk) <= DBL_MAX))
 		return SWM_REJ_NONFINITE;
 	if (ps.neg > 0 || xk < 0)
@@ -200,15 +317,8 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 		return SWM_REJ_SUM;
 	if (ps.band > 0 || (xk >= delta * (1 - tol) && xk < delta * (1 + tol))) {
 		thr = delta * S;
-		probs_content_any(x, dt, n, k, thr, 0, 0, &ps);
+		probs_sums(kn, x, dt, n, k, thr, 0, 0, &ps);
 	}
-
-	double lnxk = xk > 0 ? swm_ln(xk) : 0.0;
-	double s = xk / S, w = ps.W / S;
-	double H = swm_ln(S) - (xk * lnxk + ps.P) / S;
-	/* one content key: c = (1), Hc is exactly 0, not rounding noise */
-	double Hc = ps.W > 0 && n > 2 ? swm_ln(ps.W) - ps.P / ps.W : 0.0;
-	finish_common(r, s, w, H, Hc);
 
 	/*
 	 * §4 multiplicative replacement: replaced parts are delta, the others
@@ -217,8 +327,18 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 	int ksmall = xk < thr;
 	double nrep = ps.nsmall + (ksmall ? 1 : 0);
 	double Wbig = ps.Wbig + (ksmall ? 0.0 : xk);
-	double lnscale = log1p(-delta * nrep) - swm_ln(Wbig);
-	double lndelta = swm_ln(delta);
+	double s = xk / S, w = ps.W / S;
+	double lv[7] = { pos1(xk), S, pos1(ps.W), pos1(s), pos1(w), pos1(Wbig), delta };
+	ln_batch(kn, lv, 7);
+
+	double lnxk = xk > 0 ? lv[0] : 0.0;
+	double H = lv[1] - (xk * lnxk + ps.P) / S;
+	/* one content key: c = (1), Hc is exactly 0, not rounding noise */
+	double Hc = ps.W > 0 && n > 2 ? lv[2] - ps.P / ps.W : 0.0;
+	finish_common(r, s, w, lv[3], lv[4], H, Hc);
+	/* log1p(-0.0) is -0.0 */
+	double lnscale = (nrep > 0 ? log1p(-delta * nrep) : -0.0) - lv[5];
+	double lndelta = lv[6];
 	double lk = ksmall ? lndelta : lnxk + lnscale;
 	double m = (double)(n - 1);
 	double meanc = (ps.L + (m - ps.nsmall) * lnscale + ps.nsmall * lndelta) / m;
@@ -286,33 +406,69 @@ logits_max(const void *x, swm_dtype dt, size_t n, double *bad)
 	return m;
 }
 
-AI swm_status
-row_logits_t(const void *x, swm_dtype dt, size_t n, size_t k,
-    const swm_opts *o, swm_row *r)
+AI void
+logits_sums_t(const void *x, swm_dtype dt, size_t n, size_t k, struct swm_lsum *ls)
 {
 	double bad, a[L__N][LANES] = { { 0 } };
 	double zmax = logits_max(x, dt, n, &bad);
+	ls->zmax = zmax;
+	ls->bad = bad;
 	if (bad > 0 || zmax == -INFINITY)
-		return SWM_REJ_NONFINITE;
+		return;
 	logits_range(x, dt, 0, k, zmax, a);
 	logits_range(x, dt, k + 1, n, zmax, a);
-	double Ec = lane_sum(a[L_E]), EYc = lane_sum(a[L_EY]);
-	double Yc = lane_sum(a[L_Y]), rc = lane_sum(a[L_NM]);
+	ls->E = lane_sum(a[L_E]);
+	ls->EY = lane_sum(a[L_EY]);
+	ls->Y = lane_sum(a[L_Y]);
+	ls->nm = lane_sum(a[L_NM]);
+}
+
+static void
+logits_sums(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_t n,
+    size_t k, struct swm_lsum *ls)
+{
+	swm_logits_fn f = (unsigned)dt < SWM_DTYPE__N ? kn->logits[dt] : NULL;
+	if (f != NULL) {
+		f(x, n, k, ls);
+		return;
+	}
+	switch (dt) {
+	case SWM_F16: logits_sums_t(x, SWM_F16, n, k, ls); break;
+	case SWM_BF16: logits_sums_t(x, SWM_BF16, n, k, ls); break;
+	case SWM_F64: logits_sums_t(x, SWM_F64, n, k, ls); break;
+	default: logits_sums_t(x, SWM_F32, n, k, ls); break;
+	}
+}
+
+static swm_status
+row_logits(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
+    swm_row *r)
+{
+	const struct swm_kernels *kn = kernels();
+	struct swm_lsum ls;
+	logits_sums(kn, x, dt, n, k, &ls);
+	double zmax = ls.zmax;
+	if (ls.bad > 0 || zmax == -INFINITY)
+		return SWM_REJ_NONFINITE;
+	double Ec = ls.E, EYc = ls.EY, Yc = ls.Y, rc = ls.nm;
 
 	double zk = ld(x, k, dt);
 	int kmasked = zk == -INFINITY;
 	double yk = kmasked ? 0.0 : zk - zmax;
 	double ek = kmasked ? 0.0 : swm_exp_neg(yk);
 	double Z = ek + Ec;
-	double lnZ = swm_ln(Z);
+	double s = ek / Z, w = Ec / Z;
+	double lv[5] = { Z, pos1(Ec), pos1(s), pos1(w), o->delta };
+	ln_batch(kn, lv, 5);
+	double lnZ = lv[0];
 	double H = lnZ - (ek * yk + EYc) / Z;
-	double Hc = Ec > 0 && n > 2 ? swm_ln(Ec) - EYc / Ec : 0.0;
-	finish_common(r, ek / Z, Ec / Z, H, Hc);
+	double Hc = Ec > 0 && n > 2 ? lv[1] - EYc / Ec : 0.0;
+	finish_common(r, s, w, lv[2], lv[3], H, Hc);
 
 	/* §4: ln a_i = y_i - ln Z exactly; -inf parts are zeros, replaced. */
 	double nrep = rc + (kmasked ? 1 : 0);
-	double lnscale = log1p(-o->delta * nrep) - lnZ;
-	double lndelta = swm_ln(o->delta);
+	double lnscale = (nrep > 0 ? log1p(-o->delta * nrep) : -0.0) - lnZ;
+	double lndelta = lv[4];
 	double lk = kmasked ? lndelta : yk + lnscale;
 	double m = (double)(n - 1);
 	double meanc = (Yc + (m - rc) * lnscale + rc * lndelta) / m;
@@ -324,18 +480,6 @@ row_logits_t(const void *x, swm_dtype dt, size_t n, size_t k,
 	r->lndelta = lndelta;
 	r->nrep = (uint32_t)nrep;
 	return SWM_OK;
-}
-
-static swm_status
-row_logits(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
-    swm_row *r)
-{
-	switch (dt) {
-	case SWM_F16: return row_logits_t(x, SWM_F16, n, k, o, r);
-	case SWM_BF16: return row_logits_t(x, SWM_BF16, n, k, o, r);
-	case SWM_F64: return row_logits_t(x, SWM_F64, n, k, o, r);
-	default: return row_logits_t(x, SWM_F32, n, k, o, r);
-	}
 }
 
 swm_status

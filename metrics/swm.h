@@ -62,6 +62,19 @@ typedef struct swm_opts {
 	double tol;	/* §1 row-sum tolerance; < 0 means the dtype's default */
 } swm_opts;
 
+/*
+ * The instruction set the per-row kernels use: "avx512", "avx2" or
+ * "generic" (portable C). Chosen once, at the first use, from what the CPU
+ * supports; every choice gives the same results to a few ulps.
+ */
+const char *swm_isa(void);
+/*
+ * Forces the kernels of an instruction set (tests, benchmarks), for every
+ * thread; "auto" restores the automatic choice. Returns 0, or -1 when the
+ * name is unknown or the CPU lacks the instruction set (nothing changes).
+ */
+int swm_set_isa(const char *name);
+
 /* Fills *o with the defaults (delta 1e-10, tolerance by dtype). */
 void swm_opts_default(swm_opts *o);
 /* The tolerance in force for a dtype under *o. */

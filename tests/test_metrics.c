@@ -7,11 +7,13 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "metrics/swm.h"
 #include "metrics/swm_math.h"
+#include "metrics/swm_simd.h"
 
 #define MAXN 4096
 
@@ -117,6 +119,27 @@ dflt(void)
 	swm_opts o;
 	swm_opts_default(&o);
 	return o;
+}
+
+/*
+ * Every path the dispatcher can take: the row tests run once per instruction
+ * set (a loop test, _i indexing isa_names) and return at once where the CPU
+ * lacks it.
+ */
+static const char *const isa_names[] = { "avx512", "avx2", "generic" };
+#define NISA 3
+
+static int
+use_isa(int i)
+{
+	return swm_set_isa(isa_names[i]) == 0;
+}
+
+/* before every test: the automatic choice (for CK_FORK=no runs) */
+static void
+isa_reset(void)
+{
+	ck_assert_int_eq(swm_set_isa("auto"), 0);
 }
 
 /* ---- names, options ------------------------------------------------------ */
@@ -238,6 +261,365 @@ START_TEST(test_half)
 }
 END_TEST
 
+/* ---- the instruction sets ----------------------------------------------------- */
+
+START_TEST(test_isa_api)
+{
+	const char *a = swm_isa();
+	ck_assert(strcmp(a, "avx512") == 0 || strcmp(a, "avx2") == 0 || strcmp(a, "generic") == 0);
+	/* the automatic choice is the best the CPU has */
+	const char *want = swm_set_isa("avx512") == 0 ? "avx512" :
+	    swm_set_isa("avx2") == 0 ? "avx2" : "generic";
+	ck_assert_int_eq(swm_set_isa("auto"), 0);
+	ck_assert_str_eq(swm_isa(), want);
+	ck_assert(swm_kernels_get("auto") == swm_kernels_get(want));
+	/* unknown names and missing instruction sets change nothing */
+	ck_assert_int_eq(swm_set_isa("sse9"), -1);
+	ck_assert_int_eq(swm_set_isa(""), -1);
+	ck_assert_int_eq(swm_set_isa(NULL), -1);
+	ck_assert_str_eq(swm_isa(), want);
+	ck_assert_int_eq(swm_set_isa("generic"), 0);
+	ck_assert_str_eq(swm_isa(), "generic");
+	for (int i = 0; i < NISA; i++) {
+		const struct swm_kernels *kn = swm_kernels_get(isa_names[i]);
+		if (kn == NULL) {
+			ck_assert_int_eq(swm_set_isa(isa_names[i]), -1);
+			ck_assert_str_eq(swm_isa(), "generic");
+			continue;
+		}
+		ck_assert_str_eq(kn->name, isa_names[i]);
+		ck_assert_int_eq(swm_set_isa(isa_names[i]), 0);
+		ck_assert_str_eq(swm_isa(), isa_names[i]);
+		ck_assert_int_eq(swm_set_isa("generic"), 0);
+	}
+	ck_assert(swm_kernels_get("generic") != NULL);
+	ck_assert_int_eq(swm_set_isa("auto"), 0);
+	ck_assert_str_eq(swm_isa(), want);
+}
+END_TEST
+
+/* The vector ln and exp against libm, like test_ln_exp for swm_ln. */
+START_TEST(test_isa_ln_exp)
+{
+	const struct swm_kernels *kn = swm_kernels_get(isa_names[_i]);
+	if (kn == NULL)
+		return;
+	ck_assert(kn->ln != NULL && kn->exp_neg != NULL);
+	enum { PER = 16, NB = 2098 * PER };
+	double *x = malloc((NB + 8) * sizeof(double)), *y = malloc((NB + 8) * sizeof(double));
+	size_t m = 0;
+	rng_state = 31;
+	/* every binade, subnormals included, random mantissas, and the ends */
+	for (int e = -1074; e < 1024; e++)
+		for (int t = 0; t < PER; t++) {
+			double v = t == 0 ? ldexp(1.0, e) : t == 1 ? nextafter(ldexp(2.0, e), 0) :
+			    ldexp(1.0 + urand(), e);
+			if (isfinite(v) && v > 0)
+				x[m++] = v;
+		}
+	x[m++] = DBL_TRUE_MIN;
+	x[m++] = DBL_MIN;
+	x[m++] = DBL_MAX;
+	x[m++] = 1.0;
+	/* odd counts: the tail of the vector loop */
+	kn->ln(x, y, m);
+	double worst = 0;
+	for (size_t i = 0; i < m; i++) {
+		double want = log(x[i]);
+		double err = want == 0 ? fabs(y[i]) : fabs(y[i] - want) / fabs(want);
+		ck_assert_msg(err < 5e-16, "%s ln(%a) = %.17g, want %.17g", kn->name, x[i], y[i], want);
+		worst = fmax(worst, err);
+	}
+	ck_assert(y[m - 1] == 0.0);	/* ln 1 */
+	/* near 1, the subintervals around 1 and their neighbours */
+	for (int t = 0; t < 8; t++) {
+		size_t c = 0;
+		for (; c < NB / 2; c++)
+			x[c] = 1 + (urand() - 0.5) * (t < 4 ? 0.15 : 1e-3 * pow(1e-3, t - 4));
+		kn->ln(x, y, c);
+		for (size_t i = 0; i < c; i++) {
+			double want = log(x[i]);
+			ck_assert_msg(fabs(y[i] - want) <= 6e-16 * fabs(want) + 1e-300,
+			    "%s ln(%.17g) = %.17g, want %.17g", kn->name, x[i], y[i], want);
+		}
+	}
+	/* e^y on [-708, 0], and the flush below -708 */
+	size_t c = 0;
+	for (; c < NB / 2; c++)
+		x[c] = c % 64 == 0 ? -708 * urand() * 1e-6 : -708 * urand();
+	x[c++] = 0.0;
+	x[c++] = -708.0;
+	x[c++] = -708.0000001;
+	x[c++] = -800.0;
+	x[c++] = -INFINITY;
+	kn->exp_neg(x, y, c);
+	for (size_t i = 0; i + 5 < c; i++) {
+		double want = exp(x[i]);
+		ck_assert_msg(fabs(y[i] - want) <= 4e-16 * want, "%s exp(%.17g) = %.17g, want %.17g",
+		    kn->name, x[i], y[i], want);
+	}
+	ck_assert(y[c - 5] == 1.0);
+	ck_assert(fabs(y[c - 4] - exp(-708.0)) <= 4e-16 * exp(-708.0));
+	ck_assert(y[c - 3] == 0.0 && y[c - 2] == 0.0 && y[c - 1] == 0.0);
+	free(x);
+	free(y);
+}
+END_TEST
+
+/* IEEE binary16 of a float, round to nearest even (subnormals, overflow). */
+static uint16_t
+f16_of(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return sign | 0x7e00;
+	if (a >= 0x477ff000u)	/* rounds to >= 65520: inf */
+		return sign | 0x7c00;
+	if (a < 0x38800000u) {	/* below 2^-14: subnormal or zero */
+		float af;
+		memcpy(&af, &a, 4);
+		float q = af * 0x1p24f;	/* exact: the subnormal code, unrounded */
+		uint32_t c = (uint32_t)q;
+		float rem = q - (float)c;
+		if (rem > 0.5f || (rem == 0.5f && (c & 1)))
+			c++;
+		return sign | (uint16_t)c;
+	}
+	uint32_t m = a + 0x0fffu + ((a >> 13) & 1);	/* round the 13 dropped bits */
+	return sign | (uint16_t)((m - 0x38000000u) >> 13);
+}
+
+static uint16_t
+bf16_of(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fff + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+/* Stores n doubles as dtype dt at p (any alignment). */
+static void
+store_row(void *p, swm_dtype dt, const double *a, size_t n)
+{
+	char *c = p;
+	for (size_t i = 0; i < n; i++) {
+		float f = (float)a[i];
+		uint16_t h;
+		switch (dt) {
+		case SWM_F64:
+			memcpy(c + 8 * i, &a[i], 8);
+			break;
+		case SWM_F32:
+			memcpy(c + 4 * i, &f, 4);
+			break;
+		case SWM_F16:
+			h = f16_of(f);
+			memcpy(c + 2 * i, &h, 2);
+			break;
+		default:
+			h = bf16_of(f);
+			memcpy(c + 2 * i, &h, 2);
+			break;
+		}
+	}
+}
+
+/* A probability row for the comparison of kernels: zeros, tiny parts,
+ * parts at and around delta, subnormals, and now and then a bad value. */
+static void
+kernel_probs_row(double *a, size_t n, size_t k, int t)
+{
+	double u = urand() * 9 * log(10);
+	double s = urand() < 0.5 ? exp(-u) : -expm1(-u);
+	s = fmin(fmax(s, 1e-9), 1 - 1e-9);
+	make_row(a, n, k, s, 0.5 + 6 * urand());
+	int kind = t % 8;
+	if (kind == 1 || kind == 5) {
+		/* exact zeros, the mass kept */
+		double pz = urand(), lost = 0;
+		for (size_t i = 0; i < n; i++)
+			if (i != k && urand() < pz)
+				lost += a[i], a[i] = 0;
+		a[k] += lost;
+	}
+	if (kind == 2 || kind == 5) {
+		/* parts at, just below and just above delta, within the band */
+		for (int j = 0; j < 4 && n > 2; j++) {
+			size_t i = (size_t)(urand() * n) % n;
+			if (i == k)
+				continue;
+			double d = 1e-10;
+			a[i] = j == 0 ? d : d * (1 + (urand() - 0.5) * 4e-4);
+		}
+	}
+	if (kind == 3) {
+		/* subnormal parts, for f32 and for f64 */
+		for (int j = 0; j < 3 && n > 2; j++) {
+			size_t i = (size_t)(urand() * n) % n;
+			if (i != k)
+				a[i] = j == 0 ? 1e-40 : j == 1 ? 4.9e-324 * (1 + (int)(urand() * 1000)) : 1e-310;
+		}
+	}
+	if (kind == 4) {
+		/* one rejection or a signed zero */
+		size_t i = (size_t)(urand() * n) % n;
+		int r = (int)(urand() * 7);
+		a[i] = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -1e-3 : r == 3 ? -0.0 :
+		    r == 4 ? -1e-300 : r == 5 ? a[i] + 0.02 : 2.5;
+	}
+	if (kind == 6) {
+		/* a sum off by up to twice the f32 tolerance */
+		double f = 1 + (urand() - 0.5) * 4e-4;
+		for (size_t i = 0; i < n; i++)
+			a[i] *= f;
+	}
+}
+
+/* A logits row: wide and narrow spreads (parts below e^-708), -inf keys. */
+static void
+kernel_logits_row(double *z, size_t n, size_t k, int t)
+{
+	int kind = t % 6;
+	double sig = kind == 2 ? 100 + 200 * urand() : 0.2 + 4 * urand();
+	for (size_t i = 0; i < n; i++)
+		z[i] = sig * nrand();
+	z[k] += 20 * nrand();
+	if (kind == 1 || kind == 3) {
+		double pm = urand();
+		for (size_t i = 0; i < n; i++)
+			if (urand() < pm)
+				z[i] = -INFINITY;
+	}
+	if (kind == 3 && n > 2) {
+		for (size_t i = 0; i < n; i++)
+			z[i] = i == k ? 1.5 : -INFINITY;
+		if (t % 12 == 3)
+			z[(k + 1) % n] = 0.25;	/* one content key */
+	}
+	if (kind == 4) {
+		size_t i = (size_t)(urand() * n) % n;
+		int r = (int)(urand() * 4);
+		z[i] = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : 1e4;
+		if (r == 2)
+			for (size_t j = 0; j < n; j++)
+				z[j] = -INFINITY;
+	}
+	if (kind == 5)
+		for (size_t i = 0; i < n; i++)
+			z[i] += 1000;	/* far from 0: f16 rounds, f32 keeps */
+}
+
+/*
+ * |got - want| <= 1e-14 of the size of the terms the value is made of:
+ * the larger of the two, or scale where the terms are larger (cancellation)
+ */
+static void
+same_field(double got, double want, double scale, const char *isa,
+    const char *what, int t, swm_dtype dt, swm_kind kind, size_t n, double *worst)
+{
+	if (got == want)
+		return;
+	double sc = fmax(fmax(fabs(got), fabs(want)), scale);
+	double d = fabs(got - want) / sc;
+	ck_assert_msg(d <= 1e-14, "%s row %d (%s %s, n %zu): %s = %.17g, generic %.17g",
+	    isa, t, swm_dtype_name(dt), kind == SWM_LOGITS ? "logits" : "probs", n, what, got, want);
+	if (d > *worst)
+		*worst = d;
+}
+
+/* Every instruction set gives the generic results, on thousands of rows. */
+START_TEST(test_isa_same_as_generic)
+{
+	if (swm_kernels_get(isa_names[_i]) == NULL)
+		return;
+	const char *isa = isa_names[_i];
+	double *a = malloc(MAXN * sizeof(double));
+	unsigned char *buf = malloc(MAXN * 8 + 64);
+	swm_opts o = dflt();
+	double worst = 0;
+	int nok = 0, nrej = 0;
+	rng_state = 37;
+	for (int t = 0; t < 6000; t++) {
+		size_t n = 2 + (size_t)(urand() * urand() * (MAXN - 1));
+		if (n > MAXN)
+			n = MAXN;
+		if (t % 50 == 0)
+			n = 2 + (size_t)t / 50 % 40;	/* short rows: all tail */
+		size_t k = t % 3 == 0 ? (size_t)(urand() * n) % n : t % 3 == 1 ? 0 : n - 1;
+		swm_dtype dt = (swm_dtype)(t % SWM_DTYPE__N);
+		swm_kind kind = (t / SWM_DTYPE__N) % 3 == 2 ? SWM_LOGITS : SWM_PROBS;
+		if (kind == SWM_PROBS)
+			kernel_probs_row(a, n, k, t / 12);
+		else
+			kernel_logits_row(a, n, k, t / 12);
+		void *x = buf + 1 + t % 15;	/* any alignment */
+		store_row(x, dt, a, n);
+		if (t % 97 == 0)
+			o.delta = 1e-6 * urand();
+		else if (t % 89 == 0)
+			o.delta = 1e-40;	/* below the f32 normals */
+		else
+			o.delta = SWM_DEFAULT_DELTA;
+		swm_row g, v;
+		ck_assert_int_eq(swm_set_isa("generic"), 0);
+		swm_status sg = swm_row_stats(x, dt, kind, n, k, &o, &g);
+		ck_assert_int_eq(swm_set_isa(isa), 0);
+		swm_status sv = swm_row_stats(x, dt, kind, n, k, &o, &v);
+		ck_assert_msg(sv == sg, "%s row %d (%s, n %zu): status %s, generic %s", isa, t,
+		    swm_dtype_name(dt), n, swm_status_name(sv), swm_status_name(sg));
+		ck_assert_int_eq(v.n, g.n);
+		if (sg != SWM_OK) {
+			nrej++;
+			continue;
+		}
+		nok++;
+		ck_assert_uint_eq(v.nrep, g.nrep);
+		/*
+		 * Sums in another order and logs a few ulps apart. Scales:
+		 * Hc = ln W - P/W cancels between terms ~|ln W|; b is made of
+		 * logs ~|ln delta| (probs) or of z - zmax (logits); hb, lnscale
+		 * and lnz are ~1 in absolute terms (ln of sums near 1).
+		 */
+		double lW = 0, ld = fabs(log(o.delta));
+		if (g.w > 0)
+			lW = fabs(log(g.w) + (kind == SWM_LOGITS ? g.lnz : log(g.norm)));
+		if (kind == SWM_LOGITS) {
+			double ys = 0;
+			for (size_t i = 0; i < n; i++)
+				if (i != k && a[i] > -INFINITY)
+					ys += fabs(a[i] - g.norm);
+			ld += ys / (double)(n - 1);
+		}
+		same_field(v.s, g.s, 0, isa, "s", t, dt, kind, n, &worst);
+		same_field(v.w, g.w, 0, isa, "w", t, dt, kind, n, &worst);
+		same_field(v.H, g.H, 1, isa, "H", t, dt, kind, n, &worst);
+		same_field(v.hb, g.hb, 1, isa, "hb", t, dt, kind, n, &worst);
+		same_field(v.Hc, g.Hc, 1 + g.Hc + 2 * lW, isa, "Hc", t, dt, kind, n, &worst);
+		same_field(v.C, g.C, g.w * (1 + g.Hc + 2 * lW), isa, "C", t, dt, kind, n, &worst);
+		same_field(v.b, g.b, 1 + 2 * ld, isa, "b", t, dt, kind, n, &worst);
+		same_field(v.norm, g.norm, 0, isa, "norm", t, dt, kind, n, &worst);
+		same_field(v.lnz, g.lnz, 1, isa, "lnz", t, dt, kind, n, &worst);
+		same_field(v.lnscale, g.lnscale, 1, isa, "lnscale", t, dt, kind, n, &worst);
+		same_field(v.thr, g.thr, 0, isa, "thr", t, dt, kind, n, &worst);
+		same_field(v.lndelta, g.lndelta, 0, isa, "lndelta", t, dt, kind, n, &worst);
+	}
+	/* both kinds of rows were there */
+	ck_assert_int_gt(nok, 4000);
+	ck_assert_int_gt(nrej, 100);
+	fprintf(stderr, "test_isa_same_as_generic: %s, %d rows accepted, %d rejected, "
+	    "largest difference %.3g of the scale\n", isa, nok, nrej, worst);
+	swm_set_isa("auto");
+	free(a);
+	free(buf);
+}
+END_TEST
+
 /* ---- one row ---------------------------------------------------------------- */
 
 static void
@@ -272,6 +654,8 @@ check_row_against_ref(const double *a, size_t n, size_t k, double tolv)
 
 START_TEST(test_worked_example)
 {
+	if (!use_isa(_i))
+		return;
 	/* METRICS.md §7 */
 	double x[3] = { 0.5, 0.25, 0.25 }, y[3] = { 0.2, 0.5, 0.3 };
 	swm_opts o = dflt();
@@ -317,6 +701,8 @@ END_TEST
 /* H = hb + w Hc and the reference, on thousands of rows, f64 and f32 input. */
 START_TEST(test_identity_random)
 {
+	if (!use_isa(_i))
+		return;
 	double *a = malloc(MAXN * sizeof(double));
 	float *af = malloc(MAXN * sizeof(float));
 	swm_opts o = dflt();
@@ -356,6 +742,8 @@ END_TEST
 /* d_A^2 = d_sink^2 + d_content^2, with d_A from the full clr (§4). */
 START_TEST(test_aitchison_split_random)
 {
+	if (!use_isa(_i))
+		return;
 	double *x = malloc(MAXN * sizeof(double)), *y = malloc(MAXN * sizeof(double));
 	double *px = malloc(MAXN * 8), *lx = malloc(MAXN * 8), *py = malloc(MAXN * 8), *ly = malloc(MAXN * 8);
 	float *xf = malloc(MAXN * 4), *yf = malloc(MAXN * 4);
@@ -403,6 +791,8 @@ END_TEST
 
 START_TEST(test_closed_forms)
 {
+	if (!use_isa(_i))
+		return;
 	swm_opts o = dflt();
 	swm_row r;
 	double a[MAXN];
@@ -471,6 +861,8 @@ END_TEST
 /* f16/bf16 rows: the stats are those of the rounded values, renormalized. */
 START_TEST(test_half_rows)
 {
+	if (!use_isa(_i))
+		return;
 	swm_opts o = dflt();
 	rng_state = 5;
 	uint16_t h16[512], hb16[512];
@@ -528,6 +920,8 @@ END_TEST
 
 START_TEST(test_rejections)
 {
+	if (!use_isa(_i))
+		return;
 	swm_opts o = dflt();
 	swm_row r;
 	double a[4] = { 0.25, 0.25, 0.25, 0.25 };
@@ -566,6 +960,8 @@ END_TEST
 /* A part near delta in a row whose sum is off 1 takes the exact threshold. */
 START_TEST(test_replacement_band)
 {
+	if (!use_isa(_i))
+		return;
 	swm_opts o = dflt();
 	swm_row r;
 	double a[4];
@@ -589,6 +985,8 @@ END_TEST
 /* Softmax of logits: the same stats as the probabilities, and exact logs. */
 START_TEST(test_logits)
 {
+	if (!use_isa(_i))
+		return;
 	swm_opts o = dflt();
 	rng_state = 3;
 	float z[1024];
@@ -641,6 +1039,8 @@ END_TEST
 /* §4 invariances, through logits rows. */
 START_TEST(test_invariances)
 {
+	if (!use_isa(_i))
+		return;
 	swm_opts o = dflt();
 	rng_state = 9;
 	enum { N = 300 };
@@ -846,6 +1246,8 @@ ref_pair(const double *x, const double *y, size_t n, size_t k, long double out[4
 
 START_TEST(test_row_pair)
 {
+	if (!use_isa(_i))
+		return;
 	swm_opts o = dflt();
 	rng_state = 17;
 	double x[600], y[600], px[600], lx[600], py[600], ly[600];
@@ -900,6 +1302,8 @@ END_TEST
 
 START_TEST(test_block_and_pairs)
 {
+	if (!use_isa(_i))
+		return;
 	/* 3 heads x 5 rows x 8 keys in f32, causal valid lengths, one bad row */
 	enum { H = 3, R = 5, K = 8 };
 	float data[H][R][K];
@@ -1089,25 +1493,29 @@ metrics_suite(void)
 {
 	Suite *s = suite_create("metrics");
 	TCase *tc = tcase_create("core");
-	tcase_set_timeout(tc, 120);
+	tcase_set_timeout(tc, 300);
+	tcase_add_checked_fixture(tc, isa_reset, NULL);
+	tcase_add_test(tc, test_isa_api);
+	tcase_add_loop_test(tc, test_isa_ln_exp, 0, NISA - 1);
+	tcase_add_loop_test(tc, test_isa_same_as_generic, 0, NISA - 1);
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_opts);
 	tcase_add_test(tc, test_ln_exp);
 	tcase_add_test(tc, test_half);
-	tcase_add_test(tc, test_worked_example);
-	tcase_add_test(tc, test_identity_random);
-	tcase_add_test(tc, test_aitchison_split_random);
-	tcase_add_test(tc, test_closed_forms);
-	tcase_add_test(tc, test_half_rows);
-	tcase_add_test(tc, test_rejections);
-	tcase_add_test(tc, test_replacement_band);
-	tcase_add_test(tc, test_logits);
-	tcase_add_test(tc, test_invariances);
+	tcase_add_loop_test(tc, test_worked_example, 0, NISA);
+	tcase_add_loop_test(tc, test_identity_random, 0, NISA);
+	tcase_add_loop_test(tc, test_aitchison_split_random, 0, NISA);
+	tcase_add_loop_test(tc, test_closed_forms, 0, NISA);
+	tcase_add_loop_test(tc, test_half_rows, 0, NISA);
+	tcase_add_loop_test(tc, test_rejections, 0, NISA);
+	tcase_add_loop_test(tc, test_replacement_band, 0, NISA);
+	tcase_add_loop_test(tc, test_logits, 0, NISA);
+	tcase_add_loop_test(tc, test_invariances, 0, NISA);
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_split_sums_shares);
 	tcase_add_test(tc, test_head_acc);
-	tcase_add_test(tc, test_row_pair);
-	tcase_add_test(tc, test_block_and_pairs);
+	tcase_add_loop_test(tc, test_row_pair, 0, NISA);
+	tcase_add_loop_test(tc, test_block_and_pairs, 0, NISA);
 	tcase_add_test(tc, test_flip_rate);
 	tcase_add_test(tc, test_row_from_stats);
 	suite_add_tcase(s, tc);
@@ -1117,7 +1525,10 @@ metrics_suite(void)
 int
 main(void)
 {
+	/* the automatic choice, made here once as in a program */
+	const char *isa = swm_isa();
 	SRunner *sr = srunner_create(metrics_suite());
+	fprintf(stderr, "test_metrics: kernels %s\n", isa);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -1,0 +1,997 @@
+/*
+ * row_simd.c: the per-row kernels of row.c for AVX-512 and AVX2, chosen at
+ * run time (row.c, swm_set_isa()). Each function carries its own target
+ * attribute, so the file builds with the project's plain flags and its
+ * code runs only where the CPU has the instructions.
+ *
+ * Logarithm (double, division free), computed as v = 16 log2 x:
+ *     x = 2^k z, z in [0.703125, 1.40625), from the bits with integer
+ *     operations; s = 16 k + j, j the index of one of 16 subintervals of z
+ *     (both from one arithmetic shift of the bits); each subinterval has a
+ *     centre c_j, 1/c_j a double with a 20-bit mantissa, and
+ *         v = s + g_j + 16 log2(1 + r),   r = z/c_j - 1 = fma(z, 1/c_j, -1)
+ *     with g_j = 16 log2 c_j - j, |r| <= 1/32, and 16 log2(1 + r) =
+ *     r (16/ln2 + r q(r)), q of degree 7 (minimax; 0.3 ulp).
+ *   The subinterval around 1, [1 - 1/64, 1 + 1/32), has c = 1: near x = 1
+ *   the result is the polynomial in r = x - 1, exact, no cancellation. The
+ *   1/c_j were searched so that 16 log2 c_j rounds to a double with an error
+ *   below 0.005 ulp and s + g_j is exact when k = 0. Sums of v are scaled by
+ *   ln2/16 once per row; ln x alone (tests) is v ln2/16. Error of ln over
+ *   all positive doubles, subnormals included: about 1.5 ulp.
+ *
+ * Exponential (y <= 0): y = (16 m + j) ln2/16 + r, |r| <= ln2/32,
+ * e^y = 2^m 2^(j/16) (1 + r + r^2 q(r)), q of degree 4 (0.3 ulp); below
+ * y = -708 the result is 0, as in swm_exp_neg() of swm_math.h.
+ *
+ * The tables sit in registers: vpermt2pd (AVX-512), vpermd on their 32-bit
+ * halves (AVX2; gathers are slow on AMD). The AVX-512 probability kernels
+ * compare 16 floats at a time against thresholds rounded to float, so the
+ * classification is exact; for f32 and bf16, a block of 16 whose parts are
+ * all above the band (the common case) skips the second compare, the masks
+ * and the f32 -> f64 conversion (done exactly with integer operations).
+ * Loads are unaligned loads; the tail of a row is copied to a zeroed local
+ * block, so no load reaches past the row. No allocation.
+ *
+ * Sums: 8 double lanes, as the generic loop (AVX2: two sets of 4), in
+ * another order than the generic loop: results agree with it to about
+ * 1e-15 of the terms summed (tests/test_metrics.c).
+ *
+ * Cost on AMD Zen 4, which executes one 512-bit FMA per cycle: the f32
+ * probability loop is bound by its 11 FMAs per 8 elements and by the
+ * table permutes, conversions and compares, which use the same two pipes
+ * (about 16.5 cycles per 8 elements, 1.7e9 elements/s at 3.5 GHz).
+ */
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "swm_simd.h"
+
+/* ---- constants, shared by both instruction sets ---------------------- */
+
+#define LN_OFF 0x3fe6800000000000ull	/* bits of 0.703125 */
+#define LN2_16 0x1.62e42fefa39efp-5	/* ln2 / 16: v to ln */
+
+/* 1/c_j, 20-bit mantissas */
+static const double ln_invc[16] __attribute__((aligned(64))) = {
+	0x1.6410b00000000p+0, 0x1.555d500000000p+0, 0x1.4794400000000p+0,
+	0x1.3b2ed00000000p+0, 0x1.2f74d00000000p+0, 0x1.248f200000000p+0,
+	0x1.1a62400000000p+0, 0x1.1112f00000000p+0, 0x1.0832a00000000p+0,
+	0x1.0000000000000p+0, 0x1.e1cab00000000p-1, 0x1.c704500000000p-1,
+	0x1.af40600000000p-1, 0x1.999e100000000p-1, 0x1.85fa500000000p-1,
+	0x1.7441300000000p-1
+};
+/* g_j = 16 log2 c_j - j, 16 log2 c_j rounded to nearest */
+static const double ln_g[16] __attribute__((aligned(64))) = {
+	-0x1.e76be85532c61p+2, -0x1.e9221f868d2e7p+2, -0x1.ec3c7e1572fd5p+2,
+	-0x1.f33f11b6ed72ap+2, -0x1.fb3bb5544dde4p+2, -0x1.029a6544c783dp+3,
+	-0x1.087473bf3d410p+3, -0x1.0fb118b376693p+3, -0x1.17486b5e716bep+3,
+	-0x1.2000000000000p+3, -0x1.13148338d0665p+3, -0x1.08d86b532e71ep+3,
+	-0x1.0138adacb9670p+3, -0x1.f6689383048b9p+2, -0x1.edd273f1c6bf1p+2,
+	-0x1.e91c09899a728p+2
+};
+/* log2(1 + r) = r (C1 + r sum Q_i r^i), |r| <= 1/32; used times 16 */
+#define LNC1 (16 * 0x1.71547652b82fep+0)
+#define LNQ0 (16 * -0x1.71547652b8301p-1)
+#define LNQ1 (16 * 0x1.ec709dc3a3816p-2)
+#define LNQ2 (16 * -0x1.71547653039b5p-2)
+#define LNQ3 (16 * 0x1.2776c4c725b3fp-2)
+#define LNQ4 (16 * -0x1.ec708cdca7f76p-3)
+#define LNQ5 (16 * 0x1.a61b4fc81cfd6p-3)
+#define LNQ6 (16 * -0x1.71d5f76086458p-3)
+#define LNQ7 (16 * 0x1.3ff2e2d95bef1p-3)
+
+/* 2^(j/16), rounded to nearest */
+static const double ex_t[16] __attribute__((aligned(64))) = {
+	0x1.0000000000000p+0, 0x1.0b5586cf9890fp+0, 0x1.172b83c7d517bp+0,
+	0x1.2387a6e756238p+0, 0x1.306fe0a31b715p+0, 0x1.3dea64c123422p+0,
+	0x1.4bfdad5362a27p+0, 0x1.5ab07dd485429p+0, 0x1.6a09e667f3bcdp+0,
+	0x1.7a11473eb0187p+0, 0x1.8ace5422aa0dbp+0, 0x1.9c49182a3f090p+0,
+	0x1.ae89f995ad3adp+0, 0x1.c199bdd85529cp+0, 0x1.d5818dcfba487p+0,
+	0x1.ea4afa2a490dap+0
+};
+#define EX_SHIFT 0x1.8p52
+#define EX_INV 0x1.71547652b82fep+4	/* 16 / ln2 */
+#define EX_HI 0x1.62e42fef00000p-5	/* ln2 / 16, 32 bits: kd * EX_HI is exact */
+#define EX_LO 0x1.473de6af278edp-38
+#define EX_MIN -708.0
+/* e^r = 1 + r + r^2 q(r), |r| <= ln2/32 */
+#define EXQ0 0x1.0000000000000p-1
+#define EXQ1 0x1.55555554d35f2p-3
+#define EXQ2 0x1.55555555145a4p-5
+#define EXQ3 0x1.1112150f92708p-7
+#define EXQ4 0x1.6c17c56a81063p-10
+
+/* The elements [i, i + m) of a row, m < block, copied to a zeroed block. */
+static inline const void *
+tail_block(void *buf, size_t bufsz, const void *x, size_t i, size_t m, size_t es)
+{
+	memset(buf, 0, bufsz);
+	memcpy(buf, (const char *)x + i * es, m * es);
+	return buf;
+}
+
+/* The smallest float >= t: for a float x, x >= t iff x >= fceil(t). */
+static float
+fceil(double t)
+{
+	float f = (float)t;
+	if ((double)f < t)
+		f = nextafterf(f, INFINITY);
+	return f;
+}
+
+/* ================================================================ AVX-512 */
+
+#define T512 "avx512f,avx512dq,avx2,fma,f16c,popcnt"
+#define A512 __attribute__((target(T512), always_inline)) static inline
+#define F512 __attribute__((target(T512))) static
+
+/* 8 elements of dtype dt at x + i, as doubles */
+A512 __m512d
+ld8(const void *x, size_t i, swm_dtype dt)
+{
+	const char *p = x;
+	switch (dt) {
+	case SWM_F16:
+		return _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128(
+		    (const __m128i *)(const void *)(p + 2 * i))));
+	case SWM_BF16:
+		return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(
+		    _mm256_cvtepu16_epi32(_mm_loadu_si128(
+		    (const __m128i *)(const void *)(p + 2 * i))), 16)));
+	case SWM_F64:
+		return _mm512_loadu_pd(p + 8 * i);
+	default:
+		return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)(const void *)(p + 4 * i)));
+	}
+}
+
+/* 16 elements of a half or single dtype at x + i, as floats */
+A512 __m512
+ld16f(const void *x, size_t i, swm_dtype dt)
+{
+	const char *p = x;
+	switch (dt) {
+	case SWM_F16:
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2 * i)));
+	case SWM_BF16:
+		return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+		    _mm256_loadu_si256((const __m256i *)(const void *)(p + 2 * i))), 16));
+	default:
+		return _mm512_loadu_ps(p + 4 * i);
+	}
+}
+
+struct ln512c {
+	__m512d inv0, inv1, g0, g1;
+};
+
+A512 void
+ln512_init(struct ln512c *c)
+{
+	c->inv0 = _mm512_load_pd(ln_invc);
+	c->inv1 = _mm512_load_pd(ln_invc + 8);
+	c->g0 = _mm512_load_pd(ln_g);
+	c->g1 = _mm512_load_pd(ln_g + 8);
+}
+
+/*
+ * 16 log2 x for x > 0; 0 and negative values give finite values, inf and
+ * NaN nonfinite ones. sub: x may be subnormal (f64 input); values that
+ * come from f32, f16 or bf16 never are.
+ */
+A512 __m512d
+ln512(__m512d x, const struct ln512c *c, int sub)
+{
+	__mmask8 ms = 0;
+	if (sub) {
+		ms = _mm512_cmp_pd_mask(x, _mm512_set1_pd(DBL_MIN), _CMP_LT_OQ);
+		x = _mm512_mask_mul_pd(x, ms, x, _mm512_set1_pd(0x1p54));
+	}
+	__m512i ix = _mm512_castpd_si512(x);
+	__m512i tmp = _mm512_sub_epi64(ix, _mm512_set1_epi64((long long)LN_OFF));
+	__m512i s = _mm512_srai_epi64(tmp, 48);		/* 16 k + j */
+	__m512d sd = _mm512_cvtepi64_pd(s);
+	if (sub)
+		sd = _mm512_mask_sub_pd(sd, ms, sd, _mm512_set1_pd(16 * 54.0));
+	__m512d z = _mm512_castsi512_pd(_mm512_sub_epi64(ix, _mm512_and_si512(tmp,
+	    _mm512_set1_epi64((long long)0xfff0000000000000ull))));
+	__m512d invc = _mm512_permutex2var_pd(c->inv0, s, c->inv1);
+	__m512d g = _mm512_permutex2var_pd(c->g0, s, c->g1);
+	__m512d r = _mm512_fmadd_pd(z, invc, _mm512_set1_pd(-1.0));
+	__m512d h = _mm512_fmadd_pd(_mm512_set1_pd(LNQ7), r, _mm512_set1_pd(LNQ6));
+	h = _mm512_fmadd_pd(h, r, _mm512_set1_pd(LNQ5));
+	h = _mm512_fmadd_pd(h, r, _mm512_set1_pd(LNQ4));
+	h = _mm512_fmadd_pd(h, r, _mm512_set1_pd(LNQ3));
+	h = _mm512_fmadd_pd(h, r, _mm512_set1_pd(LNQ2));
+	h = _mm512_fmadd_pd(h, r, _mm512_set1_pd(LNQ1));
+	h = _mm512_fmadd_pd(h, r, _mm512_set1_pd(LNQ0));
+	h = _mm512_fmadd_pd(h, r, _mm512_set1_pd(LNC1));
+	return _mm512_add_pd(_mm512_add_pd(sd, g), _mm512_mul_pd(h, r));
+}
+
+struct ex512c {
+	__m512d t0, t1;
+};
+
+A512 void
+ex512_init(struct ex512c *c)
+{
+	c->t0 = _mm512_load_pd(ex_t);
+	c->t1 = _mm512_load_pd(ex_t + 8);
+}
+
+/* e^y for the lanes of live (y in [-708, 0]), 0 in the others */
+A512 __m512d
+ex512(__m512d y, __mmask8 live, const struct ex512c *c)
+{
+	__m512d t = _mm512_fmadd_pd(y, _mm512_set1_pd(EX_INV), _mm512_set1_pd(EX_SHIFT));
+	__m512d kd = _mm512_sub_pd(t, _mm512_set1_pd(EX_SHIFT));
+	__m512i ti = _mm512_castpd_si512(t);
+	__m512d tj = _mm512_permutex2var_pd(c->t0, ti, c->t1);
+	__m512d r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(EX_HI), y);
+	r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(EX_LO), r);
+	__m512d r2 = _mm512_mul_pd(r, r);
+	__m512d q = _mm512_fmadd_pd(_mm512_set1_pd(EXQ4), r, _mm512_set1_pd(EXQ3));
+	q = _mm512_fmadd_pd(q, r, _mm512_set1_pd(EXQ2));
+	q = _mm512_fmadd_pd(q, r, _mm512_set1_pd(EXQ1));
+	q = _mm512_fmadd_pd(q, r, _mm512_set1_pd(EXQ0));
+	__m512d e = _mm512_fmadd_pd(tj, _mm512_fmadd_pd(r2, q, r), tj);
+	/* times 2^floor(kd / 16): (kd & ~15) << 48 is floor(kd / 16) << 52 */
+	__m512i sc = _mm512_slli_epi64(_mm512_and_si512(ti, _mm512_set1_epi64(~15ll)), 48);
+	return _mm512_castsi512_pd(_mm512_maskz_add_epi64(live, _mm512_castpd_si512(e), sc));
+}
+
+struct p512acc {
+	__m512d W, P, L, WB;
+	__m512i bits;		/* OR of the elements: the sign bit finds negatives */
+	uint64_t nv, nbig, nlo;
+};
+
+/* 8 elements as doubles: vm the lanes in the row, big those >= hi */
+A512 void
+p512_acc8(__m512d x, __mmask8 vm, __mmask8 big, const struct ln512c *c, int sub,
+    struct p512acc *a)
+{
+	__m512d v = ln512(x, c, sub);
+	a->W = _mm512_mask_add_pd(a->W, vm, a->W, x);
+	a->P = _mm512_mask3_fmadd_pd(x, v, a->P, vm);
+	a->L = _mm512_mask_add_pd(a->L, big, a->L, v);
+	a->WB = _mm512_mask_add_pd(a->WB, big, a->WB, x);
+	a->bits = _mm512_mask_or_epi64(a->bits, vm, a->bits, _mm512_castpd_si512(x));
+}
+
+/* 16 elements of a half or single dtype, compared as floats (exact) */
+A512 void
+p512_blk16(const void *x, size_t i, swm_dtype dt, __mmask16 vm, __m512 lof,
+    __m512 hif, const struct ln512c *c, struct p512acc *a)
+{
+	__m512 xf = ld16f(x, i, dt);
+	__mmask16 big = _mm512_mask_cmp_ps_mask(vm, xf, hif, _CMP_GE_OQ);
+	__mmask16 small = _mm512_mask_cmp_ps_mask(vm, xf, lof, _CMP_LT_OQ);
+	a->nv += (uint64_t)__builtin_popcount(vm);
+	a->nbig += (uint64_t)__builtin_popcount(big);
+	a->nlo += (uint64_t)__builtin_popcount(small);
+	__m512d x0, x1;
+	if (dt == SWM_F32) {
+		x0 = ld8(x, i, dt);
+		x1 = ld8(x, i + 8, dt);
+	} else {
+		x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(xf));
+		x1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xf, 1));
+	}
+	p512_acc8(x0, (__mmask8)vm, (__mmask8)big, c, 0, a);
+	p512_acc8(x1, (__mmask8)(vm >> 8), (__mmask8)(big >> 8), c, 0, a);
+}
+
+/*
+ * 16 full elements of f32 or bf16, the common case first: when every one is
+ * >= hi (one compare), they are normal floats (hi >= FLT_MIN, checked by the
+ * caller) or inf/NaN (bit 30 of *fbits, checked after the loop), and convert
+ * to double exactly by integer operations, in even/odd lanes: no f32 -> f64
+ * conversion, no second compare, no masks. Otherwise the general block.
+ */
+A512 void
+p512_blk16f(const void *x, size_t i, swm_dtype dt, __m512 lof, __m512 hif,
+    const struct ln512c *c, __m512i *fbits, struct p512acc *a)
+{
+	__m512 xf = ld16f(x, i, dt);
+	__mmask16 notbig = _mm512_cmp_ps_mask(xf, hif, _CMP_LT_OQ);
+	if (__builtin_expect(notbig != 0, 0)) {
+		p512_blk16(x, i, dt, 0xffff, lof, hif, c, a);
+		return;
+	}
+	__m512i q = _mm512_castps_si512(xf);
+	*fbits = _mm512_or_si512(*fbits, q);
+	/* f32 bits f of a normal float: the double's bits are (f << 29) + (896 << 52) */
+	__m512i bias = _mm512_set1_epi64(896ll << 52);
+	__m512d xe = _mm512_castsi512_pd(_mm512_add_epi64(_mm512_srli_epi64(
+	    _mm512_slli_epi64(q, 32), 3), bias));
+	__m512d xo = _mm512_castsi512_pd(_mm512_add_epi64(_mm512_srli_epi64(
+	    _mm512_and_si512(q, _mm512_set1_epi64((long long)0xffffffff00000000ull)), 3), bias));
+	__m512d ve = ln512(xe, c, 0), vo = ln512(xo, c, 0);
+	a->W = _mm512_add_pd(a->W, _mm512_add_pd(xe, xo));
+	a->P = _mm512_fmadd_pd(xe, ve, _mm512_fmadd_pd(xo, vo, a->P));
+	a->L = _mm512_add_pd(a->L, _mm512_add_pd(ve, vo));
+	a->WB = _mm512_add_pd(a->WB, _mm512_add_pd(xe, xo));
+	a->nv += 16;
+	a->nbig += 16;
+}
+
+/* 8 f64 elements, compared as doubles */
+A512 void
+p512_blk8(const void *x, size_t i, __mmask8 vm, __m512d lo, __m512d hi,
+    const struct ln512c *c, struct p512acc *a)
+{
+	__m512d xd = ld8(x, i, SWM_F64);
+	__mmask8 big = _mm512_mask_cmp_pd_mask(vm, xd, hi, _CMP_GE_OQ);
+	__mmask8 small = _mm512_mask_cmp_pd_mask(vm, xd, lo, _CMP_LT_OQ);
+	a->nv += (uint64_t)__builtin_popcount(vm);
+	a->nbig += (uint64_t)__builtin_popcount(big);
+	a->nlo += (uint64_t)__builtin_popcount(small);
+	p512_acc8(xd, vm, big, c, 1, a);
+}
+
+A512 int
+p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
+    double blo, double bhi, struct swm_psum *ps)
+{
+	struct ln512c c;
+	struct p512acc a;
+	/* parts < lo are small, >= hi big; [lo, hi) is the band, rare */
+	double lo = blo < bhi ? blo : thr, hi = blo < bhi ? bhi : thr;
+	size_t i = 0;
+
+	ln512_init(&c);
+	a.W = a.P = a.L = a.WB = _mm512_setzero_pd();
+	a.bits = _mm512_setzero_si512();
+	a.nv = a.nbig = a.nlo = 0;
+	if (dt == SWM_F64) {
+		__m512d lod = _mm512_set1_pd(lo), hid = _mm512_set1_pd(hi);
+		size_t kb = k & ~(size_t)7;
+		for (; i < kb; i += 8)
+			p512_blk8(x, i, 0xff, lod, hid, &c, &a);
+		if (i + 8 <= n) {
+			p512_blk8(x, i, (__mmask8)~(1u << (k - i)), lod, hid, &c, &a);
+			i += 8;
+		}
+		for (; i + 8 <= n; i += 8)
+			p512_blk8(x, i, 0xff, lod, hid, &c, &a);
+		if (i < n) {
+			double buf[8];
+			const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, 8);
+			unsigned vm = (1u << (n - i)) - 1;
+			if (k >= i)
+				vm &= ~(1u << (k - i));
+			p512_blk8(tb, 0, (__mmask8)vm, lod, hid, &c, &a);
+		}
+	} else {
+		float hf = fceil(hi);
+		__m512 lof = _mm512_set1_ps(fceil(lo)), hif = _mm512_set1_ps(hf);
+		__m512i fbits = _mm512_setzero_si512();
+		size_t es = dt == SWM_F32 ? 4 : 2;
+		size_t kb = k & ~(size_t)15;
+		/* f16 rows hold zeros often (below 2^-25): always the general block */
+		int fast = dt != SWM_F16 && hf >= FLT_MIN;
+		for (; i < kb; i += 16) {
+			if (fast)
+				p512_blk16f(x, i, dt, lof, hif, &c, &fbits, &a);
+			else
+				p512_blk16(x, i, dt, 0xffff, lof, hif, &c, &a);
+		}
+		if (i + 16 <= n) {
+			p512_blk16(x, i, dt, (__mmask16)~(1u << (k - i)), lof, hif, &c, &a);
+			i += 16;
+		}
+		for (; i + 16 <= n; i += 16) {
+			if (fast)
+				p512_blk16f(x, i, dt, lof, hif, &c, &fbits, &a);
+			else
+				p512_blk16(x, i, dt, 0xffff, lof, hif, &c, &a);
+		}
+		/* inf or NaN (or a value >= 2) went through the fast block */
+		if (_mm512_reduce_or_epi32(fbits) & 0x40000000)
+			return -1;
+		if (i < n) {
+			float buf[16];
+			const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, es);
+			unsigned vm = (1u << (n - i)) - 1;
+			if (k >= i)
+				vm &= ~(1u << (k - i));
+			p512_blk16(tb, 0, dt, (__mmask16)vm, lof, hif, &c, &a);
+		}
+	}
+	double W = _mm512_reduce_add_pd(a.W);
+	double P = _mm512_reduce_add_pd(a.P);
+	double L = _mm512_reduce_add_pd(a.L);
+	if (!(fabs(W) <= DBL_MAX) || !(fabs(P) <= DBL_MAX) || !(fabs(L) <= DBL_MAX))
+		return -1;
+	ps->W = W;
+	ps->P = P * LN2_16;
+	ps->L = L * LN2_16;
+	ps->Wbig = _mm512_reduce_add_pd(a.WB);
+	ps->nsmall = (double)(a.nv - a.nbig);
+	ps->band = (double)(a.nv - a.nbig - a.nlo);
+	ps->neg = _mm512_reduce_or_epi64(a.bits) < 0 ? 1.0 : 0.0;
+	ps->nonfin = 0;
+	/* -0.0 sets the sign bit without being negative: let the loop decide */
+	return ps->neg > 0 ? -1 : 0;
+}
+
+F512 int p512_f32(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_F32, n, k, thr, blo, bhi, ps); }
+F512 int p512_f16(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_F16, n, k, thr, blo, bhi, ps); }
+F512 int p512_bf16(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_BF16, n, k, thr, blo, bhi, ps); }
+F512 int p512_f64(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_F64, n, k, thr, blo, bhi, ps); }
+
+struct l512acc {
+	__m512d E, EY, Y;
+	uint64_t nm;
+};
+
+/* 8 logits as doubles: live the lanes in the row and not -inf, pos the
+ * lanes of live with z - zmax >= -708 */
+A512 void
+l512_acc8(__m512d z, __mmask8 live, __mmask8 pos, __m512d vz,
+    const struct ex512c *c, struct l512acc *a)
+{
+	__m512d y = _mm512_maskz_sub_pd(live, z, vz);
+	__m512d e = ex512(y, pos, c);
+	a->E = _mm512_add_pd(a->E, e);
+	a->EY = _mm512_fmadd_pd(e, y, a->EY);
+	a->Y = _mm512_add_pd(a->Y, y);
+}
+
+A512 void
+l512_blk16(const void *x, size_t i, swm_dtype dt, __mmask16 vm, __m512 tf,
+    __m512d vz, const struct ex512c *c, struct l512acc *a)
+{
+	__m512 zf = ld16f(x, i, dt);
+	__mmask16 masked = _mm512_mask_cmp_ps_mask(vm, zf, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+	__mmask16 live = vm & (__mmask16)~masked;
+	__mmask16 pos = _mm512_mask_cmp_ps_mask(live, zf, tf, _CMP_GE_OQ);
+	a->nm += (uint64_t)__builtin_popcount(masked);
+	__m512d z0, z1;
+	if (dt == SWM_F32) {
+		z0 = ld8(x, i, dt);
+		z1 = ld8(x, i + 8, dt);
+	} else {
+		z0 = _mm512_cvtps_pd(_mm512_castps512_ps256(zf));
+		z1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(zf, 1));
+	}
+	l512_acc8(z0, (__mmask8)live, (__mmask8)pos, vz, c, a);
+	l512_acc8(z1, (__mmask8)(live >> 8), (__mmask8)(pos >> 8), vz, c, a);
+}
+
+/* 8 f64 logits: the test on y = z - zmax itself, as the generic loop */
+A512 void
+l512_blk8(const void *x, size_t i, __mmask8 vm, __m512d vz,
+    const struct ex512c *c, struct l512acc *a)
+{
+	__m512d z = ld8(x, i, SWM_F64);
+	__mmask8 masked = _mm512_mask_cmp_pd_mask(vm, z, _mm512_set1_pd(-INFINITY), _CMP_EQ_OQ);
+	__mmask8 live = vm & (__mmask8)~masked;
+	__m512d y = _mm512_maskz_sub_pd(live, z, vz);
+	__mmask8 pos = _mm512_mask_cmp_pd_mask(live, y, _mm512_set1_pd(EX_MIN), _CMP_GE_OQ);
+	__m512d e = ex512(y, pos, c);
+	a->nm += (uint64_t)__builtin_popcount(masked);
+	a->E = _mm512_add_pd(a->E, e);
+	a->EY = _mm512_fmadd_pd(e, y, a->EY);
+	a->Y = _mm512_add_pd(a->Y, y);
+}
+
+A512 void
+l512_row(const void *x, swm_dtype dt, size_t n, size_t k, struct swm_lsum *ls)
+{
+	double zmax;
+	int nan = 0;
+	size_t i = 0;
+
+	/* the max and the NaN test, in the input's precision */
+	if (dt == SWM_F64) {
+		__m512d mx = _mm512_set1_pd(-INFINITY);
+		__mmask8 bad = 0;
+		for (; i + 8 <= n; i += 8) {
+			__m512d z = ld8(x, i, dt);
+			bad |= _mm512_cmp_pd_mask(z, z, _CMP_UNORD_Q);
+			mx = _mm512_max_pd(z, mx);
+		}
+		zmax = _mm512_reduce_max_pd(mx);
+		nan = bad != 0;
+	} else {
+		__m512 mx = _mm512_set1_ps(-INFINITY);
+		__mmask16 bad = 0;
+		for (; i + 16 <= n; i += 16) {
+			__m512 z = ld16f(x, i, dt);
+			bad |= _mm512_cmp_ps_mask(z, z, _CMP_UNORD_Q);
+			mx = _mm512_max_ps(z, mx);
+		}
+		zmax = _mm512_reduce_max_ps(mx);
+		nan = bad != 0;
+	}
+	for (; i < n; i++) {
+		double z = swm_load(x, dt, i);
+		nan |= z != z;
+		zmax = z > zmax ? z : zmax;
+	}
+	ls->zmax = zmax;
+	ls->bad = nan || zmax == INFINITY ? 1.0 : 0.0;
+	if (ls->bad > 0 || zmax == -INFINITY)
+		return;
+
+	struct ex512c c;
+	struct l512acc a;
+	__m512d vz = _mm512_set1_pd(zmax);
+	ex512_init(&c);
+	a.E = a.EY = a.Y = _mm512_setzero_pd();
+	a.nm = 0;
+	i = 0;
+	if (dt == SWM_F64) {
+		size_t kb = k & ~(size_t)7;
+		for (; i < kb; i += 8)
+			l512_blk8(x, i, 0xff, vz, &c, &a);
+		if (i + 8 <= n) {
+			l512_blk8(x, i, (__mmask8)~(1u << (k - i)), vz, &c, &a);
+			i += 8;
+		}
+		for (; i + 8 <= n; i += 8)
+			l512_blk8(x, i, 0xff, vz, &c, &a);
+		if (i < n) {
+			double buf[8];
+			const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, 8);
+			unsigned vm = (1u << (n - i)) - 1;
+			if (k >= i)
+				vm &= ~(1u << (k - i));
+			l512_blk8(tb, 0, (__mmask8)vm, vz, &c, &a);
+		}
+	} else {
+		/*
+		 * z - zmax >= -708 as z >= the smallest float >= zmax - 708:
+		 * exact, since zmax - 708 is exact in double for float zmax
+		 * (or, when it is not, no float lies between it and zmax)
+		 */
+		__m512 tf = _mm512_set1_ps(fceil(zmax + EX_MIN));
+		size_t es = dt == SWM_F32 ? 4 : 2;
+		size_t kb = k & ~(size_t)15;
+		for (; i < kb; i += 16)
+			l512_blk16(x, i, dt, 0xffff, tf, vz, &c, &a);
+		if (i + 16 <= n) {
+			l512_blk16(x, i, dt, (__mmask16)~(1u << (k - i)), tf, vz, &c, &a);
+			i += 16;
+		}
+		for (; i + 16 <= n; i += 16)
+			l512_blk16(x, i, dt, 0xffff, tf, vz, &c, &a);
+		if (i < n) {
+			float buf[16];
+			const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, es);
+			unsigned vm = (1u << (n - i)) - 1;
+			if (k >= i)
+				vm &= ~(1u << (k - i));
+			l512_blk16(tb, 0, dt, (__mmask16)vm, tf, vz, &c, &a);
+		}
+	}
+	ls->E = _mm512_reduce_add_pd(a.E);
+	ls->EY = _mm512_reduce_add_pd(a.EY);
+	ls->Y = _mm512_reduce_add_pd(a.Y);
+	ls->nm = (double)a.nm;
+}
+
+F512 void l512_f32(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l512_row(x, SWM_F32, n, k, ls); }
+F512 void l512_f16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l512_row(x, SWM_F16, n, k, ls); }
+F512 void l512_bf16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l512_row(x, SWM_BF16, n, k, ls); }
+F512 void l512_f64(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l512_row(x, SWM_F64, n, k, ls); }
+
+F512 void
+ln512_array(const double *x, double *y, size_t n)
+{
+	struct ln512c c;
+	ln512_init(&c);
+	for (size_t i = 0; i < n; i += 8) {
+		double buf[8] = { 0 };
+		size_t m = n - i < 8 ? n - i : 8;
+		memcpy(buf, x + i, m * 8);
+		__m512d v = ln512(_mm512_loadu_pd(buf), &c, 1);
+		_mm512_storeu_pd(buf, _mm512_mul_pd(v, _mm512_set1_pd(LN2_16)));
+		memcpy(y + i, buf, m * 8);
+	}
+}
+
+F512 void
+ex512_array(const double *y, double *e, size_t n)
+{
+	struct ex512c c;
+	ex512_init(&c);
+	for (size_t i = 0; i < n; i += 8) {
+		double buf[8] = { 0 };
+		size_t m = n - i < 8 ? n - i : 8;
+		memcpy(buf, y + i, m * 8);
+		__m512d v = _mm512_loadu_pd(buf);
+		__mmask8 pos = _mm512_cmp_pd_mask(v, _mm512_set1_pd(EX_MIN), _CMP_GE_OQ);
+		_mm512_storeu_pd(buf, ex512(_mm512_maskz_mov_pd(pos, v), pos, &c));
+		memcpy(e + i, buf, m * 8);
+	}
+}
+
+const struct swm_kernels swm_kernels_avx512 = {
+	"avx512",
+	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
+	{ l512_f32, l512_f16, l512_bf16, l512_f64 },
+	ln512_array, ex512_array
+};
+
+/* =================================================================== AVX2 */
+
+#define T256 "avx2,fma,f16c,popcnt"
+#define A256 __attribute__((target(T256), always_inline)) static inline
+#define F256 __attribute__((target(T256))) static
+
+#define S1(v) _mm256_set1_pd(v)
+#define S1I(v) _mm256_set1_epi64x((long long)(v))
+
+A256 __m256d
+ld4(const void *x, size_t i, swm_dtype dt)
+{
+	const char *p = x;
+	switch (dt) {
+	case SWM_F16:
+		return _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64(
+		    (const __m128i *)(const void *)(p + 2 * i))));
+	case SWM_BF16:
+		return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(
+		    _mm_setzero_si128(), _mm_loadl_epi64((const __m128i *)(const void *)(p + 2 * i)))));
+	case SWM_F64:
+		return _mm256_loadu_pd((const double *)(const void *)(p + 8 * i));
+	default:
+		return _mm256_cvtps_pd(_mm_loadu_ps((const float *)(const void *)(p + 4 * i)));
+	}
+}
+
+/*
+ * The tables as 32-bit halves (upper, lower) for vpermd, which picks dwords
+ * from 8 in a register: ln_invc[] (lower halves 0), ln_g[], ex_t[].
+ */
+static const uint32_t ln_invhi[16] __attribute__((aligned(32))) = {
+	0x3ff6410b, 0x3ff555d5, 0x3ff47944, 0x3ff3b2ed, 0x3ff2f74d, 0x3ff248f2,
+	0x3ff1a624, 0x3ff1112f, 0x3ff0832a, 0x3ff00000, 0x3fee1cab, 0x3fec7045,
+	0x3feaf406, 0x3fe999e1, 0x3fe85fa5, 0x3fe74413
+};
+static const uint32_t ln_ghi[16] __attribute__((aligned(32))) = {
+	0xc01e76be, 0xc01e9221, 0xc01ec3c7, 0xc01f33f1, 0xc01fb3bb, 0xc02029a6,
+	0xc0208747, 0xc020fb11, 0xc0217486, 0xc0220000, 0xc0213148, 0xc0208d86,
+	0xc020138a, 0xc01f6689, 0xc01edd27, 0xc01e91c0
+};
+static const uint32_t ln_glo[16] __attribute__((aligned(32))) = {
+	0x85532c61, 0xf868d2e7, 0xe1572fd5, 0x1b6ed72a, 0x5544dde4, 0x544c783d,
+	0x3bf3d410, 0x8b376693, 0xb5e716be, 0x00000000, 0x338d0665, 0xb532e71e,
+	0xdacb9670, 0x383048b9, 0x3f1c6bf1, 0x9899a728
+};
+static const uint32_t ex_thi[16] __attribute__((aligned(32))) = {
+	0x3ff00000, 0x3ff0b558, 0x3ff172b8, 0x3ff2387a, 0x3ff306fe, 0x3ff3dea6,
+	0x3ff4bfda, 0x3ff5ab07, 0x3ff6a09e, 0x3ff7a114, 0x3ff8ace5, 0x3ff9c491,
+	0x3ffae89f, 0x3ffc199b, 0x3ffd5818, 0x3ffea4af
+};
+static const uint32_t ex_tlo[16] __attribute__((aligned(32))) = {
+	0x00000000, 0x6cf9890f, 0x3c7d517b, 0x6e756238, 0x0a31b715, 0x4c123422,
+	0xd5362a27, 0xdd485429, 0x667f3bcd, 0x73eb0187, 0x422aa0db, 0x82a3f090,
+	0x995ad3ad, 0xdd85529c, 0xdcfba487, 0xa2a490da
+};
+
+/* dwords of t (16) picked by the low 3 bits of each dword of ix, the
+ * second 8 where sel < 0 (its sign bit, per 64-bit lane) */
+A256 __m256i
+pick16(const uint32_t *t, __m256i ix, __m256i sel)
+{
+	__m256i a = _mm256_permutevar8x32_epi32(_mm256_load_si256((const __m256i *)(const void *)t), ix);
+	__m256i b = _mm256_permutevar8x32_epi32(_mm256_load_si256((const __m256i *)(const void *)(t + 8)), ix);
+	return _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(a),
+	    _mm256_castsi256_pd(b), _mm256_castsi256_pd(sel)));
+}
+
+/* entry j of a 16-entry double table (halves thi, tlo): j in bits 0..3
+ * (lo_ix) and 32..35 (hi_ix) of each lane, bit 3 of j the sign of sel */
+A256 __m256d
+tab16(const uint32_t *thi, const uint32_t *tlo, __m256i lo_ix, __m256i hi_ix, __m256i sel)
+{
+	return _mm256_castsi256_pd(_mm256_blend_epi32(pick16(tlo, lo_ix, sel),
+	    pick16(thi, hi_ix, sel), 0xaa));
+}
+
+/* as ln512: 16 log2 x; the exponent through the 2^52 trick, logical shifts */
+A256 __m256d
+ln256(__m256d x, int sub)
+{
+	__m256d sadj = _mm256_setzero_pd();
+	if (sub) {
+		__m256d ms = _mm256_cmp_pd(x, S1(DBL_MIN), _CMP_LT_OQ);
+		x = _mm256_blendv_pd(x, _mm256_mul_pd(x, S1(0x1p54)), ms);
+		sadj = _mm256_and_pd(ms, S1(-16 * 54.0));
+	}
+	/* u = bits + 2^63 - OFF: (u >> 48) = 16 (k + 2048) + j, no sign needed */
+	__m256i u = _mm256_add_epi64(_mm256_castpd_si256(x), S1I(0x8000000000000000ull - LN_OFF));
+	__m256i s = _mm256_srli_epi64(u, 48);
+	__m256d sd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(s,
+	    S1I(0x4330000000000000ull))), S1(0x1p52 + 16 * 2048.0));
+	if (sub)
+		sd = _mm256_add_pd(sd, sadj);
+	__m256d z = _mm256_castsi256_pd(_mm256_add_epi64(_mm256_and_si256(u,
+	    S1I(0x000fffffffffffffull)), S1I(LN_OFF)));
+	/*
+	 * The tables from registers (no gathers): j in bits 0..3 of s and
+	 * 32..35 of u >> 16, bit 3 of j the sign of u << 12. 1/c_j has a
+	 * 20-bit mantissa: its upper half only.
+	 */
+	__m256i ih = _mm256_srli_epi64(u, 16), sel = _mm256_slli_epi64(u, 12);
+	__m256d invc = _mm256_and_pd(_mm256_castsi256_pd(pick16(ln_invhi, ih, sel)),
+	    _mm256_castsi256_pd(S1I(0xffffffff00000000ull)));
+	__m256d g = tab16(ln_ghi, ln_glo, s, ih, sel);
+	__m256d r = _mm256_fmadd_pd(z, invc, S1(-1.0));
+	__m256d h = _mm256_fmadd_pd(S1(LNQ7), r, S1(LNQ6));
+	h = _mm256_fmadd_pd(h, r, S1(LNQ5));
+	h = _mm256_fmadd_pd(h, r, S1(LNQ4));
+	h = _mm256_fmadd_pd(h, r, S1(LNQ3));
+	h = _mm256_fmadd_pd(h, r, S1(LNQ2));
+	h = _mm256_fmadd_pd(h, r, S1(LNQ1));
+	h = _mm256_fmadd_pd(h, r, S1(LNQ0));
+	h = _mm256_fmadd_pd(h, r, S1(LNC1));
+	return _mm256_add_pd(_mm256_add_pd(sd, g), _mm256_mul_pd(h, r));
+}
+
+/* e^y for y in [-708, 0]; garbage elsewhere, masked by the caller */
+A256 __m256d
+ex256(__m256d y)
+{
+	__m256d t = _mm256_fmadd_pd(y, S1(EX_INV), S1(EX_SHIFT));
+	__m256d kd = _mm256_sub_pd(t, S1(EX_SHIFT));
+	__m256i ti = _mm256_castpd_si256(t);
+	__m256d tj = tab16(ex_thi, ex_tlo, ti, _mm256_slli_epi64(ti, 32), _mm256_slli_epi64(ti, 60));
+	__m256d r = _mm256_fnmadd_pd(kd, S1(EX_HI), y);
+	r = _mm256_fnmadd_pd(kd, S1(EX_LO), r);
+	__m256d r2 = _mm256_mul_pd(r, r);
+	__m256d q = _mm256_fmadd_pd(S1(EXQ4), r, S1(EXQ3));
+	q = _mm256_fmadd_pd(q, r, S1(EXQ2));
+	q = _mm256_fmadd_pd(q, r, S1(EXQ1));
+	q = _mm256_fmadd_pd(q, r, S1(EXQ0));
+	__m256d e = _mm256_fmadd_pd(tj, _mm256_fmadd_pd(r2, q, r), tj);
+	__m256i sc = _mm256_slli_epi64(_mm256_and_si256(ti, S1I(~15ull)), 48);
+	return _mm256_castsi256_pd(_mm256_add_epi64(_mm256_castpd_si256(e), sc));
+}
+
+/* lane masks for 4-bit masks */
+static const int64_t lane_masks[16][4] __attribute__((aligned(32))) = {
+	{ 0, 0, 0, 0 }, { -1, 0, 0, 0 }, { 0, -1, 0, 0 }, { -1, -1, 0, 0 },
+	{ 0, 0, -1, 0 }, { -1, 0, -1, 0 }, { 0, -1, -1, 0 }, { -1, -1, -1, 0 },
+	{ 0, 0, 0, -1 }, { -1, 0, 0, -1 }, { 0, -1, 0, -1 }, { -1, -1, 0, -1 },
+	{ 0, 0, -1, -1 }, { -1, 0, -1, -1 }, { 0, -1, -1, -1 }, { -1, -1, -1, -1 }
+};
+
+A256 __m256d
+lanes4(unsigned bits)
+{
+	return _mm256_load_pd((const double *)(const void *)lane_masks[bits & 15]);
+}
+
+struct p256acc {
+	__m256d W, P, L, WB, bits;
+	uint64_t nv, nbig, nlo;
+};
+
+/* 4 elements; vmbits the lanes in the row (their x is 0 elsewhere) */
+A256 void
+p256_blk(__m256d x, unsigned vmbits, __m256d lo, __m256d hi, int sub,
+    struct p256acc *a)
+{
+	__m256d v = ln256(x, sub);
+	__m256d big = _mm256_cmp_pd(x, hi, _CMP_GE_OQ);
+	__m256d small = _mm256_cmp_pd(x, lo, _CMP_LT_OQ);
+	a->W = _mm256_add_pd(a->W, x);
+	a->P = _mm256_fmadd_pd(x, v, a->P);
+	a->L = _mm256_add_pd(a->L, _mm256_and_pd(big, v));
+	a->WB = _mm256_add_pd(a->WB, _mm256_and_pd(big, x));
+	a->bits = _mm256_or_pd(a->bits, x);
+	a->nv += (uint64_t)__builtin_popcount(vmbits);
+	a->nbig += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_pd(big));
+	a->nlo += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_pd(small) & vmbits);
+}
+
+/* the sum of 8 lanes, pairwise */
+A256 double
+hsum8(__m256d u, __m256d v)
+{
+	__m256d w = _mm256_add_pd(u, v);
+	__m128d s = _mm_add_pd(_mm256_castpd256_pd128(w), _mm256_extractf128_pd(w, 1));
+	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+A256 int
+p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
+    double blo, double bhi, struct swm_psum *ps)
+{
+	struct p256acc a, b;
+	int sub = dt == SWM_F64;
+	size_t es = dt == SWM_F64 ? 8 : dt == SWM_F32 ? 4 : 2;
+	__m256d lo = S1(blo < bhi ? blo : thr);
+	__m256d hi = S1(blo < bhi ? bhi : thr);
+	size_t kb = k & ~(size_t)3, i = 0;
+
+	/* two sets of 4 lanes, even and odd blocks: 8 sums as the generic loop */
+	a.W = a.P = a.L = a.WB = a.bits = _mm256_setzero_pd();
+	a.nv = a.nbig = a.nlo = 0;
+	b = a;
+	for (; i + 8 <= kb; i += 8) {
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
+		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b);
+	}
+	for (; i < kb; i += 4)
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
+	if (i + 4 <= n) {
+		unsigned bits = 15 & ~(1u << (k - i));
+		p256_blk(_mm256_and_pd(ld4(x, i, dt), lanes4(bits)), bits, lo, hi, sub, &b);
+		i += 4;
+	}
+	for (; i + 8 <= n; i += 8) {
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
+		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b);
+	}
+	for (; i + 4 <= n; i += 4)
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
+	if (i < n) {
+		double buf[4];
+		const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, es);
+		unsigned bits = (1u << (n - i)) - 1;
+		if (k >= i)
+			bits &= ~(1u << (k - i));
+		p256_blk(_mm256_and_pd(ld4(tb, 0, dt), lanes4(bits)), bits, lo, hi, sub, &b);
+	}
+	double W = hsum8(a.W, b.W), P = hsum8(a.P, b.P), L = hsum8(a.L, b.L);
+	if (!(fabs(W) <= DBL_MAX) || !(fabs(P) <= DBL_MAX) || !(fabs(L) <= DBL_MAX))
+		return -1;
+	ps->W = W;
+	ps->P = P * LN2_16;
+	ps->L = L * LN2_16;
+	ps->Wbig = hsum8(a.WB, b.WB);
+	a.nv += b.nv;
+	a.nbig += b.nbig;
+	a.nlo += b.nlo;
+	ps->nsmall = (double)(a.nv - a.nbig);
+	ps->band = (double)(a.nv - a.nbig - a.nlo);
+	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ? 1.0 : 0.0;
+	ps->nonfin = 0;
+	return ps->neg > 0 ? -1 : 0;
+}
+
+F256 int p256_f32(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_F32, n, k, thr, blo, bhi, ps); }
+F256 int p256_f16(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_F16, n, k, thr, blo, bhi, ps); }
+F256 int p256_bf16(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_BF16, n, k, thr, blo, bhi, ps); }
+F256 int p256_f64(const void *x, size_t n, size_t k, double thr, double blo,
+    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_F64, n, k, thr, blo, bhi, ps); }
+
+struct l256acc {
+	__m256d E, EY, Y;
+	uint64_t nm;
+};
+
+A256 void
+l256_blk(__m256d z, unsigned vmbits, __m256d vz, __m256d vmin, struct l256acc *a)
+{
+	__m256d vm = lanes4(vmbits);
+	__m256d masked = _mm256_cmp_pd(z, S1(-INFINITY), _CMP_EQ_OQ);
+	__m256d live = _mm256_andnot_pd(masked, vm);
+	__m256d y = _mm256_and_pd(live, _mm256_sub_pd(z, vz));
+	__m256d pos = _mm256_and_pd(live, _mm256_cmp_pd(y, vmin, _CMP_GE_OQ));
+	__m256d e = _mm256_and_pd(pos, ex256(_mm256_max_pd(y, vmin)));
+	a->E = _mm256_add_pd(a->E, e);
+	a->EY = _mm256_fmadd_pd(e, y, a->EY);
+	a->Y = _mm256_add_pd(a->Y, y);
+	a->nm += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_pd(masked) & vmbits);
+}
+
+A256 void
+l256_row(const void *x, swm_dtype dt, size_t n, size_t k, struct swm_lsum *ls)
+{
+	size_t es = dt == SWM_F64 ? 8 : dt == SWM_F32 ? 4 : 2;
+	size_t i = 0;
+	int nan = 0;
+	double zmax;
+
+	__m256d mx = S1(-INFINITY), bad = _mm256_setzero_pd();
+	for (; i + 4 <= n; i += 4) {
+		__m256d z = ld4(x, i, dt);
+		bad = _mm256_or_pd(bad, _mm256_cmp_pd(z, z, _CMP_UNORD_Q));
+		mx = _mm256_max_pd(z, mx);
+	}
+	__m128d m2 = _mm_max_pd(_mm256_castpd256_pd128(mx), _mm256_extractf128_pd(mx, 1));
+	zmax = _mm_cvtsd_f64(_mm_max_sd(m2, _mm_unpackhi_pd(m2, m2)));
+	nan = _mm256_movemask_pd(bad) != 0;
+	for (; i < n; i++) {
+		double z = swm_load(x, dt, i);
+		nan |= z != z;
+		zmax = z > zmax ? z : zmax;
+	}
+	ls->zmax = zmax;
+	ls->bad = nan || zmax == INFINITY ? 1.0 : 0.0;
+	if (ls->bad > 0 || zmax == -INFINITY)
+		return;
+
+	struct l256acc a, b;
+	__m256d vz = S1(zmax), vmin = S1(EX_MIN);
+	size_t kb = k & ~(size_t)3;
+	a.E = a.EY = a.Y = _mm256_setzero_pd();
+	a.nm = 0;
+	b = a;
+	for (i = 0; i + 8 <= kb; i += 8) {
+		l256_blk(ld4(x, i, dt), 15, vz, vmin, &a);
+		l256_blk(ld4(x, i + 4, dt), 15, vz, vmin, &b);
+	}
+	for (; i < kb; i += 4)
+		l256_blk(ld4(x, i, dt), 15, vz, vmin, &a);
+	if (i + 4 <= n) {
+		l256_blk(ld4(x, i, dt), 15 & ~(1u << (k - i)), vz, vmin, &b);
+		i += 4;
+	}
+	for (; i + 8 <= n; i += 8) {
+		l256_blk(ld4(x, i, dt), 15, vz, vmin, &a);
+		l256_blk(ld4(x, i + 4, dt), 15, vz, vmin, &b);
+	}
+	for (; i + 4 <= n; i += 4)
+		l256_blk(ld4(x, i, dt), 15, vz, vmin, &a);
+	if (i < n) {
+		double buf[4];
+		unsigned bits = (1u << (n - i)) - 1;
+		if (k >= i)
+			bits &= ~(1u << (k - i));
+		l256_blk(ld4(tail_block(buf, sizeof(buf), x, i, n - i, es), 0, dt), bits,
+		    vz, vmin, &b);
+	}
+	ls->E = hsum8(a.E, b.E);
+	ls->EY = hsum8(a.EY, b.EY);
+	ls->Y = hsum8(a.Y, b.Y);
+	ls->nm = (double)(a.nm + b.nm);
+}
+
+F256 void l256_f32(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l256_row(x, SWM_F32, n, k, ls); }
+F256 void l256_f16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l256_row(x, SWM_F16, n, k, ls); }
+F256 void l256_bf16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l256_row(x, SWM_BF16, n, k, ls); }
+F256 void l256_f64(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l256_row(x, SWM_F64, n, k, ls); }
+
+F256 void
+ln256_array(const double *x, double *y, size_t n)
+{
+	for (size_t i = 0; i < n; i += 4) {
+		double buf[4] = { 0 };
+		size_t m = n - i < 4 ? n - i : 4;
+		memcpy(buf, x + i, m * 8);
+		__m256d v = ln256(_mm256_loadu_pd(buf), 1);
+		_mm256_storeu_pd(buf, _mm256_mul_pd(v, S1(LN2_16)));
+		memcpy(y + i, buf, m * 8);
+	}
+}
+
+F256 void
+ex256_array(const double *y, double *e, size_t n)
+{
+	for (size_t i = 0; i < n; i += 4) {
+		double buf[4] = { 0 };
+		size_t m = n - i < 4 ? n - i : 4;
+		memcpy(buf, y + i, m * 8);
+		__m256d v = _mm256_loadu_pd(buf);
+		__m256d pos = _mm256_cmp_pd(v, S1(EX_MIN), _CMP_GE_OQ);
+		_mm256_storeu_pd(buf, _mm256_and_pd(pos, ex256(_mm256_max_pd(v, S1(EX_MIN)))));
+		memcpy(e + i, buf, m * 8);
+	}
+}
+
+const struct swm_kernels swm_kernels_avx2 = {
+	"avx2",
+	{ p256_f32, p256_f16, p256_bf16, p256_f64 },
+	{ l256_f32, l256_f16, l256_bf16, l256_f64 },
+	ln256_array, ex256_array
+};
