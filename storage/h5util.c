@@ -1,5 +1,7 @@
 /* h5util.c: small HDF5 helpers shared by the run-file writer and reader. */
+#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include <hdf5.h>
@@ -61,3 +63,33 @@ done:
 	return rc;
 }
 
+
+static herr_t
+innermost(unsigned n, const H5E_error2_t *e, void *data)
+{
+	char *detail = data;
+
+	/* walked upward, entry 0 is where HDF5 first saw the problem */
+	if (n == 0 && e->desc)
+		snprintf(detail, 200, "%s", e->desc);
+	return 0;
+}
+
+void
+sw_h5_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	char detail[200] = "";
+	va_list ap;
+
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, detail);
+	H5Eclear2(H5E_DEFAULT);
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	if (detail[0]) {
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n, " (HDF5: %s)", detail);
+	}
+}

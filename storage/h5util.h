@@ -11,4 +11,12 @@ int sw_h5_attr_num(hid_t loc, const char *name, hid_t mtype, void *v);
 /* A string attribute, variable or fixed length, into buf (truncated). 0 or -1. */
 int sw_h5_attr_str(hid_t loc, const char *name, char *buf, size_t len);
 
+/*
+ * Formats a message into err, with the innermost message of HDF5's error
+ * stack appended when there is one. Call it right after the failing HDF5
+ * call: the next API call clears the stack.
+ */
+void sw_h5_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

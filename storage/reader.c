@@ -50,35 +50,7 @@ quiet(void)
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-static herr_t
-innermost(unsigned n, const H5E_error2_t *e, void *data)
-{
-	char *detail = data;
 
-	if (n == 0 && e->desc)
-		snprintf(detail, 200, "%s", e->desc);
-	return 0;
-}
-
-/* As in runfile.c: the message, then HDF5's innermost one if any. */
-static void
-fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	char detail[200] = "";
-	va_list ap;
-
-	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, detail);
-	H5Eclear2(H5E_DEFAULT);
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	if (detail[0]) {
-		size_t n = strlen(err);
-		snprintf(err + n, errlen - n, " (HDF5: %s)", detail);
-	}
-}
 
 static const char *
 name_at(size_t i)
@@ -108,7 +80,7 @@ read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
 	    sw_h5_attr_str(r->file, "kind", r->kind, sizeof(r->kind)) < 0 ||
 	    sw_h5_attr_num(r->file, "rows", H5T_NATIVE_UINT32, &m->rows) < 0 ||
 	    sw_h5_attr_num(r->file, "keys", H5T_NATIVE_UINT32, &m->keys) < 0) {
-		fail(err, errlen, "%s: reading the run attributes failed", r->path);
+		sw_h5_fail(err, errlen, "%s: reading the run attributes failed", r->path);
 		return -1;
 	}
 	m->fixed_probe = fixed;
@@ -173,18 +145,18 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 		r->dset[i] = -1;
 	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
 	    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0) {
-		fail(err, errlen, "%s: making the file access list failed", path);
+		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
 		goto fail;
 	}
 	r->file = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
 	H5Pclose(fapl);
 	fapl = -1;
 	if (r->file < 0) {
-		fail(err, errlen, "%s: cannot open the run file for SWMR reading", path);
+		sw_h5_fail(err, errlen, "%s: cannot open the run file for SWMR reading", path);
 		goto fail;
 	}
 	if (sw_h5_attr_num(r->file, "layout_version", H5T_NATIVE_INT32, &version) < 0) {
-		fail(err, errlen, "%s: not a sinkwatch run file (no layout_version)", path);
+		sw_h5_fail(err, errlen, "%s: not a sinkwatch run file (no layout_version)", path);
 		goto fail;
 	}
 	if (version != SW_RUNFILE_VERSION) {
@@ -196,7 +168,7 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 		goto fail;
 	if ((r->dset[STEP_INDEX] = H5Dopen2(r->file, "step", H5P_DEFAULT)) < 0 ||
 	    (r->ended = H5Dopen2(r->file, "ended", H5P_DEFAULT)) < 0) {
-		fail(err, errlen, "%s: not a sinkwatch run file (no /step or /ended)", path);
+		sw_h5_fail(err, errlen, "%s: not a sinkwatch run file (no /step or /ended)", path);
 		goto fail;
 	}
 	if (sw_reader_refresh(r, err, errlen) < 0)
@@ -217,12 +189,12 @@ sw_reader_refresh(sw_reader *r, char *err, size_t errlen)
 
 	quiet();
 	if (H5Drefresh(r->dset[STEP_INDEX]) < 0) {
-		fail(err, errlen, "%s: refreshing /step failed", r->path);
+		sw_h5_fail(err, errlen, "%s: refreshing /step failed", r->path);
 		return -1;
 	}
 	hsize_t n = extent0(r->dset[STEP_INDEX], NULL, dims);
 	if (n == (hsize_t)-1) {
-		fail(err, errlen, "%s: reading the extent of /step failed", r->path);
+		sw_h5_fail(err, errlen, "%s: reading the extent of /step failed", r->path);
 		return -1;
 	}
 	/* an extent never shrinks; keep the count monotone regardless */
@@ -255,7 +227,7 @@ sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 		return -1;
 	}
 	if (r->dset[i] < 0 && (r->dset[i] = H5Dopen2(r->file, name, H5P_DEFAULT)) < 0) {
-		fail(err, errlen, "%s: opening /%s failed", r->path, name);
+		sw_h5_fail(err, errlen, "%s: opening /%s failed", r->path, name);
 		return -1;
 	}
 	ds = r->dset[i];
@@ -266,12 +238,12 @@ sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 	 */
 	for (int tries = 0;; tries++) {
 		if (H5Drefresh(ds) < 0) {
-			fail(err, errlen, "%s: refreshing /%s failed", r->path, name);
+			sw_h5_fail(err, errlen, "%s: refreshing /%s failed", r->path, name);
 			return -1;
 		}
 		hsize_t n = extent0(ds, &rank, dims);
 		if (n == (hsize_t)-1) {
-			fail(err, errlen, "%s: reading the extent of /%s failed", r->path, name);
+			sw_h5_fail(err, errlen, "%s: reading the extent of /%s failed", r->path, name);
 			return -1;
 		}
 		if (n >= (hsize_t)t1)
@@ -307,7 +279,7 @@ sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 	    H5Dread(ds, H5T_NATIVE_DOUBLE, msp, fsp, H5P_DEFAULT, buf) >= 0)
 		rc = (int64_t)total;
 	else
-		fail(err, errlen, "%s: reading steps [%lld, %lld) of /%s failed", r->path,
+		sw_h5_fail(err, errlen, "%s: reading steps [%lld, %lld) of /%s failed", r->path,
 		    (long long)t0, (long long)t1, name);
 	if (msp >= 0)
 		H5Sclose(msp);

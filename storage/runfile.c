@@ -200,40 +200,7 @@ mem_type(enum etype t)
 
 /* ---- errors ------------------------------------------------------------- */
 
-static herr_t
-innermost(unsigned n, const H5E_error2_t *e, void *data)
-{
-	char *detail = data;
 
-	/* walked upward, entry 0 is where HDF5 first saw the problem */
-	if (n == 0 && e->desc)
-		snprintf(detail, 200, "%s", e->desc);
-	return 0;
-}
-
-/*
- * Formats a message into err, with the innermost message of HDF5's error
- * stack appended when there is one. Call it right after the failing HDF5
- * call: the next API call clears the stack.
- */
-static void
-fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	char detail[200] = "";
-	va_list ap;
-
-	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, detail);
-	H5Eclear2(H5E_DEFAULT);
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	if (detail[0]) {
-		size_t n = strlen(err);
-		snprintf(err + n, errlen - n, " (HDF5: %s)", detail);
-	}
-}
 
 /* ---- file names --------------------------------------------------------- */
 
@@ -372,7 +339,7 @@ write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
 	    attr_str(file, "created", created) < 0 ||
 	    attr_str(file, "flip_fields", "cosine,js,entropy") < 0 ||
 	    attr_str(file, "rejected_reasons", reasons) < 0) {
-		fail(err, errlen, "writing the file attributes failed");
+		sw_h5_fail(err, errlen, "writing the file attributes failed");
 		return -1;
 	}
 	return 0;
@@ -471,7 +438,7 @@ create_datasets(hid_t file, uint32_t layers, uint32_t heads, size_t chunk_steps,
 		    attr_str(ds, "dims", shape_axes(d, s.shape)) >= 0)
 			rc = 0;
 		else
-			fail(err, errlen, "creating dataset /%s failed", s.name);
+			sw_h5_fail(err, errlen, "creating dataset /%s failed", s.name);
 		if (ds >= 0)
 			H5Dclose(ds);
 		if (dcpl >= 0)
@@ -495,24 +462,24 @@ open_datasets(sw_runfile *f, char *err, size_t errlen)
 		spec(d, &s);
 		hid_t ds = H5Dopen2(f->file, s.name, H5P_DEFAULT);
 		if (ds < 0) {
-			fail(err, errlen, "%s: no dataset /%s", f->path, s.name);
+			sw_h5_fail(err, errlen, "%s: no dataset /%s", f->path, s.name);
 			return -1;
 		}
 		hid_t dapl = make_dapl(ds, 1);
 		H5Dclose(ds);
 		if (dapl < 0) {
-			fail(err, errlen, "%s: reading the layout of /%s failed", f->path, s.name);
+			sw_h5_fail(err, errlen, "%s: reading the layout of /%s failed", f->path, s.name);
 			return -1;
 		}
 		f->dset[d] = H5Dopen2(f->file, s.name, dapl);
 		H5Pclose(dapl);
 		if (f->dset[d] < 0) {
-			fail(err, errlen, "%s: opening /%s failed", f->path, s.name);
+			sw_h5_fail(err, errlen, "%s: opening /%s failed", f->path, s.name);
 			return -1;
 		}
 		hid_t sp = H5Dget_space(f->dset[d]);
 		if (sp < 0 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
-			fail(err, errlen, "%s: reading the extent of /%s failed", f->path, s.name);
+			sw_h5_fail(err, errlen, "%s: reading the extent of /%s failed", f->path, s.name);
 			if (sp >= 0)
 				H5Sclose(sp);
 			return -1;
@@ -543,7 +510,7 @@ write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
 	if (f->ext[d] < t + 1) {
 		dims[0] = t + 1;
 		if (H5Dset_extent(f->dset[d], dims) < 0) {
-			fail(err, errlen, "%s: extending /%s to %llu steps failed",
+			sw_h5_fail(err, errlen, "%s: extending /%s to %llu steps failed",
 			    f->path, s.name, (unsigned long long)(t + 1));
 			return -1;
 		}
@@ -561,7 +528,7 @@ write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
 	    H5Dwrite(f->dset[d], mtype, msp, fsp, H5P_DEFAULT, buf) >= 0)
 		rc = 0;
 	else
-		fail(err, errlen, "%s: writing step %llu of /%s failed", f->path,
+		sw_h5_fail(err, errlen, "%s: writing step %llu of /%s failed", f->path,
 		    (unsigned long long)t, s.name);
 	if (msp >= 0)
 		H5Sclose(msp);
@@ -682,19 +649,19 @@ create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
 	slash = strrchr(f->path, '/');
 	snprintf(tmp, len, "%.*s.%s.tmp", (int)(slash - f->path + 1), f->path, slash + 1);
 	if ((fapl = make_fapl(0)) < 0) {
-		fail(err, errlen, "%s: making the file access list failed", f->path);
+		sw_h5_fail(err, errlen, "%s: making the file access list failed", f->path);
 		goto done;
 	}
 	f->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
 	if (f->file < 0) {
-		fail(err, errlen, "%s: cannot create the HDF5 file", tmp);
+		sw_h5_fail(err, errlen, "%s: cannot create the HDF5 file", tmp);
 		goto done;
 	}
 	if (write_root_attrs(f->file, m, err, errlen) < 0 ||
 	    create_datasets(f->file, m->layers, m->heads, chunk_steps, err, errlen) < 0)
 		goto done;
 	if (H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) {
-		fail(err, errlen, "%s: flushing the new file failed", tmp);
+		sw_h5_fail(err, errlen, "%s: flushing the new file failed", tmp);
 		goto done;
 	}
 	/*
@@ -704,7 +671,7 @@ create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
 	 * holds an exclusive lock and the superblock says "not SWMR").
 	 */
 	if (H5Fstart_swmr_write(f->file) < 0) {
-		fail(err, errlen, "%s: starting SWMR writing failed", tmp);
+		sw_h5_fail(err, errlen, "%s: starting SWMR writing failed", tmp);
 		goto done;
 	}
 	/* link() does not replace a file that appeared meanwhile; rename()
@@ -745,7 +712,7 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 	int rc = -1;
 
 	if (fapl < 0) {
-		fail(err, errlen, "%s: making the file access list failed", path);
+		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
 		return -1;
 	}
 	if (H5Fis_hdf5(path) <= 0) {
@@ -755,7 +722,7 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 	}
 	file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	if (file < 0) {
-		fail(err, errlen, "%s: cannot open the existing run file", path);
+		sw_h5_fail(err, errlen, "%s: cannot open the existing run file", path);
 		goto done;
 	}
 	if (sw_h5_attr_num(file, "layout_version", H5T_NATIVE_UINT32, &version) < 0 ||
@@ -763,7 +730,7 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 	    sw_h5_attr_num(file, "heads", H5T_NATIVE_UINT32, &heads) < 0 ||
 	    sw_h5_attr_num(file, "sink", H5T_NATIVE_UINT32, &sink) < 0 ||
 	    sw_h5_attr_str(file, "run", run, sizeof(run)) < 0) {
-		fail(err, errlen, "%s: not a sinkwatch run file (attributes missing)", path);
+		sw_h5_fail(err, errlen, "%s: not a sinkwatch run file (attributes missing)", path);
 		goto done;
 	}
 	if (version != SW_RUNFILE_VERSION) {
@@ -829,12 +796,12 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 	    /* a dashboard's SWMR reader holds a shared flock: don't ask for
 	     * the exclusive one (a SWMR writer drops it at once anyway) */
 	    H5Pset_file_locking(fapl, 0, 1) < 0) {
-		fail(err, errlen, "%s: making the file access list failed", f->path);
+		sw_h5_fail(err, errlen, "%s: making the file access list failed", f->path);
 		goto done;
 	}
 	f->file = H5Fopen(f->path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl);
 	if (f->file < 0) {
-		fail(err, errlen, "%s: cannot open the run file for SWMR writing", f->path);
+		sw_h5_fail(err, errlen, "%s: cannot open the run file for SWMR writing", f->path);
 		goto done;
 	}
 	/*
@@ -845,7 +812,7 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 	 */
 	if (H5Fget_eoa(f->file, &eoa) >= 0 && stat(f->path, &sb) == 0 &&
 	    (haddr_t)sb.st_size > eoa && H5Fincrement_filesize(f->file, 0) < 0) {
-		fail(err, errlen, "%s: moving the end of allocation past the end of file failed",
+		sw_h5_fail(err, errlen, "%s: moving the end of allocation past the end of file failed",
 		    f->path);
 		goto done;
 	}
@@ -854,7 +821,7 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 	if (f->ext[D_ENDED] > 0) {
 		int8_t last = 0;
 		if (read_row(f, D_ENDED, f->ext[D_ENDED] - 1, H5T_NATIVE_INT8, &last) < 0) {
-			fail(err, errlen, "%s: reading /ended failed", f->path);
+			sw_h5_fail(err, errlen, "%s: reading /ended failed", f->path);
 			goto done;
 		}
 		f->ended = last == 1;
@@ -1037,7 +1004,7 @@ sw_runfile_flush(sw_runfile *f, char *err, size_t errlen)
 {
 	quiet();
 	if (H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) {
-		fail(err, errlen, "%s: flush failed", f->path);
+		sw_h5_fail(err, errlen, "%s: flush failed", f->path);
 		return -1;
 	}
 	return 0;
