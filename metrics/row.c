@@ -101,8 +101,6 @@ lane_sum(const double *a)
 	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-/* ---- probabilities ---------------------------------------------------- */
-
 /* ---- run-time choice of the kernels ------------------------------------ */
 
 static const struct swm_kernels kernels_generic = { "generic", { 0 }, { 0 }, 0, 0 };
@@ -115,17 +113,39 @@ cpu_f16c(void)
 	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
+enum { CAP_AVX2 = 1, CAP_AVX512 = 2 };
+
+/*
+ * What the CPU (and the OS: __builtin_cpu_supports checks that it saves the
+ * registers) can run, found once: CPUID traps to the hypervisor in a VM, and
+ * swm_kernels_get() is called per row pair. Threads that race store the
+ * same value.
+ */
+static int
+cpu_caps(void)
+{
+	static _Atomic int caps = -1;
+	int c = atomic_load_explicit(&caps, memory_order_relaxed);
+	if (c < 0) {
+		c = 0;
+		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		    __builtin_cpu_supports("popcnt") && cpu_f16c()) {
+			c |= CAP_AVX2;
+			if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
+				c |= CAP_AVX512;
+		}
+		atomic_store_explicit(&caps, c, memory_order_relaxed);
+	}
+	return c;
+}
+
 static int
 isa_supported(const struct swm_kernels *kn)
 {
-	/* what both kernel sets use; __builtin_cpu_supports checks the OS saves the registers */
-	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("popcnt") && cpu_f16c();
 	if (kn == &swm_kernels_avx512)
-		return avx2 && __builtin_cpu_supports("avx512f") &&
-		    __builtin_cpu_supports("avx512dq");
+		return (cpu_caps() & CAP_AVX512) != 0;
 	if (kn == &swm_kernels_avx2)
-		return avx2;
+		return (cpu_caps() & CAP_AVX2) != 0;
 	return kn == &kernels_generic;
 }
 
@@ -188,6 +208,8 @@ swm_set_isa(const char *name)
 	atomic_store_explicit(&kernels_active, kn, memory_order_release);
 	return 0;
 }
+
+/* ---- probabilities ---------------------------------------------------- */
 
 enum { P_W, P_P, P_L, P_WB, P_NS, P_BAND, P_NEG, P_NF, P__N };
 

@@ -16,8 +16,9 @@
  *   the result is the polynomial in r = x - 1, exact, no cancellation. The
  *   1/c_j were searched so that 16 log2 c_j rounds to a double with an error
  *   below 0.005 ulp and s + g_j is exact when k = 0. Sums of v are scaled by
- *   ln2/16 once per row; ln x alone (tests) is v ln2/16. Error of ln over
- *   all positive doubles, subnormals included: about 1.5 ulp.
+ *   ln2/16 once per row; ln x alone (tests) is v ln2/16. Relative error of
+ *   ln, measured against libm: below 3.3e-16 over every binade, subnormals
+ *   included, below 4.5e-16 within 8% of 1 (swm_ln: 4e-16, 2e-16 near 1).
  *
  * Exponential (y <= 0): y = (16 m + j) ln2/16 + r, |r| <= ln2/32,
  * e^y = 2^m 2^(j/16) (1 + r + r^2 q(r)), q of degree 4 (0.3 ulp); below
