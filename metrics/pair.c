@@ -142,30 +142,24 @@ sq_dev_range(const double *lx, const double *ly, size_t lo, size_t hi, double me
 	return lane_sum(a);
 }
 
-void
-swm_row_pair(const swm_row *rx, const double *px, const double *lx,
-    const swm_row *ry, const double *py, const double *ly, size_t k,
+/*
+ * The pair values from the content sums of two rows (§4, §5): hm and hmc
+ * are sum m ln m of the mixtures of the raw and of the content parts, dot,
+ * nx, ny the content dot product and squared norms, c2 the squared content
+ * clr distance; the sink entries come in from the rows.
+ */
+static void
+pair_finish(const swm_row *rx, const swm_row *ry, double pk, double qk,
+    double dot, double nx, double ny, double hm, double hmc, double c2,
     swm_pair *out)
 {
-	size_t n = rx->n;
-	double a[Q__N][LANES] = { { 0 } };
 	int drop = rx->w > 0 && ry->w > 0;
-	double ixw = drop ? 1.0 / rx->w : 0.0, iyw = drop ? 1.0 / ry->w : 0.0;
-	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
-
-	pair_range(px, py, lx, ly, 0, k, ixw, iyw, kn, a);
-	pair_range(px, py, lx, ly, k + 1, n, ixw, iyw, kn, a);
-	double dot = lane_sum(a[Q_DOT]), nx = lane_sum(a[Q_NX]), ny = lane_sum(a[Q_NY]);
-	double hm = lane_sum(a[Q_HM]), hmc = lane_sum(a[Q_HMC]);
-	double mean = lane_sum(a[Q_SD]) / (double)(n - 1);
-	double c2 = sq_dev_range(lx, ly, 0, k, mean) + sq_dev_range(lx, ly, k + 1, n, mean);
-
-	double pk = px[k], qk = py[k], mk = 0.5 * (pk + qk);
+	double mk = 0.5 * (pk + qk);
 	out->cos_keep = (dot + pk * qk) / sqrt((nx + pk * pk) * (ny + qk * qk));
 	/* JS = H(m) - (H(x) + H(y)) / 2, one logarithm per element */
 	double js = -(hm + swm_xlnx(mk)) - 0.5 * (rx->H + ry->H);
 	out->js_keep = js > 0 ? js : 0.0;
-	if (drop && n == 2) {
+	if (drop && rx->n == 2) {
 		/* one content key: both content distributions are (1) exactly */
 		out->cos_drop = 1.0;
 		out->js_drop = 0.0;
@@ -180,6 +174,25 @@ swm_row_pair(const swm_row *rx, const double *px, const double *lx,
 	double db = rx->b - ry->b;
 	out->sink2 = db * db;
 	out->content2 = c2;
+}
+
+void
+swm_row_pair(const swm_row *rx, const double *px, const double *lx,
+    const swm_row *ry, const double *py, const double *ly, size_t k,
+    swm_pair *out)
+{
+	size_t n = rx->n;
+	double a[Q__N][LANES] = { { 0 } };
+	int drop = rx->w > 0 && ry->w > 0;
+	double ixw = drop ? 1.0 / rx->w : 0.0, iyw = drop ? 1.0 / ry->w : 0.0;
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
+
+	pair_range(px, py, lx, ly, 0, k, ixw, iyw, kn, a);
+	pair_range(px, py, lx, ly, k + 1, n, ixw, iyw, kn, a);
+	double mean = lane_sum(a[Q_SD]) / (double)(n - 1);
+	double c2 = sq_dev_range(lx, ly, 0, k, mean) + sq_dev_range(lx, ly, k + 1, n, mean);
+	pair_finish(rx, ry, px[k], py[k], lane_sum(a[Q_DOT]), lane_sum(a[Q_NX]),
+	    lane_sum(a[Q_NY]), lane_sum(a[Q_HM]), lane_sum(a[Q_HMC]), c2, out);
 }
 
 void
@@ -235,26 +248,136 @@ swm_head_finish(const swm_head_acc *acc, swm_head *out)
 	out->Hcw = out->w > 0 ? out->C / out->w : 0.0;
 }
 
-/* Scratch: rows[heads], then p[heads][keys] and l[heads][keys]. */
+/*
+ * Pair work on prepared rows (swm_block_add): per head and row, with the
+ * sink entry and the padding up to a multiple of 8 set to 0,
+ *     a_i = p_i / 2,  c_i = a_i / w,  l_i = the centred content clr (§4),
+ * so that one pass over two heads' arrays gives every pair sum, with one
+ * logarithm per mixture element and none per head.
+ */
+struct prep {
+	double *a, *c, *l;	/* [keys8] each */
+	double pk;		/* the sink entry p_k */
+	double nx;		/* sum of p_i^2 over the content */
+};
+
+#define KEYS8(k) (((k) + 7) & ~(size_t)7)
+
+static size_t
+rows_bytes(size_t heads)
+{
+	return (heads * (sizeof(swm_row) + sizeof(struct prep)) + 63) & ~(size_t)63;
+}
+
+/* Scratch: rows[heads] and prep[heads], then a, c and l: [heads][keys8]. */
 size_t
 swm_block_scratch(size_t heads, size_t keys)
 {
-	size_t rows = (heads * sizeof(swm_row) + 63) & ~(size_t)63;
-	return rows + 2 * heads * keys * sizeof(double);
+	return rows_bytes(heads) + 3 * heads * KEYS8(keys) * sizeof(double);
+}
+
+/* The generic pair sums of two prepared rows (n a multiple of 8). */
+static void
+pair_generic(const double *ax, const double *cx, const double *lx,
+    const double *ay, const double *cy, const double *ly, size_t n, double out[4])
+{
+	double s[4][LANES] = { { 0 } };
+	for (size_t i = 0; i < n; i += LANES)
+		for (int j = 0; j < LANES; j++) {
+			double a = ax[i + j], b = ay[i + j], m = a + b;
+			double mc = cx[i + j] + cy[i + j], d = lx[i + j] - ly[i + j];
+			s[0][j] += m > 0 ? m * swm_ln(m) : 0.0;
+			s[1][j] += mc > 0 ? mc * swm_ln(mc) : 0.0;
+			s[2][j] += a * b;
+			s[3][j] += d * d;
+		}
+	for (int q = 0; q < 4; q++)
+		out[q] = lane_sum(s[q]);
+}
+
+/* Turns p and l of an accepted row (swm_row_expand) into its prep. */
+static void
+prep_row(struct prep *pp, const swm_row *r, size_t k, size_t keys8)
+{
+	size_t n = r->n;
+	double *a = pp->a, *c = pp->c, *l = pp->l;
+	double nx[LANES] = { 0 }, sl[LANES] = { 0 };
+	double iw = r->w > 0 ? 1.0 / r->w : 0.0;
+
+	pp->pk = a[k];
+	a[k] = 0;
+	l[k] = 0;
+	for (size_t i = n; i < keys8; i++)
+		a[i] = l[i] = 0;
+	for (size_t i = 0; i < keys8; i += LANES)
+		for (int j = 0; j < LANES; j++) {
+			nx[j] += a[i + j] * a[i + j];
+			sl[j] += l[i + j];
+		}
+	double mean = lane_sum(sl) / (double)(n - 1);
+	for (size_t i = 0; i < keys8; i++) {
+		c[i] = 0.5 * a[i] * iw;
+		a[i] *= 0.5;
+		l[i] = i < n && i != k ? l[i] - mean : 0.0;
+	}
+	pp->nx = lane_sum(nx);
+}
+
+static void
+pairs_of_row(const swm_row *st, const struct prep *pp, size_t H,
+    swm_pair_acc *pairs)
+{
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
+	for (size_t i = 0; i < H; i++) {
+		if (st[i].status != SWM_OK)
+			continue;
+		const struct prep *x = &pp[i];
+		size_t n8 = KEYS8(st[i].n);
+		for (size_t j = i + 1; j < H; j++) {
+			if (st[j].status != SWM_OK)
+				continue;
+			const struct prep *y = &pp[j];
+			double s[4];
+			swm_pair v;
+			if (kn && kn->pair)
+				kn->pair(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
+			else
+				pair_generic(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
+			/* a = p / 2: the sums of m ln m are over (p + q) / 2 already */
+			pair_finish(&st[i], &st[j], x->pk, y->pk, 4 * s[2], x->nx, y->nx,
+			    s[0], s[1], s[3], &v);
+			swm_pair_acc *a = &pairs[i * H + j];
+			a->rows++;
+			a->cos_keep += v.cos_keep;
+			a->js_keep += v.js_keep;
+			a->sink2 += v.sink2;
+			a->content2 += v.content2;
+			if (v.cos_drop == v.cos_drop) {
+				a->rows_drop++;
+				a->cos_drop += v.cos_drop;
+				a->js_drop += v.js_drop;
+			}
+		}
+	}
 }
 
 void
 swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
     swm_head_acc *acc, swm_pair_acc *pairs)
 {
-	size_t H = blk->heads, K = blk->keys, es = swm_dtype_size(blk->dtype);
+	size_t H = blk->heads, K = blk->keys, K8 = KEYS8(K);
+	size_t es = swm_dtype_size(blk->dtype);
 	swm_row *st = scratch;
-	double *p = (double *)((char *)scratch +
-	    ((H * sizeof(swm_row) + 63) & ~(size_t)63));
-	double *l = p + H * K;
+	struct prep *pp = (struct prep *)(st + H);
+	double *buf = (double *)((char *)scratch + rows_bytes(H));
 	const char *base = blk->data;
 
 	size_t prows = blk->pair_rows ? blk->pair_rows : blk->rows;
+	for (size_t h = 0; h < H; h++) {
+		pp[h].a = buf + (3 * h) * K8;
+		pp[h].c = buf + (3 * h + 1) * K8;
+		pp[h].l = buf + (3 * h + 2) * K8;
+	}
 
 	for (size_t r = 0; r < blk->rows; r++) {
 		size_t n = blk->nvalid ? blk->nvalid[r] : K;
@@ -268,39 +391,18 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 			if (blk->rows_out)
 				blk->rows_out[h * blk->rows + r] = st[h];
 			if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
-				swm_row_expand(row, blk->dtype, blk->kind, &st[h],
-				    p + h * K, l + h * K);
+				swm_row_expand(row, blk->dtype, blk->kind, &st[h], pp[h].a, pp[h].l);
 				if (want_ln) {
 					float *dst = blk->ln_out + (h * blk->nln + r) * K;
 					for (size_t i = 0; i < n; i++)
-						dst[i] = (float)l[h * K + i];
+						dst[i] = (float)pp[h].l[i];
 				}
+				if (want_pairs)
+					prep_row(&pp[h], &st[h], blk->sink, K8);
 			}
 		}
-		if (!want_pairs)
-			continue;
-		for (size_t i = 0; i < H; i++) {
-			if (st[i].status != SWM_OK)
-				continue;
-			for (size_t j = i + 1; j < H; j++) {
-				if (st[j].status != SWM_OK)
-					continue;
-				swm_pair v;
-				swm_pair_acc *a = &pairs[i * H + j];
-				swm_row_pair(&st[i], p + i * K, l + i * K, &st[j],
-				    p + j * K, l + j * K, blk->sink, &v);
-				a->rows++;
-				a->cos_keep += v.cos_keep;
-				a->js_keep += v.js_keep;
-				a->sink2 += v.sink2;
-				a->content2 += v.content2;
-				if (v.cos_drop == v.cos_drop) {
-					a->rows_drop++;
-					a->cos_drop += v.cos_drop;
-					a->js_drop += v.js_drop;
-				}
-			}
-		}
+		if (want_pairs)
+			pairs_of_row(st, pp, H, pairs);
 	}
 }
 

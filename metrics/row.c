@@ -103,7 +103,7 @@ lane_sum(const double *a)
 
 /* ---- run-time choice of the kernels ------------------------------------ */
 
-static const struct swm_kernels kernels_generic = { "generic", { 0 }, { 0 }, 0, 0 };
+static const struct swm_kernels kernels_generic = { "generic", { 0 }, { 0 }, 0, 0, 0 };
 
 /* F16C by CPUID: not every compiler's __builtin_cpu_supports() knows it */
 static int
@@ -552,10 +552,16 @@ swm_row_from_stats(const double v[6], double tol, swm_row *out)
 
 /* ---- expansion for pair and drift work --------------------------------- */
 
+/*
+ * One pass to load (and for logits, shift) the values, then the logarithms
+ * or exponentials of the whole row in one call of the vector kernel in use
+ * (ln_batch), then one pass to scale and to put in the replaced parts.
+ */
 AI void
 expand_t(const void *x, swm_dtype dt, swm_kind kind, const swm_row *r,
     double *p, double *l)
 {
+	const struct swm_kernels *kn = kernels();
 	size_t n = r->n;
 	double lndelta = r->lndelta;
 
@@ -566,19 +572,33 @@ expand_t(const void *x, swm_dtype dt, swm_kind kind, const swm_row *r,
 			int masked = z == -INFINITY;
 			double y = masked ? 0.0 : z - r->norm;
 			if (p)
-				p[i] = masked ? 0.0 : swm_exp_neg(y) * invZ;
+				p[i] = masked ? -INFINITY : y;
 			if (l)
 				l[i] = masked ? lndelta : y + r->lnscale;
 		}
+		if (!p)
+			return;
+		if (kn->exp_neg != NULL)
+			kn->exp_neg(p, p, n);
+		else
+			for (size_t i = 0; i < n; i++)
+				p[i] = swm_exp_neg(p[i]);
+		for (size_t i = 0; i < n; i++)
+			p[i] *= invZ;
 		return;
 	}
 	double invS = 1.0 / r->norm;
+	if (l) {
+		for (size_t i = 0; i < n; i++)
+			l[i] = pos1(ld(x, i, dt));
+		ln_batch(kn, l, n);
+	}
 	for (size_t i = 0; i < n; i++) {
 		double v = ld(x, i, dt);
 		if (p)
 			p[i] = v * invS;
 		if (l)
-			l[i] = v < r->thr ? lndelta : swm_ln(v > 0 ? v : 1.0) + r->lnscale;
+			l[i] = v < r->thr ? lndelta : l[i] + r->lnscale;
 	}
 }
 

@@ -49,6 +49,10 @@ typedef int (*swm_probs_fn)(const void *x, size_t n, size_t k, double thr,
 typedef void (*swm_logits_fn)(const void *x, size_t n, size_t k,
     struct swm_lsum *ls);
 
+typedef void (*swm_pair_fn)(const double *ax, const double *cx, const double *lx,
+    const double *ay, const double *cy, const double *ly, size_t n,
+    double out[4]);
+
 struct swm_kernels {
 	const char *name;	/* "avx512", "avx2", "generic" */
 	swm_probs_fn probs[SWM_DTYPE__N];	/* NULL: use the generic loop */
@@ -60,6 +64,14 @@ struct swm_kernels {
 	 */
 	void (*ln)(const double *x, double *y, size_t n);
 	void (*exp_neg)(const double *y, double *e, size_t n);
+	/*
+	 * Head-pair sums of two prepared rows over n elements (n a multiple
+	 * of 8, zeros past the row): with m = ax + ay and mc = cx + cy,
+	 * out = { sum m ln m, sum mc ln mc, sum ax ay, sum (lx - ly)^2 }
+	 * (0 ln 0 = 0; subnormal parts, whose terms are below 1e-305, need
+	 * not get exact logarithms). NULL for generic.
+	 */
+	swm_pair_fn pair;
 };
 
 extern const struct swm_kernels swm_kernels_avx512;

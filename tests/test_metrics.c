@@ -1413,6 +1413,123 @@ START_TEST(test_block_and_pairs)
 }
 END_TEST
 
+/*
+ * The block's pair sums, on every kernel path and input type, against the
+ * definitions (ref_pair, ref_row) row by row: 5 heads x 4 rows x 37 keys,
+ * sink 3, causal lengths, zeros, a subnormal and a one-hot sink (f64).
+ */
+START_TEST(test_block_pairs_ref)
+{
+	if (!use_isa(_i))
+		return;
+	enum { H = 5, R = 4, K = 37, KS = 3 };
+	static const struct { swm_dtype dt; swm_kind kind; } cases[] = {
+		{ SWM_F64, SWM_PROBS }, { SWM_F32, SWM_PROBS }, { SWM_F16, SWM_PROBS },
+		{ SWM_BF16, SWM_PROBS }, { SWM_F32, SWM_LOGITS },
+	};
+	uint32_t nvalid[R] = { 37, 21, 9, 5 };
+	swm_opts o = dflt();
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		swm_dtype dt = cases[c].dt;
+		swm_kind kind = cases[c].kind;
+		size_t es = swm_dtype_size(dt);
+		static double src[H][R][K], xs[H][R][K];
+		static char data[H * R * K * 8];
+		rng_state = 41 + c;
+		for (int h = 0; h < H; h++)
+			for (int r = 0; r < R; r++) {
+				size_t n = nvalid[r];
+				memset(src[h][r], 0, sizeof(src[h][r]));
+				if (kind == SWM_LOGITS) {
+					for (size_t i = 0; i < n; i++)
+						src[h][r][i] = 3 * nrand() + (i == KS ? 2 : 0);
+				} else {
+					make_row(src[h][r], n, KS, 0.1 + 0.15 * h, 0.5 + h);
+					if (dt == SWM_F64 && h == 1)
+						src[h][r][n - 1] = 0, src[h][r][KS + 1] = 1e-310;
+					if (dt == SWM_F64 && h == 4 && r == 2) {
+						memset(src[h][r], 0, sizeof(src[h][r]));
+						src[h][r][KS] = 1;	/* w = 0: no drop values */
+					}
+					double sum = 0;
+					for (size_t i = 0; i < n; i++)
+						sum += src[h][r][i];
+					for (size_t i = 0; i < n; i++)
+						src[h][r][i] /= sum;
+				}
+				store_row(data + ((size_t)h * R + r) * K * es, dt, src[h][r], K);
+				/* what the kernel sees, as probabilities (long double) */
+				long double S = 0, mx = -INFINITY;
+				double v[K];
+				for (size_t i = 0; i < n; i++) {
+					v[i] = swm_load(data, dt, ((size_t)h * R + r) * K + i);
+					mx = v[i] > mx ? v[i] : mx;
+				}
+				for (size_t i = 0; i < n; i++)
+					S += kind == SWM_LOGITS ? expl(v[i] - mx) : v[i];
+				for (size_t i = 0; i < n; i++)
+					xs[h][r][i] = (double)(kind == SWM_LOGITS ?
+					    expl(v[i] - mx) / S : v[i] / S);
+			}
+		swm_block blk = { .data = data, .dtype = dt, .kind = kind, .heads = H,
+		    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K,
+		    .nvalid = nvalid, .sink = KS };
+		void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
+		swm_head_acc acc[H];
+		swm_pair_acc pairs[H * H];
+		memset(acc, 0, sizeof(acc));
+		memset(pairs, 0, sizeof(pairs));
+		swm_block_add(&blk, &o, scratch, acc, pairs);
+		free(scratch);
+		for (int i = 0; i < H; i++)
+			ck_assert_msg(acc[i].rows == R, "case %zu head %d: %llu rows", c, i,
+			    (unsigned long long)acc[i].rows);
+		for (int i = 0; i < H; i++)
+			for (int j = i + 1; j < H; j++) {
+				long double w[6] = { 0 };
+				uint64_t nd = 0;
+				for (int r = 0; r < R; r++) {
+					static struct ref rx, ry;
+					long double pv[4];
+					size_t n = nvalid[r];
+					ref_pair(xs[i][r], xs[j][r], n, KS, pv);
+					ref_row(xs[i][r], n, KS, o.delta, &rx);
+					ref_row(xs[j][r], n, KS, o.delta, &ry);
+					long double mx = 0, my = 0, c2 = 0;
+					for (size_t q = 0; q < n; q++)
+						if (q != KS)
+							mx += rx.l[q], my += ry.l[q];
+					mx /= (long double)(n - 1);
+					my /= (long double)(n - 1);
+					for (size_t q = 0; q < n; q++)
+						if (q != KS) {
+							long double d = (rx.l[q] - mx) - (ry.l[q] - my);
+							c2 += d * d;
+						}
+					w[0] += pv[0];
+					w[2] += pv[2];
+					if (rx.w > 0 && ry.w > 0) {
+						w[1] += pv[1];
+						w[3] += pv[3];
+						nd++;
+					}
+					w[4] += (rx.b - ry.b) * (rx.b - ry.b);
+					w[5] += c2;
+				}
+				const swm_pair_acc *a = &pairs[i * H + j];
+				ck_assert_uint_eq(a->rows, R);
+				ck_assert_uint_eq(a->rows_drop, nd);
+				ck_close(a->cos_keep, w[0], 1e-12, 1e-15);
+				ck_close(a->cos_drop, w[1], 1e-12, 1e-15);
+				ck_close(a->js_keep, w[2], 1e-9, 1e-13);
+				ck_close(a->js_drop, w[3], 1e-9, 1e-13);
+				ck_close(a->sink2, w[4], 1e-10, 1e-12);
+				ck_close(a->content2, w[5], 1e-10, 1e-12);
+			}
+	}
+}
+END_TEST
+
 START_TEST(test_flip_rate)
 {
 	/* 3 heads: one comparison per anchor */
@@ -1511,6 +1628,7 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_replacement_band, 0, NISA);
 	tcase_add_loop_test(tc, test_logits, 0, NISA);
 	tcase_add_loop_test(tc, test_invariances, 0, NISA);
+	tcase_add_loop_test(tc, test_block_pairs_ref, 0, NISA);
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_split_sums_shares);
 	tcase_add_test(tc, test_head_acc);
