@@ -103,7 +103,7 @@ lane_sum(const double *a)
 
 /* ---- run-time choice of the kernels ------------------------------------ */
 
-static const struct swm_kernels kernels_generic = { "generic", { 0 }, { 0 }, 0, 0, 0 };
+static const struct swm_kernels kernels_generic = { "generic", { 0 }, { 0 }, 0, 0, 0, { 0 } };
 
 /* F16C by CPUID: not every compiler's __builtin_cpu_supports() knows it */
 static int
@@ -588,6 +588,10 @@ expand_t(const void *x, swm_dtype dt, swm_kind kind, const swm_row *r,
 		return;
 	}
 	double invS = 1.0 / r->norm;
+	if (p && l && kn->expand[dt] != NULL) {
+		kn->expand[dt](x, n, invS, r->thr, r->lnscale, lndelta, p, l);
+		return;
+	}
 	if (l) {
 		for (size_t i = 0; i < n; i++)
 			l[i] = pos1(ld(x, i, dt));

@@ -588,6 +588,47 @@ F512 void l512_f16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l51
 F512 void l512_bf16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l512_row(x, SWM_BF16, n, k, ls); }
 F512 void l512_f64(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l512_row(x, SWM_F64, n, k, ls); }
 
+
+/*
+ * Expansion of an accepted probability row (swm_row_expand): p = x / S and
+ * l = ln x + lnscale, or ln delta for the parts below thr, in one pass.
+ */
+A512 void
+e512_row(const void *x, swm_dtype dt, size_t n, double invS, double thr,
+    double lnscale, double lndelta, double *p, double *l)
+{
+	struct ln512c c;
+	__m512d vis = _mm512_set1_pd(invS), vthr = _mm512_set1_pd(thr);
+	__m512d vsc = _mm512_set1_pd(lnscale), vld = _mm512_set1_pd(lndelta);
+	__m512d k16 = _mm512_set1_pd(LN2_16);
+	size_t es = swm_dtype_size(dt), i = 0;
+	ln512_init(&c);
+	for (; i < n; i += 8) {
+		double buf[8];
+		__mmask8 m = 0xff;
+		const void *src = x;
+		size_t at = i;
+		if (i + 8 > n) {
+			src = tail_block(buf, sizeof(buf), x, i, n - i, es);
+			at = 0;
+			m = (__mmask8)((1u << (n - i)) - 1);
+		}
+		__m512d v = ld8(src, at, dt);
+		__m512d lv = _mm512_fmadd_pd(ln512(v, &c, dt == SWM_F64), k16, vsc);
+		__mmask8 small = _mm512_cmp_pd_mask(v, vthr, _CMP_LT_OQ);
+		_mm512_mask_storeu_pd(p + i, m, _mm512_mul_pd(v, vis));
+		_mm512_mask_storeu_pd(l + i, m, _mm512_mask_blend_pd(small, lv, vld));
+	}
+}
+
+#define E512(name, DT) F512 void name(const void *x, size_t n, double invS, double thr, \
+    double lnscale, double lndelta, double *p, double *l) \
+    { e512_row(x, DT, n, invS, thr, lnscale, lndelta, p, l); }
+E512(e512_f32, SWM_F32)
+E512(e512_f16, SWM_F16)
+E512(e512_bf16, SWM_BF16)
+E512(e512_f64, SWM_F64)
+
 F512 void
 ln512_array(const double *x, double *y, size_t n)
 {
@@ -654,7 +695,8 @@ const struct swm_kernels swm_kernels_avx512 = {
 	"avx512",
 	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
 	{ l512_f32, l512_f16, l512_bf16, l512_f64 },
-	ln512_array, ex512_array, pair512
+	ln512_array, ex512_array, pair512,
+	{ e512_f32, e512_f16, e512_bf16, e512_f64 }
 };
 
 /* =================================================================== AVX2 */
@@ -994,6 +1036,41 @@ F256 void l256_f16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l25
 F256 void l256_bf16(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l256_row(x, SWM_BF16, n, k, ls); }
 F256 void l256_f64(const void *x, size_t n, size_t k, struct swm_lsum *ls) { l256_row(x, SWM_F64, n, k, ls); }
 
+
+/* as e512_row */
+A256 void
+e256_row(const void *x, swm_dtype dt, size_t n, double invS, double thr,
+    double lnscale, double lndelta, double *p, double *l)
+{
+	__m256d vis = S1(invS), vthr = S1(thr), vsc = S1(lnscale), vld = S1(lndelta);
+	size_t es = swm_dtype_size(dt), i = 0;
+	for (; i + 4 <= n; i += 4) {
+		__m256d v = ld4(x, i, dt);
+		__m256d lv = _mm256_fmadd_pd(ln256(v, dt == SWM_F64), S1(LN2_16), vsc);
+		__m256d small = _mm256_cmp_pd(v, vthr, _CMP_LT_OQ);
+		_mm256_storeu_pd(p + i, _mm256_mul_pd(v, vis));
+		_mm256_storeu_pd(l + i, _mm256_blendv_pd(lv, vld, small));
+	}
+	if (i < n) {
+		double buf[4], pb[4], lb[4];
+		__m256d v = ld4(tail_block(buf, sizeof(buf), x, i, n - i, es), 0, dt);
+		__m256d lv = _mm256_fmadd_pd(ln256(v, dt == SWM_F64), S1(LN2_16), vsc);
+		__m256d small = _mm256_cmp_pd(v, vthr, _CMP_LT_OQ);
+		_mm256_storeu_pd(pb, _mm256_mul_pd(v, vis));
+		_mm256_storeu_pd(lb, _mm256_blendv_pd(lv, vld, small));
+		memcpy(p + i, pb, (n - i) * 8);
+		memcpy(l + i, lb, (n - i) * 8);
+	}
+}
+
+#define E256(name, DT) F256 void name(const void *x, size_t n, double invS, double thr, \
+    double lnscale, double lndelta, double *p, double *l) \
+    { e256_row(x, DT, n, invS, thr, lnscale, lndelta, p, l); }
+E256(e256_f32, SWM_F32)
+E256(e256_f16, SWM_F16)
+E256(e256_bf16, SWM_BF16)
+E256(e256_f64, SWM_F64)
+
 F256 void
 ln256_array(const double *x, double *y, size_t n)
 {
@@ -1053,5 +1130,6 @@ const struct swm_kernels swm_kernels_avx2 = {
 	"avx2",
 	{ p256_f32, p256_f16, p256_bf16, p256_f64 },
 	{ l256_f32, l256_f16, l256_bf16, l256_f64 },
-	ln256_array, ex256_array, pair256
+	ln256_array, ex256_array, pair256,
+	{ e256_f32, e256_f16, e256_bf16, e256_f64 }
 };

@@ -53,6 +53,9 @@ typedef void (*swm_pair_fn)(const double *ax, const double *cx, const double *lx
     const double *ay, const double *cy, const double *ly, size_t n,
     double out[4]);
 
+typedef void (*swm_expand_fn)(const void *x, size_t n, double invS, double thr,
+    double lnscale, double lndelta, double *p, double *l);
+
 struct swm_kernels {
 	const char *name;	/* "avx512", "avx2", "generic" */
 	swm_probs_fn probs[SWM_DTYPE__N];	/* NULL: use the generic loop */
@@ -72,6 +75,12 @@ struct swm_kernels {
 	 * not get exact logarithms). NULL for generic.
 	 */
 	swm_pair_fn pair;
+	/*
+	 * swm_row_expand() of an accepted probability row of n elements:
+	 * p = x invS, l = ln x + lnscale, or lndelta where x < thr. NULL:
+	 * the generic loop.
+	 */
+	swm_expand_fn expand[SWM_DTYPE__N];
 };
 
 extern const struct swm_kernels swm_kernels_avx512;
