@@ -32,20 +32,50 @@ swm_content_dist2(const double *lx, const double *ly, size_t n, size_t k)
 	return ss;
 }
 
+/* sum of lx - ly over [lo, hi), in LANES lanes (the compiler vectorizes) */
+static void
+diff_sum_f32(const float *lx, const float *ly, size_t lo, size_t hi, double a[LANES])
+{
+	size_t i = lo;
+	for (; i + LANES <= hi; i += LANES)
+		for (int j = 0; j < LANES; j++)
+			a[j] += (double)lx[i + j] - (double)ly[i + j];
+	for (; i < hi; i++)
+		a[0] += (double)lx[i] - (double)ly[i];
+}
+
+/* sum of (lx - ly - mean)^2 over [lo, hi) */
+static void
+dev_sq_f32(const float *lx, const float *ly, size_t lo, size_t hi, double mean,
+    double a[LANES])
+{
+	size_t i = lo;
+	for (; i + LANES <= hi; i += LANES)
+		for (int j = 0; j < LANES; j++) {
+			double d = (double)lx[i + j] - (double)ly[i + j] - mean;
+			a[j] += d * d;
+		}
+	for (; i < hi; i++) {
+		double d = (double)lx[i] - (double)ly[i] - mean;
+		a[0] += d * d;
+	}
+}
+
 double
 swm_content_dist2_f32(const float *lx, const float *ly, size_t n, size_t k)
 {
-	double sd = 0, ss = 0;
+	double sd[LANES] = { 0 }, ss[LANES] = { 0 };
 	if (n < 2)
 		return NAN;
-	for (size_t i = 0; i < n; i++)
-		sd += i == k ? 0.0 : (double)lx[i] - (double)ly[i];
-	double mean = sd / (double)(n - 1);
-	for (size_t i = 0; i < n; i++) {
-		double d = (double)lx[i] - (double)ly[i] - mean;
-		ss += i == k ? 0.0 : d * d;
-	}
-	return ss;
+	size_t kk = k < n ? k : n;
+	diff_sum_f32(lx, ly, 0, kk, sd);
+	if (kk < n)
+		diff_sum_f32(lx, ly, kk + 1, n, sd);
+	double mean = lane_sum(sd) / (double)(n - 1);
+	dev_sq_f32(lx, ly, 0, kk, mean, ss);
+	if (kk < n)
+		dev_sq_f32(lx, ly, kk + 1, n, mean, ss);
+	return lane_sum(ss);
 }
 
 double
