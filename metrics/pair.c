@@ -354,10 +354,9 @@ prep_row(struct prep *pp, const swm_row *r, size_t k, size_t keys8)
 }
 
 static void
-pairs_of_row(const swm_row *st, const struct prep *pp, size_t H,
-    swm_pair_acc *pairs)
+pairs_of_row(const struct swm_kernels *kn, const swm_row *st, const struct prep *pp,
+    size_t H, swm_pair_acc *pairs)
 {
-	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
 	for (size_t i = 0; i < H; i++) {
 		if (st[i].status != SWM_OK)
 			continue;
@@ -403,6 +402,7 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 	const char *base = blk->data;
 
 	size_t prows = blk->pair_rows ? blk->pair_rows : blk->rows;
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
 	for (size_t h = 0; h < H; h++) {
 		pp[h].a = buf + (3 * h) * K8;
 		pp[h].c = buf + (3 * h + 1) * K8;
@@ -432,7 +432,7 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 			}
 		}
 		if (want_pairs)
-			pairs_of_row(st, pp, H, pairs);
+			pairs_of_row(kn, st, pp, H, pairs);
 	}
 }
 
