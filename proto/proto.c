@@ -320,17 +320,90 @@ fields_from_msg(const swp_msg *m, struct fields *f)
 	return SWP_OK;
 }
 
+/* Checks m as the decoder would; the number of map keys its header has. */
+static int
+header_check(const swp_msg *m, struct fields *f, size_t *nkeys)
+{
+	uint64_t need;
+	int e;
+
+	if ((e = fields_from_msg(m, f)) != SWP_OK ||
+	    (e = check_limits(f, NULL, 0)) != SWP_OK)
+		return e;
+	if (m->type == SWP_SNAPSHOT &&
+	    (e = check_dims(f, m->tensor_bytes, &need, NULL, 0)) != SWP_OK)
+		return e;
+	if (m->type == SWP_SNAPSHOT)
+		*nkeys = 15 + (m->qpos != NULL) + (isfinite(m->time) != 0);
+	else
+		*nkeys = 4 + (isfinite(m->time) != 0);
+	return SWP_OK;
+}
+
+/* Packs the header of a checked m; nonzero when the writer failed. */
+static int
+header_pack(msgpack_packer *pk, const swp_msg *m, const struct fields *f, size_t nkeys)
+{
+	bool has_time = isfinite(m->time);
+	int r = 0;
+	uint32_t i;
+
+	r |= msgpack_pack_map(pk, nkeys);
+	r |= pack_key(pk, K_V);
+	r |= msgpack_pack_uint64(pk, SWP_VERSION);
+	r |= pack_key(pk, K_TYPE);
+	r |= m->type == SWP_SNAPSHOT ? pack_cstr(pk, "snapshot", 8) : pack_cstr(pk, "end", 3);
+	r |= pack_key(pk, K_RUN);
+	r |= pack_cstr(pk, f->run, f->runlen);
+	r |= pack_key(pk, K_SEQ);
+	r |= msgpack_pack_uint64(pk, m->seq);
+	if (m->type == SWP_SNAPSHOT) {
+		r |= pack_key(pk, K_MODEL);
+		r |= pack_cstr(pk, f->model, f->modellen);
+		r |= pack_key(pk, K_PARAMS);
+		r |= msgpack_pack_uint64(pk, m->params);
+		r |= pack_key(pk, K_LAYERS);
+		r |= msgpack_pack_uint64(pk, m->layers);
+		r |= pack_key(pk, K_HEADS);
+		r |= msgpack_pack_uint64(pk, m->heads);
+		r |= pack_key(pk, K_SINK);
+		r |= msgpack_pack_uint64(pk, m->sink);
+		r |= pack_key(pk, K_FIXED);
+		r |= m->fixed_probe ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+		r |= pack_key(pk, K_STEP);
+		r |= msgpack_pack_int64(pk, m->step);
+		r |= pack_key(pk, K_LAYER);
+		r |= msgpack_pack_uint64(pk, m->layer);
+		r |= pack_key(pk, K_KIND);
+		r |= pack_cstr(pk, kind_names[m->kind], strlen(kind_names[m->kind]));
+		r |= pack_key(pk, K_DTYPE);
+		r |= pack_cstr(pk, dtype_names[m->dtype], strlen(dtype_names[m->dtype]));
+		r |= pack_key(pk, K_SHAPE);
+		r |= msgpack_pack_array(pk, 3);
+		for (i = 0; i < 3; i++)
+			r |= msgpack_pack_uint64(pk, m->shape[i]);
+		if (m->qpos != NULL) {
+			r |= pack_key(pk, K_QPOS);
+			r |= msgpack_pack_array(pk, m->shape[1]);
+			for (i = 0; i < m->shape[1]; i++)
+				r |= msgpack_pack_uint64(pk, m->qpos[i]);
+		}
+	}
+	if (has_time) {
+		r |= pack_key(pk, K_TIME);
+		r |= msgpack_pack_double(pk, m->time);
+	}
+	return r;
+}
+
 int
 swp_encode_header(const swp_msg *m, void **out, size_t *outlen)
 {
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	struct fields f;
-	uint64_t need;
 	size_t nkeys, size;
-	bool has_time;
-	int e, r = 0;
-	uint32_t i;
+	int e;
 
 	if (out != NULL)
 		*out = NULL;
@@ -338,67 +411,11 @@ swp_encode_header(const swp_msg *m, void **out, size_t *outlen)
 		*outlen = 0;
 	if (m == NULL || out == NULL || outlen == NULL)
 		return SWP_E_INVAL;
-	if ((e = fields_from_msg(m, &f)) != SWP_OK ||
-	    (e = check_limits(&f, NULL, 0)) != SWP_OK)
+	if ((e = header_check(m, &f, &nkeys)) != SWP_OK)
 		return e;
-	if (m->type == SWP_SNAPSHOT &&
-	    (e = check_dims(&f, m->tensor_bytes, &need, NULL, 0)) != SWP_OK)
-		return e;
-
-	has_time = isfinite(m->time);
-	if (m->type == SWP_SNAPSHOT)
-		nkeys = 15 + (m->qpos != NULL) + has_time;
-	else
-		nkeys = 4 + has_time;
-
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	r |= msgpack_pack_map(&pk, nkeys);
-	r |= pack_key(&pk, K_V);
-	r |= msgpack_pack_uint64(&pk, SWP_VERSION);
-	r |= pack_key(&pk, K_TYPE);
-	r |= m->type == SWP_SNAPSHOT ? pack_cstr(&pk, "snapshot", 8) : pack_cstr(&pk, "end", 3);
-	r |= pack_key(&pk, K_RUN);
-	r |= pack_cstr(&pk, f.run, f.runlen);
-	r |= pack_key(&pk, K_SEQ);
-	r |= msgpack_pack_uint64(&pk, m->seq);
-	if (m->type == SWP_SNAPSHOT) {
-		r |= pack_key(&pk, K_MODEL);
-		r |= pack_cstr(&pk, f.model, f.modellen);
-		r |= pack_key(&pk, K_PARAMS);
-		r |= msgpack_pack_uint64(&pk, m->params);
-		r |= pack_key(&pk, K_LAYERS);
-		r |= msgpack_pack_uint64(&pk, m->layers);
-		r |= pack_key(&pk, K_HEADS);
-		r |= msgpack_pack_uint64(&pk, m->heads);
-		r |= pack_key(&pk, K_SINK);
-		r |= msgpack_pack_uint64(&pk, m->sink);
-		r |= pack_key(&pk, K_FIXED);
-		r |= m->fixed_probe ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-		r |= pack_key(&pk, K_STEP);
-		r |= msgpack_pack_int64(&pk, m->step);
-		r |= pack_key(&pk, K_LAYER);
-		r |= msgpack_pack_uint64(&pk, m->layer);
-		r |= pack_key(&pk, K_KIND);
-		r |= pack_cstr(&pk, kind_names[m->kind], strlen(kind_names[m->kind]));
-		r |= pack_key(&pk, K_DTYPE);
-		r |= pack_cstr(&pk, dtype_names[m->dtype], strlen(dtype_names[m->dtype]));
-		r |= pack_key(&pk, K_SHAPE);
-		r |= msgpack_pack_array(&pk, 3);
-		for (i = 0; i < 3; i++)
-			r |= msgpack_pack_uint64(&pk, m->shape[i]);
-		if (m->qpos != NULL) {
-			r |= pack_key(&pk, K_QPOS);
-			r |= msgpack_pack_array(&pk, m->shape[1]);
-			for (i = 0; i < m->shape[1]; i++)
-				r |= msgpack_pack_uint64(&pk, m->qpos[i]);
-		}
-	}
-	if (has_time) {
-		r |= pack_key(&pk, K_TIME);
-		r |= msgpack_pack_double(&pk, m->time);
-	}
-	if (r != 0) {
+	if (header_pack(&pk, m, &f, nkeys) != 0) {
 		/* msgpack_sbuffer_write fails only when realloc does */
 		msgpack_sbuffer_destroy(&sb);
 		return SWP_E_NOMEM;
@@ -411,6 +428,60 @@ swp_encode_header(const swp_msg *m, void **out, size_t *outlen)
 	size = sb.size;
 	*out = msgpack_sbuffer_release(&sb);
 	*outlen = size;
+	return SWP_OK;
+}
+
+size_t
+swp_header_bound(const swp_msg *m)
+{
+	/*
+	 * 17 keys of at most 12 bytes with their prefix (204), 12 numbers of
+	 * at most 9 bytes (108), type, kind and dtype strings of at most 10
+	 * (30), run and model with str8/str16 prefixes (130 + 259), map and
+	 * shape prefixes (4): 735; the test encodes the largest header.
+	 * qpos: a 5-byte array prefix and at most 5 bytes each.
+	 */
+	size_t b = 1024;
+	if (m != NULL && m->type == SWP_SNAPSHOT && m->qpos != NULL)
+		b += 5 + 5 * (size_t)m->shape[1];
+	return b;
+}
+
+struct fixbuf {
+	char *p;
+	size_t cap, len;
+};
+
+static int
+fixbuf_write(void *data, const char *buf, size_t len)
+{
+	struct fixbuf *fb = data;
+	if (len > fb->cap - fb->len)
+		return -1;
+	memcpy(fb->p + fb->len, buf, len);
+	fb->len += len;
+	return 0;
+}
+
+int
+swp_encode_header_to(const swp_msg *m, void *buf, size_t cap, size_t *outlen)
+{
+	msgpack_packer pk;
+	struct fields f;
+	struct fixbuf fb = { buf, cap, 0 };
+	size_t nkeys;
+	int e;
+
+	if (outlen != NULL)
+		*outlen = 0;
+	if (m == NULL || buf == NULL || outlen == NULL)
+		return SWP_E_INVAL;
+	if ((e = header_check(m, &f, &nkeys)) != SWP_OK)
+		return e;
+	msgpack_packer_init(&pk, &fb, fixbuf_write);
+	if (header_pack(&pk, m, &f, nkeys) != 0)
+		return SWP_E_INVAL;	/* cap below what it needs */
+	*outlen = fb.len;
 	return SWP_OK;
 }
 

@@ -131,6 +131,17 @@ int swp_topic(const char *run, char *buf, size_t len);
 int swp_encode_header(const swp_msg *m, void **out, size_t *outlen);
 
 /*
+ * The same encoding into buf (cap bytes), no allocation: for a sender that
+ * keeps the header beside its own bookkeeping. swp_header_bound(m) bytes
+ * are always enough. Returns 0 and *outlen, a negative code as
+ * swp_encode_header(), or SWP_E_INVAL if cap is too small.
+ */
+int swp_encode_header_to(const swp_msg *m, void *buf, size_t cap, size_t *outlen);
+
+/* An upper bound of the encoded header size of m, in bytes. */
+size_t swp_header_bound(const swp_msg *m);
+
+/*
  * Decodes and validates one received message, given its frames. The fixed
  * order of checks: frame count and sizes, header bytes (msgpack structure,
  * every claimed count against the bytes left, before msgpack-c allocates),

@@ -389,6 +389,68 @@ START_TEST(test_zero_copy)
 }
 END_TEST
 
+/*
+ * The sender thread: a queued message leaves with no later call from the
+ * caller (the sender finds it after a nap); a burst of queue_max fits; a
+ * blocking zero-copy send that times out leaves the buffer the caller's
+ * (no callback), counted as a drop.
+ */
+START_TEST(test_sender_thread)
+{
+	struct daemon d;
+	start_daemon(&d, free_port());
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = d.listen;
+	o.queue_max = 4;
+	sw_run_info ri = info("sender");
+	sw_client *c;
+	sw_client_stats st;
+	fill();
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	for (int i = 0; i < 250; i++) {
+		sw_client_get_stats(c, &st);
+		if (st.subscribed)
+			break;
+		sleep_us(20000);
+	}
+	ck_assert_int_eq(st.subscribed, 1);
+	sw_snapshot s = snap(0, 0);
+	ck_assert_int_eq(sw_client_send(c, &s), 0);
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 1), 1);
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.sent, 1);
+	ck_assert_uint_eq(st.queued, 0);
+	for (int t = 1; t <= 4; t++) {
+		s = snap(t, 0);
+		ck_assert_int_eq(sw_client_send(c, &s), 0);
+	}
+	ck_assert_int_eq(sw_client_flush(c, 3000), 0);
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.sent, 5);
+	ck_assert_uint_eq(st.dropped, 0);
+	sw_client_destroy(&c);
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 5), 5);
+	stop_daemon(&d);
+
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", free_port());
+	o.endpoint = ep;
+	o.blocking = 1;
+	o.block_timeout_ms = 100;
+	o.linger_ms = 100;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	released = 0;
+	s = snap(0, 0);
+	ck_assert_int_eq(sw_client_send_zc(c, &s, on_release, &released), SW_ETIMEDOUT);
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.dropped, 1);
+	ck_assert_uint_eq(st.queued, 0);
+	sw_client_destroy(&c);
+	ck_assert_int_eq(__atomic_load_n(&released, __ATOMIC_SEQ_CST), 0);
+}
+END_TEST
+
 START_TEST(test_blocking_and_invalid)
 {
 	char ep[64];
@@ -455,6 +517,7 @@ main(void)
 	tcase_add_test(tc, test_slow_joiner);
 	tcase_add_test(tc, test_zero_copy);
 	tcase_add_test(tc, test_blocking_and_invalid);
+	tcase_add_test(tc, test_sender_thread);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

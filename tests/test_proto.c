@@ -933,6 +933,81 @@ START_TEST(test_encoder_canonical)
 }
 END_TEST
 
+/* Into a caller's buffer: the same bytes, within swp_header_bound, no more. */
+static void
+check_encode_to(const swp_msg *m)
+{
+	void *want;
+	size_t wl, gl = 7, bound = swp_header_bound(m);
+	unsigned char *buf = malloc(bound + 1);
+
+	ck_assert_int_eq(swp_encode_header(m, &want, &wl), SWP_OK);
+	ck_assert_uint_le(wl, bound);
+	ck_assert_int_eq(swp_encode_header_to(m, buf, bound, &gl), SWP_OK);
+	ck_assert_uint_eq(gl, wl);
+	ck_assert_mem_eq(buf, want, wl);
+	/* exactly its size is enough; one byte less is refused */
+	ck_assert_int_eq(swp_encode_header_to(m, buf, wl, &gl), SWP_OK);
+	ck_assert_uint_eq(gl, wl);
+	gl = 7;
+	ck_assert_int_eq(swp_encode_header_to(m, buf, wl - 1, &gl), SWP_E_INVAL);
+	ck_assert_uint_eq(gl, 0);
+	free(want);
+	free(buf);
+}
+
+START_TEST(test_encoder_to_buffer)
+{
+	swp_msg m;
+	size_t len;
+	char b[8];
+
+	msg_default(&m);
+	check_encode_to(&m);
+	ck_assert_int_eq(swp_encode_header_to(NULL, b, sizeof b, &len), SWP_E_INVAL);
+	ck_assert_int_eq(swp_encode_header_to(&m, NULL, 1024, &len), SWP_E_INVAL);
+	ck_assert_int_eq(swp_encode_header_to(&m, b, sizeof b, NULL), SWP_E_INVAL);
+	m.dtype = (swp_dtype)4;	/* validated as by swp_encode_header */
+	ck_assert_int_eq(swp_encode_header_to(&m, b, sizeof b, &len), SWP_E_DTYPE);
+
+	/* the largest header: longest strings and names, widest numbers, qpos */
+	msg_default(&m);
+	memset(m.run, 'r', SWP_RUN_MAX);
+	m.run[SWP_RUN_MAX] = '\0';
+	memset(m.model, 'm', SWP_MODEL_MAX);
+	m.model[SWP_MODEL_MAX] = '\0';
+	m.params = UINT64_MAX;
+	m.seq = UINT64_MAX;
+	m.step = INT64_MAX;
+	m.layers = SWP_LAYERS_MAX;
+	m.layer = SWP_LAYERS_MAX - 1;
+	m.heads = 1;
+	m.sink = UINT32_MAX;
+	m.kind = SWP_ROWSTATS;
+	m.dtype = SWP_BF16;
+	m.time = 1.5e9;
+	uint32_t nrows = 300;
+	uint32_t *q = malloc(nrows * sizeof(*q));
+	for (uint32_t i = 0; i < nrows; i++)
+		q[i] = 0xffffffffu - i;
+	m.qpos = q;
+	m.shape[0] = 1;
+	m.shape[1] = nrows;
+	m.shape[2] = 6;
+	m.tensor_bytes = (uint64_t)nrows * 6 * 2;
+	check_encode_to(&m);
+	/* and without qpos: the fixed part alone within the bound */
+	m.qpos = NULL;
+	check_encode_to(&m);
+	free(q);
+
+	msg_default(&m);
+	m.type = SWP_END;
+	m.time = 3.0;
+	check_encode_to(&m);
+}
+END_TEST
+
 START_TEST(test_encoder_errors)
 {
 	swp_msg m;
@@ -1884,6 +1959,7 @@ proto_suite(void)
 	tcase_add_test(tc, test_roundtrip_random);
 	tcase_add_test(tc, test_encoder_canonical);
 	tcase_add_test(tc, test_encoder_errors);
+	tcase_add_test(tc, test_encoder_to_buffer);
 	tcase_add_test(tc, test_decode_args);
 	tcase_add_test(tc, test_msg_clear);
 	tcase_add_test(tc, test_fields_missing_and_wrong);

@@ -4,15 +4,21 @@
  *
  * Contract, for every call:
  * - It never stalls the training loop unless the caller asked for blocking
- *   mode: a non-blocking send returns at once. When the daemon is away or
- *   slow the message waits in the handle's queue (queue_max messages,
- *   queue_max_bytes); when that is full it is dropped and counted
- *   (sw_client_get_stats()). ZeroMQ's own queue holds up to queue_max more
- *   messages (ZMQ_SNDHWM), so at most about 2 * queue_max messages are held.
- *   Blocking mode waits up to block_timeout_ms for a daemon, then up to as
- *   long again for ZeroMQ to take the message.
- * - It installs no signal handler, prints nothing, never aborts, and keeps
- *   no process-wide state: each handle owns its own ZeroMQ context.
+ *   mode: a non-blocking send encodes the header, puts the message in the
+ *   handle's queue and returns; it does not enter ZeroMQ. Each handle has a
+ *   sender thread of its own that moves queued messages to ZeroMQ while a
+ *   daemon is subscribed (within about 16 ms; at once when the queue is
+ *   half full). When the daemon is away or slow the queue holds queue_max
+ *   messages and queue_max_bytes (one larger message alone); past that a
+ *   send is dropped and counted (sw_client_get_stats()). ZeroMQ's own queue
+ *   holds up to queue_max more messages (ZMQ_SNDHWM), so at most about
+ *   2 * queue_max messages are held.
+ *   Blocking mode waits up to block_timeout_ms (-1: for ever) until the
+ *   message is handed to ZeroMQ, which needs a subscribed daemon; on the
+ *   timeout the message is withdrawn and counted as dropped.
+ * - It installs no signal handler (the sender thread blocks every signal),
+ *   prints nothing, never aborts, and keeps no process-wide state: each
+ *   handle owns its own ZeroMQ context and thread.
  * - Errors are negative SW_E* codes; sw_strerror() describes a code and
  *   sw_client_errmsg() the detail of the handle's last error.
  * - A handle is used by one thread at a time.
@@ -121,7 +127,8 @@ SW_EXPORT int sw_client_send(sw_client *c, const sw_snapshot *s);
 /*
  * Sends one snapshot without copying s->data. On 0 the library owns the
  * buffer until it calls release(data, hint), exactly once, possibly from
- * another thread (ZeroMQ's I/O thread), after which the caller may reuse it.
+ * another thread (ZeroMQ's I/O thread, or the handle's sender thread), after
+ * which the caller may reuse it.
  * On any negative return the buffer stays the caller's and release is never
  * called.
  */
