@@ -233,6 +233,7 @@ START_TEST(test_down_then_up)
 			ck_assert(strstr(sw_client_errmsg(c), "no daemon") != NULL);
 	}
 	ck_assert_msg(worst < 0.005, "a send took %.4f s with the daemon down", worst);
+	ck_assert_str_eq(sw_client_errmsg(c), "dropped message 39: no daemon subscribed");
 	sw_client_stats st;
 	sw_client_get_stats(c, &st);
 	ck_assert_uint_eq(st.dropped, 24);
