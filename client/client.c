@@ -55,6 +55,8 @@
 #include "proto/swproto.h"
 
 #define NAP_MS 16
+/* the sender waits this long in zmq_send() for room in ZeroMQ's queue */
+#define SEND_WAIT_MS 20
 
 /*
  * One message from send to ZeroMQ. The caller encodes the header into hbuf
@@ -385,7 +387,12 @@ send_now(sw_client *c, struct pending *p)
 			return -1;
 		p->framed = 1;
 	}
-	if (zmq_send(c->sock, c->topic, c->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+	/*
+	 * Waits up to SEND_WAIT_MS (ZMQ_SNDTIMEO) for room: ZeroMQ wakes it
+	 * when the pipe drains, which polling cannot (an XPUB always reports
+	 * POLLOUT). Only the sender waits; the caller's thread never does.
+	 */
+	if (zmq_send(c->sock, c->topic, c->topic_len, ZMQ_SNDMORE) < 0)
 		return -1;
 	/* after the first frame ZeroMQ takes the rest of the message */
 	if (zmq_send(c->sock, p->hbuf, p->hlen, p->data ? ZMQ_SNDMORE : 0) < 0)
@@ -561,10 +568,12 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	 * and the client queues (and counts) instead of filling a dead pipe.
 	 */
 	int one = 1, hwm = c->o.queue_max, linger = c->o.linger_ms, ivl = 100, ivlmax = 1000;
+	int sndtimeo = SEND_WAIT_MS;
 	if (zmq_setsockopt(c->sock, ZMQ_XPUB_NODROP, &one, sizeof(one)) ||
 	    zmq_setsockopt(c->sock, ZMQ_XPUB_VERBOSER, &one, sizeof(one)) ||
 	    zmq_setsockopt(c->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm)) ||
 	    zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof(sndtimeo)) ||
 	    zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof(one)) ||
 	    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
 	    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof(ivlmax)))
