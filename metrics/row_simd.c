@@ -375,8 +375,12 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 		__m512i fbits = _mm512_setzero_si512();
 		size_t es = dt == SWM_F32 ? 4 : 2;
 		size_t kb = k & ~(size_t)15;
-		/* f16 rows hold zeros often (below 2^-25): always the general block */
-		int fast = dt != SWM_F16 && hf >= FLT_MIN;
+		/*
+		 * f16 too: widened to f32 every f16 value is a normal float, so
+		 * a block with no zero (f16 underflow) takes the fast path; one
+		 * with a zero costs one compare more and takes the general one.
+		 */
+		int fast = hf >= FLT_MIN;
 		for (; i < kb; i += 16) {
 			if (fast)
 				p512_blk16f(x, i, dt, lof, hif, &c, &fbits, &a);
