@@ -219,7 +219,7 @@ def bench_e2e(tmp, res, transport, reps=3):
     d.start()
     runs = []
     try:
-        wsteps = 4
+        wsteps = 24
         run_json([BENCH, "flood", ep, "warm-" + transport, wsteps, L, H, R, K, "zc", "blocking"])
         written = wsteps
         d.wait(lambda s: s["writer"]["steps_written"] >= written and
