@@ -4,6 +4,7 @@
  * subcommand prints one JSON object on stdout.
  *
  *   bench bandwidth MIB                  single-core read bandwidth
+ *   bench fma                            single-core peak of 512-bit FMAs
  *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
  *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
  *   bench flood ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS [zc|copy] [blocking]
@@ -97,6 +98,47 @@ sum_scalar(const double *b, size_t n)
 		for (int j = 0; j < 8; j++)
 			acc[j] += b[i + j];
 	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/*
+ * Peak rate of 512-bit double FMAs on one core: 12 independent chains,
+ * enough to cover the latency. What the row kernel would reach if its
+ * FMAs (22 per 16 elements in its fast loop) were the bound.
+ */
+__attribute__((target("avx512f"))) static double
+fma512(long n)
+{
+	__m512d m = _mm512_set1_pd(0.999999), c = _mm512_set1_pd(1e-7);
+	__m512d a0 = _mm512_set1_pd(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+	__m512d a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+	for (long i = 0; i < n; i++) {
+#define F(a) a = _mm512_fmadd_pd(a, m, c)
+		F(a0); F(a1); F(a2); F(a3); F(a4); F(a5);
+		F(a6); F(a7); F(a8); F(a9); F(a10); F(a11);
+#undef F
+	}
+	__m512d s = _mm512_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)),
+	    _mm512_add_pd(_mm512_add_pd(a4, a5), _mm512_add_pd(a6, a7)));
+	s = _mm512_add_pd(s, _mm512_add_pd(_mm512_add_pd(a8, a9), _mm512_add_pd(a10, a11)));
+	return _mm512_reduce_add_pd(s);
+}
+
+static int
+fmapeak(void)
+{
+	if (!__builtin_cpu_supports("avx512f")) {
+		printf("{\"fma512_per_s\": null}\n");
+		return 0;
+	}
+	long n = 50000000;
+	double t[5], sink = 0;
+	for (int r = 0; r < 5; r++) {
+		double t0 = now();
+		sink += fma512(n);
+		t[r] = now() - t0;
+	}
+	printf("{\"fma512_per_s\": %.6g, \"check\": %g}\n", 12.0 * (double)n / median(t, 5), sink);
+	return 0;
 }
 
 /* Read bandwidth of one core: a sum over a buffer far larger than the caches. */
@@ -460,6 +502,8 @@ main(int argc, char **argv)
 {
 	if (argc < 2)
 		return 2;
+	if (!strcmp(argv[1], "fma"))
+		return fmapeak();
 	if (!strcmp(argv[1], "bandwidth") && argc > 2)
 		return bandwidth((size_t)atol(argv[2]));
 	if (!strcmp(argv[1], "rows") && argc > 7)

@@ -191,6 +191,13 @@ def status_fig(d, sec, key):
     return d.status()[sec][key]
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_e2e(tmp, res, transport, reps=3):
     """A client flood of 1.4B-shaped snapshots (24 layers x [16, 64, 2048] f16),
     reps times: raw ZeroMQ (a bare SUB, no processing) and the daemon with its
@@ -226,6 +233,7 @@ def bench_e2e(tmp, res, transport, reps=3):
                s["queue"]["jobs_in_flight"] == 0, timeout=600, what="the warm-up flood")
         for i in range(reps):
             base = d.status()
+            c0 = cpu_s(d.proc.pid)
             t0 = time.time()
             fl = run_json([BENCH, "flood", ep, "e2e-%s-%d" % (transport, i), steps, L, H, R, K,
                            "zc", "blocking"])
@@ -233,10 +241,12 @@ def bench_e2e(tmp, res, transport, reps=3):
             st = d.wait(lambda s: s["writer"]["steps_written"] >= written and
                         s["queue"]["jobs_in_flight"] == 0, timeout=600, what="the flood")
             elapsed = time.time() - t0
+            cpu = cpu_s(d.proc.pid) - c0
             drops = {k: v - base["drops"].get(k, 0) for k, v in st["drops"].items()
                      if isinstance(v, int)}
             done = st["traffic"]["messages"] - base["traffic"]["messages"] - 1 - sum(drops.values())
             runs.append({"messages_per_s": done / elapsed, "elapsed_s": elapsed,
+                         "daemon_cpu_ms_per_message": 1e3 * cpu / done,
                          "send_s": fl["send_s"], "drops": {k: v for k, v in drops.items() if v}})
     finally:
         d.stop()
@@ -244,6 +254,7 @@ def bench_e2e(tmp, res, transport, reps=3):
     res["e2e"][transport] = {
         "snapshots_per_s": mps / L, "messages_per_s": mps, "elems_per_s": mps * elems,
         "raw_zmq_messages_per_s": raw_mps, "ratio_vs_raw_zmq": mps / raw_mps,
+        "daemon_cpu_ms_per_message": float(np.median([r["daemon_cpu_ms_per_message"] for r in runs])),
         "raw_runs_messages_per_s": raw_runs, "runs": runs}
 
 
@@ -399,6 +410,7 @@ def main():
     res = {"machine": machine(), "rows": {}, "e2e": {}, "started": time.time()}
     tmp = tempfile.mkdtemp(prefix="sinkwatch-bench-")
     steps = [("bandwidth", lambda: res.__setitem__("bandwidth", run_json([BENCH, "bandwidth", 1024]))),
+             ("fma", lambda: res.__setitem__("fma", run_json([BENCH, "fma"]))),
              ("rows", lambda: bench_rows(tmp, res)),
              ("pairs", lambda: bench_pairs(res)),
              ("allpairs", lambda: bench_allpairs(tmp, res)),
@@ -422,6 +434,10 @@ def main():
     if "bandwidth" in res:
         print("single-core read bandwidth: %.3g GB/s = %.3g f32/s" %
               (res["bandwidth"]["bytes_per_s"] / 1e9, res["bandwidth"]["f32_per_s"]))
+    if res.get("fma", {}).get("fma512_per_s"):
+        print("single-core peak of 512-bit double FMAs: %.3g /s (the row kernel's fast loop has 22 "
+              "per 16 elements: %.3g elem/s if they were its bound)" %
+              (res["fma"]["fma512_per_s"], res["fma"]["fma512_per_s"] * 16 / 22))
     print("\n%-14s %14s %14s %8s" % ("row kernel", "C elem/s", "numpy elem/s", "ratio"))
     for k, v in res["rows"].items():
         print("%-14s %14.3g %14.3g %8.1f" % (k, v["c_elems_per_s"], v["numpy_elems_per_s"],
@@ -433,9 +449,12 @@ def main():
               (p["layer_s_c"], p["layer_s_numpy"], p["ratio_vs_numpy"],
                p["snapshot_all_pairs_s"], p.get("snapshot_default_s", float("nan"))))
     for tr, e in res["e2e"].items():
-        print("e2e %s: %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f)" %
+        print("e2e %s: %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f); "
+              "daemon CPU %.2f ms per 4 MiB message; per run: raw %s msg/s, daemon %s msg/s" %
               (tr, e["snapshots_per_s"], e["elems_per_s"], e["messages_per_s"],
-               e["raw_zmq_messages_per_s"], e["ratio_vs_raw_zmq"]))
+               e["raw_zmq_messages_per_s"], e["ratio_vs_raw_zmq"], e["daemon_cpu_ms_per_message"],
+               " ".join("%.0f" % x for x in e["raw_runs_messages_per_s"]),
+               " ".join("%.0f" % r["messages_per_s"] for r in e["runs"])))
     if "client" in res:
         for k, v in res["client"].items():
             print("client send of 4 MiB, %s: zero-copy p50 %.1f us p99 %.1f us; copy p50 %.1f us p99 %.1f us; "
