@@ -75,6 +75,7 @@ struct pending {
 	void *hint;
 	struct zc_rel *z;	/* framed zero-copy data: what ZeroMQ calls back with */
 	int framed;		/* msg holds the data frame */
+	int nsent;		/* frames ZeroMQ has taken: a retry resumes there */
 	zmq_msg_t msg;
 	size_t hlen;
 	unsigned char hbuf[];
@@ -392,11 +393,21 @@ send_now(sw_client *c, struct pending *p)
 	 * when the pipe drains, which polling cannot (an XPUB always reports
 	 * POLLOUT). Only the sender waits; the caller's thread never does.
 	 */
-	if (zmq_send(c->sock, c->topic, c->topic_len, ZMQ_SNDMORE) < 0)
-		return -1;
-	/* after the first frame ZeroMQ takes the rest of the message */
-	if (zmq_send(c->sock, p->hbuf, p->hlen, p->data ? ZMQ_SNDMORE : 0) < 0)
-		return -1;
+	if (p->nsent < 1) {
+		if (zmq_send(c->sock, c->topic, c->topic_len, ZMQ_SNDMORE) < 0)
+			return -1;
+		p->nsent = 1;
+	}
+	/*
+	 * After the first frame ZeroMQ takes the rest (its high-water mark
+	 * counts whole messages); were a later frame refused, the retry goes
+	 * on from it rather than start a second message inside this one.
+	 */
+	if (p->nsent < 2) {
+		if (zmq_send(c->sock, p->hbuf, p->hlen, p->data ? ZMQ_SNDMORE : 0) < 0)
+			return -1;
+		p->nsent = 2;
+	}
 	if (p->data && zmq_msg_send(&p->msg, c->sock, 0) < 0)
 		return -1;
 	return 0;
@@ -493,6 +504,19 @@ sender_main(void *arg)
 }
 
 /* ---- the caller's side ---- */
+
+/*
+ * zmq_ctx_term() returns EINTR when a signal reaches the caller while it
+ * waits out the linger (a profiler's timer, SIGCHLD), and the context is
+ * then not terminated: frames still in flight would call back into a
+ * freed handle. So again until it is done.
+ */
+static void
+ctx_term(void *ctx)
+{
+	while (zmq_ctx_term(ctx) != 0 && errno == EINTR)
+		;
+}
 
 SW_EXPORT int
 sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **out)
@@ -598,7 +622,7 @@ fail:
 	if (c->sock)
 		zmq_close(c->sock);
 	if (c->ctx)
-		zmq_ctx_term(c->ctx);
+		ctx_term(c->ctx);
 	if (c->efd >= 0)
 		close(c->efd);
 	if (sync) {
@@ -745,6 +769,7 @@ make_msg(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hint,
 	p->hint = hint;
 	p->z = NULL;
 	p->framed = 0;
+	p->nsent = 0;
 	if (s) {
 		p->bytes = s->bytes;
 		if (release) {
@@ -802,9 +827,12 @@ sw_client_end(sw_client *c)
 	int rc = make_msg(c, NULL, NULL, NULL, &p);
 	if (rc)
 		return rc;
-	c->ended = 1;
 	c->seq++;
-	return dispatch(c, p);
+	/* a dropped or timed-out end may be sent again */
+	rc = dispatch(c, p);
+	if (rc == 0)
+		c->ended = 1;
+	return rc;
 }
 
 SW_EXPORT int
@@ -866,7 +894,7 @@ sw_client_destroy(sw_client **cp)
 		left = 0;
 	zmq_setsockopt(c->sock, ZMQ_LINGER, &left, sizeof(left));
 	zmq_close(c->sock);
-	zmq_ctx_term(c->ctx);	/* after it no frame is left to return a copy */
+	ctx_term(c->ctx);	/* after it no frame is left to return a copy */
 	close(c->efd);
 	while (c->pool) {
 		struct copybuf *b = c->pool;

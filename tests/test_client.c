@@ -2,7 +2,7 @@
  * test_client.c: the client library against a real sinkwatchd (path in
  * $SINKWATCHD) on free loopback ports: never stalling, counted drops,
  * recovery when the daemon comes back, the slow joiner, zero-copy release,
- * blocking mode, bounded linger.
+ * blocking mode, bounded linger, the sender thread, destroy under signals.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -383,6 +384,9 @@ START_TEST(test_zero_copy)
 	ck_assert_int_eq(sw_client_send_zc(c, &s, on_release, &released), 0);
 	ck_assert_int_eq(sw_client_send_zc(c, &s, on_release, &released), SW_EDROPPED);
 	ck_assert_int_eq(released, 0);
+	/* an end that was dropped may be sent again: the run is not ended yet */
+	ck_assert_int_eq(sw_client_end(c), SW_EDROPPED);
+	ck_assert_int_eq(sw_client_end(c), SW_EDROPPED);
 	double t0 = now_s();
 	sw_client_destroy(&c);
 	ck_assert_msg(now_s() - t0 < 1.0, "destroy took %.2f s", now_s() - t0);
@@ -449,6 +453,94 @@ START_TEST(test_sender_thread)
 	ck_assert_uint_eq(st.queued, 0);
 	sw_client_destroy(&c);
 	ck_assert_int_eq(__atomic_load_n(&released, __ATOMIC_SEQ_CST), 0);
+}
+END_TEST
+
+static volatile sig_atomic_t nalarm;
+
+static void
+on_alarm(int sig)
+{
+	(void)sig;
+	nalarm++;
+}
+
+/*
+ * A signal during destroy's linger wait (a profiler's timer) interrupts
+ * zmq_ctx_term(): destroy must still wait until ZeroMQ is done, so that a
+ * zero-copy buffer is released before it returns and nothing calls back
+ * into the freed handle afterwards. A SUB that never reads keeps 4 MiB
+ * frames in flight.
+ */
+START_TEST(test_destroy_under_signals)
+{
+	enum { BR = 1024, BK = 1024 };
+	static float big[BR * BK];
+	int port = free_port();
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
+	void *ctx = zmq_ctx_new(), *sub = zmq_socket(ctx, ZMQ_SUB);
+	int one = 1, rcvbuf = 4096;
+	zmq_setsockopt(sub, ZMQ_RCVHWM, &one, sizeof(one));
+	zmq_setsockopt(sub, ZMQ_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+	ck_assert_int_eq(zmq_bind(sub, ep), 0);
+
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.queue_max = 8;
+	o.linger_ms = 600;
+	sw_run_info ri = info("signals");
+	ri.heads = 1;
+	sw_client *c;
+	sw_client_stats st;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	for (int i = 0; i < 250; i++) {
+		sw_client_get_stats(c, &st);
+		if (st.subscribed)
+			break;
+		/* the SUB sends its subscription when its commands are processed */
+		int ev;
+		size_t el = sizeof(ev);
+		zmq_getsockopt(sub, ZMQ_EVENTS, &ev, &el);
+		sleep_us(20000);
+	}
+	ck_assert_int_eq(st.subscribed, 1);
+	sw_snapshot s = { 0, 0, SW_KIND_PROBS, SW_DTYPE_F32, BR, BK, NULL, big, sizeof(big) };
+	released = 0;
+	ck_assert_int_eq(sw_client_send_zc(c, &s, on_release, &released), 0);
+	for (int t = 1; t < 8; t++) {
+		s.step = t;
+		ck_assert_int_eq(sw_client_send(c, &s), 0);
+	}
+	sw_client_flush(c, 300);
+
+	struct sigaction sa, old;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &sa, &old);
+	struct itimerval it = { { 0, 20000 }, { 0, 20000 } }, off = { { 0, 0 }, { 0, 0 } };
+	nalarm = 0;
+	setitimer(ITIMER_REAL, &it, NULL);
+	sw_client_destroy(&c);
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	ck_assert_int_gt(nalarm, 0);
+	ck_assert_int_eq(__atomic_load_n(&released, __ATOMIC_SEQ_CST), 1);
+	/* the reader wakes up: nothing of the handle is left to call back */
+	int tmo = 100;
+	zmq_setsockopt(sub, ZMQ_RCVTIMEO, &tmo, sizeof(tmo));
+	zmq_msg_t m;
+	zmq_msg_init(&m);
+	while (zmq_msg_recv(&m, sub, 0) >= 0)
+		;
+	zmq_msg_close(&m);
+	sleep_us(200000);
+	ck_assert_int_eq(__atomic_load_n(&released, __ATOMIC_SEQ_CST), 1);
+	zmq_close(sub);
+	zmq_ctx_term(ctx);
 }
 END_TEST
 
@@ -519,6 +611,7 @@ main(void)
 	tcase_add_test(tc, test_zero_copy);
 	tcase_add_test(tc, test_blocking_and_invalid);
 	tcase_add_test(tc, test_sender_thread);
+	tcase_add_test(tc, test_destroy_under_signals);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

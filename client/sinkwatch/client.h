@@ -15,7 +15,9 @@
  *   2 * queue_max messages are held.
  *   Blocking mode waits up to block_timeout_ms (-1: for ever) until the
  *   message is handed to ZeroMQ, which needs a subscribed daemon; on the
- *   timeout the message is withdrawn and counted as dropped.
+ *   timeout the message is withdrawn and counted as dropped. (Should
+ *   ZeroMQ refuse it for good, out of memory, it is counted as dropped
+ *   and released, and the send still returns 0: the buffer was taken.)
  * - It installs no signal handler (the sender thread blocks every signal),
  *   prints nothing, never aborts, and keeps no process-wide state: each
  *   handle owns its own ZeroMQ context and thread.
@@ -61,7 +63,7 @@ typedef struct sw_client_opts {
 	int block_timeout_ms;	/* blocking mode: give up after this; -1 (default) never */
 	int queue_max;		/* messages queued before drops begin (default 16) */
 	size_t queue_max_bytes;	/* bytes queued before drops begin (default 256 MiB) */
-	int linger_ms;		/* sw_client_destroy() waits at most this (default 2000) */
+	int linger_ms;		/* sw_client_destroy() waits at most this (default 2000; < 0: 0) */
 } sw_client_opts;
 
 /* What the daemon learns about the run from every message. */
@@ -135,7 +137,10 @@ SW_EXPORT int sw_client_send(sw_client *c, const sw_snapshot *s);
 SW_EXPORT int sw_client_send_zc(sw_client *c, const sw_snapshot *s,
     sw_release_cb release, void *hint);
 
-/* Sends the run-end message; later sends return SW_ECLOSED. */
+/*
+ * Sends the run-end message; once it returned 0, later sends return
+ * SW_ECLOSED. A dropped or timed-out end may be tried again.
+ */
 SW_EXPORT int sw_client_end(sw_client *c);
 
 /*
