@@ -327,13 +327,18 @@ pair_generic(const double *ax, const double *cx, const double *lx,
 
 /* Turns p and l of an accepted row (swm_row_expand) into its prep. */
 static void
-prep_row(struct prep *pp, const swm_row *r, size_t k, size_t keys8)
+prep_row(const struct swm_kernels *kn, struct prep *pp, const swm_row *r, size_t k,
+    size_t keys8)
 {
 	size_t n = r->n;
 	double *a = pp->a, *c = pp->c, *l = pp->l;
 	double nx[LANES] = { 0 }, sl[LANES] = { 0 };
 	double iw = r->w > 0 ? 1.0 / r->w : 0.0;
 
+	if (kn && kn->prep) {
+		pp->pk = kn->prep(a, c, l, n, k, keys8, iw, &pp->nx);
+		return;
+	}
 	pp->pk = a[k];
 	a[k] = 0;
 	l[k] = 0;
@@ -428,7 +433,7 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 						dst[i] = (float)pp[h].l[i];
 				}
 				if (want_pairs)
-					prep_row(&pp[h], &st[h], blk->sink, K8);
+					prep_row(kn, &pp[h], &st[h], blk->sink, K8);
 			}
 		}
 		if (want_pairs)

@@ -737,12 +737,45 @@ pair512(const double *ax, const double *cx, const double *lx, const double *ay,
 }
 
 
+/* pair.c's prep_row in vector lanes (swm_simd.h, prep) */
+F512 double
+prep512(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, double iw,
+    double *nx)
+{
+	double pk = a[k];
+	a[k] = 0;
+	l[k] = 0;
+	for (size_t i = n; i < keys8; i++)
+		a[i] = l[i] = 0;
+	__m512d vn = _mm512_setzero_pd(), vs = vn;
+	for (size_t i = 0; i < keys8; i += 8) {
+		__m512d x = _mm512_loadu_pd(a + i);
+		vn = _mm512_fmadd_pd(x, x, vn);
+		vs = _mm512_add_pd(vs, _mm512_loadu_pd(l + i));
+	}
+	double mean = _mm512_reduce_add_pd(vs) / (double)(n - 1);
+	/* 0.5 a iw: 0.5 iw is exact, one rounding as in the generic loop */
+	__m512d h = _mm512_set1_pd(0.5 * iw), half = _mm512_set1_pd(0.5), vm = _mm512_set1_pd(mean);
+	for (size_t i = 0; i < keys8; i += 8) {
+		__m512d x = _mm512_loadu_pd(a + i);
+		_mm512_storeu_pd(c + i, _mm512_mul_pd(x, h));
+		_mm512_storeu_pd(a + i, _mm512_mul_pd(x, half));
+		_mm512_storeu_pd(l + i, _mm512_sub_pd(_mm512_loadu_pd(l + i), vm));
+	}
+	l[k] = 0;
+	for (size_t i = n; i < keys8; i++)
+		l[i] = 0;
+	*nx = _mm512_reduce_add_pd(vn);
+	return pk;
+}
+
 const struct swm_kernels swm_kernels_avx512 = {
 	"avx512",
 	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
 	{ l512_f32, l512_f16, l512_bf16, l512_f64 },
 	ln512_array, ex512_array, pair512,
-	{ e512_f32, e512_f16, e512_bf16, e512_f64 }
+	{ e512_f32, e512_f16, e512_bf16, e512_f64 },
+	prep512
 };
 
 /* =================================================================== AVX2 */
@@ -1177,5 +1210,6 @@ const struct swm_kernels swm_kernels_avx2 = {
 	{ p256_f32, p256_f16, p256_bf16, p256_f64 },
 	{ l256_f32, l256_f16, l256_bf16, l256_f64 },
 	ln256_array, ex256_array, pair256,
-	{ e256_f32, e256_f16, e256_bf16, e256_f64 }
+	{ e256_f32, e256_f16, e256_bf16, e256_f64 },
+	NULL	/* prep: the generic loop */
 };

@@ -56,6 +56,9 @@ typedef void (*swm_pair_fn)(const double *ax, const double *cx, const double *lx
 typedef void (*swm_expand_fn)(const void *x, size_t n, double invS, double thr,
     double lnscale, double lndelta, double *p, double *l);
 
+typedef double (*swm_prep_fn)(double *a, double *c, double *l, size_t n, size_t k,
+    size_t keys8, double iw, double *nx);
+
 struct swm_kernels {
 	const char *name;	/* "avx512", "avx2", "generic" */
 	swm_probs_fn probs[SWM_DTYPE__N];	/* NULL: use the generic loop */
@@ -81,6 +84,15 @@ struct swm_kernels {
 	 * the generic loop.
 	 */
 	swm_expand_fn expand[SWM_DTYPE__N];
+	/*
+	 * Pair preparation of one expanded row in place (pair.c, prep_row):
+	 * a and l hold p and ln p over keys8 (a multiple of 8); afterwards
+	 * a = p / 2 and c = a iw, zero at the sink k and past n, and l the
+	 * content clr (l minus its mean over the n - 1 content keys), zero at
+	 * k and past n. Returns p_k; *nx = sum of p^2 over the content keys.
+	 * NULL: the generic loop.
+	 */
+	swm_prep_fn prep;
 };
 
 extern const struct swm_kernels swm_kernels_avx512;
