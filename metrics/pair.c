@@ -332,13 +332,13 @@ prep_row(const struct swm_kernels *kn, struct prep *pp, const swm_row *r, size_t
 {
 	size_t n = r->n;
 	double *a = pp->a, *c = pp->c, *l = pp->l;
-	double nx[LANES] = { 0 }, sl[LANES] = { 0 };
 	double iw = r->w > 0 ? 1.0 / r->w : 0.0;
 
 	if (kn && kn->prep) {
 		pp->pk = kn->prep(a, c, l, n, k, keys8, iw, &pp->nx);
 		return;
 	}
+	double nx[LANES] = { 0 }, sl[LANES] = { 0 };
 	pp->pk = a[k];
 	a[k] = 0;
 	l[k] = 0;

@@ -281,17 +281,24 @@ struct p512acc {
 	uint64_t nv, nbig, nlo;
 };
 
-/* 8 elements as doubles: vm the lanes in the row, big those >= hi */
+/*
+ * 8 N elements as doubles, N vectors (N <= 2) with their logs side by side:
+ * bits 8k..8k+7 of vm are vector k's lanes in the row, of big those >= hi
+ */
 A512 void
-p512_acc8(__m512d x, __mmask8 vm, __mmask8 big, const struct ln512c *c, int sub,
-    struct p512acc *a)
+p512_accn(const __m512d *x, __mmask16 vm, __mmask16 big, const struct ln512c *c, int n,
+    int sub, struct p512acc *a)
 {
-	__m512d v = ln512(x, c, sub);
-	a->W = _mm512_mask_add_pd(a->W, vm, a->W, x);
-	a->P = _mm512_mask3_fmadd_pd(x, v, a->P, vm);
-	a->L = _mm512_mask_add_pd(a->L, big, a->L, v);
-	a->WB = _mm512_mask_add_pd(a->WB, big, a->WB, x);
-	a->bits = _mm512_mask_or_epi64(a->bits, vm, a->bits, _mm512_castpd_si512(x));
+	__m512d v[2];
+	ln512xn(x, v, c, n, sub);
+	for (int k = 0; k < n; k++) {
+		__mmask8 m = (__mmask8)(vm >> (8 * k)), bg = (__mmask8)(big >> (8 * k));
+		a->W = _mm512_mask_add_pd(a->W, m, a->W, x[k]);
+		a->P = _mm512_mask3_fmadd_pd(x[k], v[k], a->P, m);
+		a->L = _mm512_mask_add_pd(a->L, bg, a->L, v[k]);
+		a->WB = _mm512_mask_add_pd(a->WB, bg, a->WB, x[k]);
+		a->bits = _mm512_mask_or_epi64(a->bits, m, a->bits, _mm512_castpd_si512(x[k]));
+	}
 }
 
 /* 16 elements of a half or single dtype, compared as floats (exact) */
@@ -313,17 +320,8 @@ p512_blk16(const void *x, size_t i, swm_dtype dt, __mmask16 vm, __m512 lof,
 		x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(xf));
 		x1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xf, 1));
 	}
-	/* as p512_acc8 twice, the two logs interleaved */
-	__m512d xv[2] = { x0, x1 }, v[2];
-	ln512xn(xv, v, c, 2, 0);
-	for (int k = 0; k < 2; k++) {
-		__mmask8 m = (__mmask8)(vm >> (8 * k)), bg = (__mmask8)(big >> (8 * k));
-		a->W = _mm512_mask_add_pd(a->W, m, a->W, xv[k]);
-		a->P = _mm512_mask3_fmadd_pd(xv[k], v[k], a->P, m);
-		a->L = _mm512_mask_add_pd(a->L, bg, a->L, v[k]);
-		a->WB = _mm512_mask_add_pd(a->WB, bg, a->WB, xv[k]);
-		a->bits = _mm512_mask_or_epi64(a->bits, m, a->bits, _mm512_castpd_si512(xv[k]));
-	}
+	__m512d xv[2] = { x0, x1 };
+	p512_accn(xv, vm, big, c, 2, 0, a);
 }
 
 /*
@@ -373,7 +371,7 @@ p512_blk8(const void *x, size_t i, __mmask8 vm, __m512d lo, __m512d hi,
 	a->nv += (uint64_t)__builtin_popcount(vm);
 	a->nbig += (uint64_t)__builtin_popcount(big);
 	a->nlo += (uint64_t)__builtin_popcount(small);
-	p512_acc8(xd, vm, big, c, 1, a);
+	p512_accn(&xd, vm, big, c, 1, 1, a);
 }
 
 A512 int
