@@ -29,13 +29,13 @@
 enum key {
 	K_V, K_TYPE, K_RUN, K_SEQ, K_MODEL, K_PARAMS, K_LAYERS, K_HEADS,
 	K_SINK, K_FIXED, K_STEP, K_LAYER, K_KIND, K_DTYPE, K_SHAPE, K_QPOS,
-	K_TIME, K__N
+	K_TIME, K_INC, K_RESUME, K__N
 };
 
 static const char *const key_names[K__N] = {
 	"v", "type", "run", "seq", "model", "params", "layers", "heads",
 	"sink", "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos",
-	"time"
+	"time", "inc", "resume"
 };
 
 static const struct {
@@ -81,6 +81,10 @@ struct fields {
 	bool has_qpos;
 	uint64_t nqpos, qpos_max;
 	double time;
+	uint64_t inc;		/* 0: absent */
+	bool has_resume;
+	uint64_t resume;	/* magnitude; resume_neg gives the sign */
+	bool resume_neg;
 };
 
 const char *
@@ -203,6 +207,8 @@ check_limits(const struct fields *f, char *detail, size_t dlen)
 			return fail(detail, dlen, SWP_E_LIMIT, "sink: %llu, keys %llu",
 			    (unsigned long long)f->sink, (unsigned long long)f->shape[2]);
 	}
+	if (f->has_resume && (f->resume_neg || f->resume > INT64_MAX))
+		return fail(detail, dlen, SWP_E_LIMIT, "resume: not a step in 0..2^63-1");
 	if ((e = check_run(f->run, f->runlen, detail, dlen)) != SWP_OK)
 		return e;
 	if (f->type != SWP_SNAPSHOT)
@@ -292,6 +298,10 @@ fields_from_msg(const swp_msg *m, struct fields *f)
 	f->runlen = (size_t)(end - m->run);
 	f->seq = m->seq;
 	f->time = m->time;
+	f->inc = m->inc;
+	f->has_resume = m->has_resume;
+	f->resume_neg = m->resume < 0;
+	f->resume = m->resume < 0 ? 0 : (uint64_t)m->resume;
 	if (m->type != SWP_SNAPSHOT)
 		return SWP_OK;
 	if ((unsigned)m->kind > SWP_ROWSTATS)
@@ -337,6 +347,7 @@ header_check(const swp_msg *m, struct fields *f, size_t *nkeys)
 		*nkeys = 15 + (m->qpos != NULL) + (isfinite(m->time) != 0);
 	else
 		*nkeys = 4 + (isfinite(m->time) != 0);
+	*nkeys += (m->inc != 0) + (m->has_resume != 0);
 	return SWP_OK;
 }
 
@@ -393,6 +404,14 @@ header_pack(msgpack_packer *pk, const swp_msg *m, const struct fields *f, size_t
 		r |= pack_key(pk, K_TIME);
 		r |= msgpack_pack_double(pk, m->time);
 	}
+	if (m->inc != 0) {
+		r |= pack_key(pk, K_INC);
+		r |= msgpack_pack_uint64(pk, m->inc);
+	}
+	if (m->has_resume) {
+		r |= pack_key(pk, K_RESUME);
+		r |= msgpack_pack_int64(pk, m->resume);
+	}
 	return r;
 }
 
@@ -435,10 +454,10 @@ size_t
 swp_header_bound(const swp_msg *m)
 {
 	/*
-	 * 17 keys of at most 12 bytes with their prefix (204), 12 numbers of
-	 * at most 9 bytes (108), type, kind and dtype strings of at most 10
+	 * 19 keys of at most 12 bytes with their prefix (228), 14 numbers of
+	 * at most 9 bytes (126), type, kind and dtype strings of at most 10
 	 * (30), run and model with str8/str16 prefixes (130 + 259), map and
-	 * shape prefixes (4): 735; the test encodes the largest header.
+	 * shape prefixes (4): 777; the test encodes the largest header.
 	 * qpos: a 5-byte array prefix and at most 5 bytes each.
 	 */
 	size_t b = 1024;
@@ -786,6 +805,21 @@ decode_map(const msgpack_object *root, size_t nframes, struct fields *f,
 		if (!isfinite(f->time))
 			f->time = NAN;
 	}
+	/* Optional, both types: the sender's incarnation (section 7a); 0 or nil is absent. */
+	if ((o = val[K_INC]) != NULL && o->type != MSGPACK_OBJECT_NIL) {
+		if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+			return fail(detail, dlen, SWP_E_FIELD, "inc: not an unsigned integer");
+		f->inc = o->via.u64;
+	}
+	if ((o = val[K_RESUME]) != NULL && o->type != MSGPACK_OBJECT_NIL) {
+		f->has_resume = true;
+		if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+			f->resume_neg = true;
+		else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+			f->resume = o->via.u64;
+		else
+			return fail(detail, dlen, SWP_E_FIELD, "resume: not an integer");
+	}
 	return check_limits(f, detail, dlen);
 }
 
@@ -889,6 +923,9 @@ swp_decode(const void *const *frames, const size_t *sizes, size_t nframes,
 	memcpy(out->run, f.run, f.runlen);
 	out->seq = f.seq;
 	out->time = f.time;
+	out->inc = f.inc;
+	out->has_resume = f.has_resume;
+	out->resume = f.has_resume ? (int64_t)f.resume : 0;
 	if (f.type == SWP_SNAPSHOT) {
 		memcpy(out->model, f.model, f.modellen);
 		out->params = f.params;

@@ -87,6 +87,9 @@ typedef struct swp_msg {
 	char run[SWP_RUN_MAX + 1];
 	uint64_t seq;		/* per-run sequence number, from 0, +1 a message */
 	double time;		/* sender's clock, Unix seconds; NaN if absent */
+	uint64_t inc;		/* sender incarnation (PROTOCOL.md 7a); 0 if absent */
+	bool has_resume;	/* the incarnation resumes from step `resume` */
+	int64_t resume;		/* earlier incarnations' steps > resume are superseded */
 	/* snapshot only */
 	char model[SWP_MODEL_MAX + 1];
 	uint64_t params;	/* model parameter count */

@@ -784,6 +784,60 @@ rnd_str(char *s, size_t n, bool run)
 	s[n] = '\0';
 }
 
+/* inc and resume: optional, canonical after time, checked like the others. */
+START_TEST(test_inc_resume)
+{
+	static const unsigned char t[4 * 2 * 3];
+	swp_msg m, d;
+	void *hdr;
+	size_t len;
+	char detail[DETAIL];
+	const void *frames[3];
+	size_t sizes[3];
+	char topic[SWP_TOPIC_PREFIX_LEN + SWP_RUN_MAX];
+	int tl;
+
+	msg_default(&m);
+	m.tensor = t;
+	m.tensor_bytes = sizeof t;
+	m.shape[0] = m.heads = 1;
+	m.shape[1] = 2;
+	m.shape[2] = 3;
+	m.dtype = SWP_F32;
+	m.kind = SWP_PROBS;
+	m.sink = 0;
+	m.inc = 0x0123456789abcdefull;
+	m.has_resume = true;
+	m.resume = 41;
+	ck_assert_int_eq(swp_encode_header(&m, &hdr, &len), SWP_OK);
+	/* the last two keys: "inc" uint64, "resume" 41 */
+	ck_assert_uint_ge(len, 21);
+	ck_assert(memcmp((char *)hdr + len - 21, "\xa3inc\xcf\x01\x23\x45\x67\x89\xab\xcd\xef"
+	    "\xa6resume\x29", 21) == 0);
+	tl = swp_topic(m.run, topic, sizeof topic);
+	frames[0] = topic, sizes[0] = (size_t)tl;
+	frames[1] = hdr, sizes[1] = len;
+	frames[2] = t, sizes[2] = sizeof t;
+	ck_assert_int_eq(swp_decode(frames, sizes, 3, NULL, &d, detail, DETAIL), SWP_OK);
+	ck_assert_uint_eq(d.inc, m.inc);
+	ck_assert(d.has_resume);
+	ck_assert_int_eq(d.resume, 41);
+	swp_msg_clear(&d);
+	free(hdr);
+	m.resume = -1;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+	m.has_resume = false;
+	m.inc = 0;
+	ck_assert_int_eq(swp_encode_header(&m, &hdr, &len), SWP_OK);
+	frames[1] = hdr, sizes[1] = len;
+	ck_assert_int_eq(swp_decode(frames, sizes, 3, NULL, &d, detail, DETAIL), SWP_OK);
+	ck_assert_uint_eq(d.inc, 0);
+	ck_assert(!d.has_resume);
+	swp_msg_clear(&d);
+	free(hdr);
+}
+END_TEST
+
 START_TEST(test_roundtrip_random)
 {
 	static unsigned char tensor[4 * 6 * 8 * 8];
@@ -804,6 +858,9 @@ START_TEST(test_roundtrip_random)
 		m.seq = rnd_wide();
 		m.time = rndn(3) == 0 ? NAN : (double)rnd_wide() / (1 + rndn(1000)) -
 		    (rndn(4) == 0 ? 1e12 : 0);
+		m.inc = rndn(2) ? rnd_wide() : 0;
+		m.has_resume = rndn(3) == 0;
+		m.resume = m.has_resume ? (int64_t)(rnd_wide() >> 1) : 0;
 		if (m.type == SWP_SNAPSHOT) {
 			rnd_str(m.model, rndn(rndn(2) ? SWP_MODEL_MAX + 1 : 12), false);
 			m.params = rnd_wide();
@@ -845,6 +902,9 @@ START_TEST(test_roundtrip_random)
 		ck_assert_int_eq(d.type, m.type);
 		ck_assert_str_eq(d.run, m.run);
 		ck_assert_uint_eq(d.seq, m.seq);
+		ck_assert_uint_eq(d.inc, m.inc);
+		ck_assert_int_eq(d.has_resume, m.has_resume);
+		ck_assert_int_eq(d.resume, m.resume);
 		if (isfinite(m.time))
 			ck_assert_double_eq(d.time, m.time);
 		else
@@ -1957,6 +2017,7 @@ proto_suite(void)
 	tc = tcase_create("codec");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_roundtrip_random);
+	tcase_add_test(tc, test_inc_resume);
 	tcase_add_test(tc, test_encoder_canonical);
 	tcase_add_test(tc, test_encoder_errors);
 	tcase_add_test(tc, test_encoder_to_buffer);

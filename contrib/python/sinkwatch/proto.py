@@ -122,12 +122,14 @@ class _Fields:
     """The header values as the checks see them (struct fields of proto.c)."""
     __slots__ = ("type", "run", "model", "seq", "params", "layers", "heads", "sink",
                  "layer", "step", "fixed_probe", "kind", "dtype", "shape", "qpos",
-                 "qpos_max", "time")
+                 "qpos_max", "time", "inc", "resume")
 
     def __init__(self):
         self.qpos = None
         self.qpos_max = 0
         self.time = None
+        self.inc = 0
+        self.resume = None
 
 
 def _check_limits(f):
@@ -228,7 +230,8 @@ def _p_map_header(n):
 
 _K = {k: _p_str(k.encode()) for k in (
     "v", "type", "run", "seq", "model", "params", "layers", "heads", "sink",
-    "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time")}
+    "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time", "inc",
+    "resume")}
 _TYPE_SNAPSHOT = _p_str(b"snapshot")
 _TYPE_END = _p_str(b"end")
 _KIND_B = {k: _p_str(k.encode()) for k in KINDS}
@@ -337,6 +340,9 @@ def encode_header(fields):
             raise ProtocolError("field", "time: not a number (%r)" % (t,))
         t = float(t)
         f.time = t if math.isfinite(t) else None
+    f.inc = _int_field(fields, "inc", 0)
+    if fields.get("resume") is not None:
+        f.resume = _int_field(fields, "resume", lo=0, hi=_I64)
     tensor_bytes = None
     if f.type == "snapshot":
         f.kind = fields.get("kind")
@@ -396,6 +402,11 @@ def encode_header(fields):
                  _K["run"], _p_str(f.run), _K["seq"], _p_uint(f.seq)]
     if f.time is not None:
         parts += [_K["time"], b"\xcb", struct.pack(">d", f.time)]
+    if f.inc:
+        parts += [_K["inc"], _p_uint(f.inc)]
+    if f.resume is not None:
+        parts += [_K["resume"], _p_uint(f.resume)]
+    parts[0] = _p_map_header(n + (f.inc != 0) + (f.resume is not None))
     out = b"".join(parts)
     if len(out) > HEADER_MAX:  # unreachable within the limits, as in C
         raise ProtocolError("limit", "header: %d bytes, limit %d" % (len(out), HEADER_MAX))
@@ -579,7 +590,8 @@ def _is_uint(o):
 
 
 _KNOWN = ("v", "type", "run", "seq", "model", "params", "layers", "heads", "sink",
-          "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time")
+          "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time",
+          "inc", "resume")
 _KNOWN_B = {k.encode(): k for k in _KNOWN}
 
 
@@ -675,6 +687,18 @@ def _decode_map(root, nframes):
             f.time = t if math.isfinite(t) else None
         elif o is not None:
             raise ProtocolError("field", "time: not a number")
+    o = val.get("inc")
+    if o is not None:
+        if not _is_uint(o):
+            raise ProtocolError("field", "inc: not an unsigned integer")
+        f.inc = o
+    o = val.get("resume")
+    if o is not None:
+        if type(o) is not int:
+            raise ProtocolError("field", "resume: not an integer")
+        if not 0 <= o <= _I64:
+            raise ProtocolError("limit", "resume: not a step in 0..2^63-1")
+        f.resume = o
     _check_limits(f)
     return f
 
@@ -690,6 +714,10 @@ def _fields_dict(f):
         d["tensor_bytes"] = _tensor_need(f)
     if f.time is not None:
         d["time"] = f.time
+    if f.inc:
+        d["inc"] = f.inc
+    if f.resume is not None:
+        d["resume"] = f.resume
     return d
 
 
