@@ -8,7 +8,7 @@
 #include "daemon/conf.h"
 #include "daemon/log.h"
 
-enum otype { O_STR, O_INT, O_LEVEL };
+enum otype { O_STR, O_INT, O_LEVEL, O_OCT };
 
 struct opt {
 	const char *name;
@@ -42,7 +42,7 @@ static const struct opt opts[] = {
 	{ "flush_ms", O_INT, S(flush_ms), "500", 10, 60000, 0,
 	  "flush cadence of the run files, in milliseconds" },
 	{ "step_timeout_ms", O_INT, S(step_timeout_ms), "10000", 10, 86400000, 0,
-	  "an incomplete step is written (missing layers NaN) after this" },
+	  "an incomplete step is written (missing layers NaN) this long after its last layer" },
 	{ "pair_rows", O_INT, S(pair_rows), "8", 0, 1 << 20, 0,
 	  "rows per snapshot that get head-pair metrics (0: every row)" },
 	{ "pair_metrics", O_INT, S(pair_metrics), "1", 0, 1, 0,
@@ -56,9 +56,11 @@ static const struct opt opts[] = {
 	{ "chunk_steps", O_INT, S(chunk_steps), "64", 1, 1 << 20, 0,
 	  "HDF5 chunk length along the step axis" },
 	{ "max_runs", O_INT, S(max_runs), "256", 1, 1 << 20, 0,
-	  "runs tracked at once; messages of further runs are dropped" },
-	{ "max_open_steps", O_INT, S(max_open_steps), "64", 1, 1 << 20, 0,
-	  "steps assembled at once per run; past it the oldest is written incomplete" },
+	  "runs tracked at once; when full the least recently active is closed" },
+	{ "max_open_steps", O_INT, S(max_open_steps), "1024", 1, 1 << 20, 0,
+	  "steps assembled at once per run; past it the one idle longest is written" },
+	{ "umask", O_OCT, S(umask), "022", 0, 0777, 0,
+	  "file mode creation mask of the run files (octal)" },
 	{ "run_idle_s", O_INT, S(run_idle_s), "600", 1, 86400 * 365, 0,
 	  "a run with no message for this long is written out and its file closed" },
 };
@@ -105,10 +107,11 @@ set_opt(swd_config *c, const struct opt *o, const char *v, char *err, size_t err
 		*(int *)dst = l;
 		return 0;
 	}
-	case O_INT: {
+	case O_INT:
+	case O_OCT: {
 		char *end;
 		errno = 0;
-		long long x = strtoll(v, &end, 10);
+		long long x = strtoll(v, &end, o->type == O_OCT ? 8 : 10);
 		if (errno || end == v || *end) {
 			snprintf(err, errlen, "%s: '%s' is not an integer", o->name, v);
 			return -1;
@@ -220,6 +223,9 @@ swd_config_print(const swd_config *c, FILE *f)
 			break;
 		case O_INT:
 			fprintf(f, "%s = %lld\n", o->name, (long long)*(const int64_t *)p);
+			break;
+		case O_OCT:
+			fprintf(f, "%s = %03llo\n", o->name, (long long)*(const int64_t *)p);
 			break;
 		}
 	}

@@ -33,6 +33,7 @@ typedef struct swd_config {
 	int64_t max_runs;	/* runs tracked at once */
 	int64_t max_open_steps;	/* steps being assembled per run */
 	int64_t run_idle_s;	/* a run silent this long is closed (file kept) */
+	int64_t umask;		/* file mode creation mask of run files */
 } swd_config;
 
 void swd_config_defaults(swd_config *c);

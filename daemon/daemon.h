@@ -50,6 +50,11 @@ typedef struct swd_witem {
 	swd_layer **layers;	/* [meta.layers], NULL where missing */
 	int64_t lost, incomplete;	/* run counters as of this step */
 	double time;
+	uint64_t inc;		/* the incarnation that sent the step */
+	uint64_t seq_next;	/* its messages below this seq are stored or counted */
+	uint64_t first_seq;	/* the first seq this daemon saw of the incarnation */
+	int has_resume;		/* the incarnation declared a resume from step resume */
+	int64_t resume;
 	struct swd_witem *next;
 } swd_witem;
 
@@ -57,6 +62,9 @@ typedef struct swd_witem {
 typedef struct swd_wstats {
 	atomic_llong steps_written, write_errors, flushes, files_open, queue_depth;
 	atomic_llong max_flush_us;
+	atomic_llong duplicates;	/* steps an incarnation had already stored */
+	atomic_llong lost_restart;	/* messages lost while the daemon was down */
+	atomic_llong write_drops;	/* steps not stored: no file could be opened */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;

@@ -22,41 +22,16 @@
 #include <zmq.h>
 
 #include "config.h"
+#include "daemon/assembly.h"
 #include "daemon/conf.h"
 #include "daemon/daemon.h"
 #include "daemon/log.h"
 #include "daemon/status.h"
 
 #define MAX_FRAMES 4
-#define RECENT 64	/* completed steps remembered per run, to spot late layers */
-
-struct step {
-	int64_t step;
-	uint64_t first_ms;
-	uint32_t have, in_work;
-	int complete;		/* every layer arrived: waits only for earlier steps */
-	uint8_t *state;		/* [layers]: 0 none, 1 in work, 2 done */
-	swd_layer **layers;	/* [layers] */
-	struct step *next;
-};
-
-struct run {
-	swd_meta meta;
-	uint64_t expect_seq;
-	int64_t lost, incomplete, messages, steps_done, last_step;
-	int64_t recent[RECENT];
-	size_t nrecent;
-	struct step *open;
-	int64_t nopen;
-	int64_t jobs;
-	int ending;
-	uint64_t last_ms;	/* last message */
-	struct run *next;
-};
-
 struct job {
 	uv_work_t req;
-	struct run *run;
+	swd_ticket t;
 	int64_t step;
 	swp_msg msg;
 	zmq_msg_t tensor;
@@ -74,14 +49,13 @@ static struct {
 	uv_timer_t tick;
 	uv_signal_t sigint, sigterm, sighup;
 	int stopping, draining_idle;
-	struct run *runs;
-	int64_t nruns;
+	swd_asm *as;
 	swd_writer *writer;
 	atomic_llong inflight;
 	int64_t jobs;
 	double started;
 	/* counters */
-	int64_t messages, bytes, steps_complete, steps_incomplete;
+	int64_t messages, bytes;
 	atomic_llong rows, rejects[SWM_STATUS__N];
 	int64_t drops[SWD_DROP_REASONS], decode_errors[SWD_DECODE_ERRORS];
 	int64_t loop_turns, drain_rounds, max_batch, batch_limit_hits;
@@ -130,127 +104,12 @@ drop(int reason, const char *run, const char *why)
 		    swd_drop_names[reason], why);
 }
 
-static struct run *
-find_run(const char *id)
-{
-	for (struct run *r = D.runs; r; r = r->next)
-		if (!strcmp(r->meta.run, id))
-			return r;
-	return NULL;
-}
-
+/* The assembly's steps and ends go to the writer. */
 static void
-free_step(struct step *s, uint32_t layers)
+to_writer(void *ud, swd_witem *it)
 {
-	if (s->layers)
-		for (uint32_t i = 0; i < layers; i++)
-			swd_layer_free(s->layers[i], &D.inflight);
-	free(s->layers);
-	free(s->state);
-	free(s);
-}
-
-/* Hands a step to the writer, complete or not, and forgets it. */
-static void
-emit_step(struct run *r, struct step *s)
-{
-	for (struct step **p = &r->open; *p; p = &(*p)->next)
-		if (*p == s) {
-			*p = s->next;
-			break;
-		}
-	r->nopen--;
-	int complete = s->have == r->meta.layers;
-	if (!complete) {
-		r->incomplete++;
-		D.steps_incomplete++;
-		log_warn("run %s: step %lld written incomplete (%u of %u layers)", r->meta.run,
-		    (long long)s->step, s->have, r->meta.layers);
-	} else {
-		D.steps_complete++;
-	}
-	r->recent[r->nrecent++ % RECENT] = s->step;
-	swd_witem *it = calloc(1, sizeof(*it));
-	if (!it) {
-		log_err("run %s: out of memory: step %lld lost", r->meta.run, (long long)s->step);
-		free_step(s, r->meta.layers);
-		return;
-	}
-	it->type = WQ_STEP;
-	it->meta = r->meta;
-	it->step = s->step;
-	it->layers = s->layers;
-	s->layers = NULL;
-	it->lost = r->lost;
-	it->incomplete = r->incomplete;
-	it->time = wall_now();
-	r->steps_done++;
-	r->last_step = s->step;
-	free_step(s, r->meta.layers);
+	(void)ud;
 	swd_writer_push(D.writer, it);
-}
-
-static struct step *
-min_open_step(struct run *r)
-{
-	struct step *m = NULL;
-	for (struct step *t = r->open; t; t = t->next)
-		if (!m || t->step < m->step)
-			m = t;
-	return m;
-}
-
-/*
- * Complete steps go to the writer in step order: one waits while an earlier
- * step of its run is still being assembled (that one is written when it
- * completes or times out), so readers and the split see steps in order. A
- * step that arrives after later ones were written is still stored.
- */
-static void
-release_ready(struct run *r)
-{
-	struct step *m;
-	while ((m = min_open_step(r)) && m->complete)
-		emit_step(r, m);
-}
-
-/* Every open step of the run goes out, in step order. */
-static void
-emit_all(struct run *r)
-{
-	struct step *m;
-	while ((m = min_open_step(r)))
-		emit_step(r, m);
-}
-
-/*
- * A run that was ended (or fell idle) and has nothing in flight is written
- * out and forgotten; the writer closes its file (marking the end if ended).
- */
-static void
-finish_run(struct run *r, int type)
-{
-	emit_all(r);
-	swd_witem *it = calloc(1, sizeof(*it));
-	if (it) {
-		it->type = type;
-		it->meta = r->meta;
-		swd_writer_push(D.writer, it);
-	}
-	for (struct run **p = &D.runs; *p; p = &(*p)->next)
-		if (*p == r) {
-			*p = r->next;
-			break;
-		}
-	D.nruns--;
-	free(r);
-}
-
-static void
-maybe_finish_run(struct run *r)
-{
-	if (r->ending && r->jobs == 0)
-		finish_run(r, WQ_END);
 }
 
 /* ---- metric work on pool threads --------------------------------------- */
@@ -269,7 +128,7 @@ work_cb(uv_work_t *req)
 	ly->rows = R;
 	ly->keys = K;
 	ly->bytes = j->reserved;
-	int fixed = j->run->meta.fixed_probe;
+	int fixed = m->fixed_probe;
 	int pairs = D.cfg.pair_metrics && H > 1 && m->kind != SWP_ROWSTATS;
 	ly->acc = calloc(H, sizeof(*ly->acc));
 	if (pairs)
@@ -338,76 +197,30 @@ work_cb(uv_work_t *req)
 	j->out = ly;
 }
 
-static struct step *
-find_step(struct run *r, int64_t step)
-{
-	for (struct step *s = r->open; s; s = s->next)
-		if (s->step == step)
-			return s;
-	return NULL;
-}
-
 static void
 after_work_cb(uv_work_t *req, int status)
 {
 	struct job *j = req->data;
-	struct run *r = j->run;
 	(void)status;
 	D.jobs--;
-	r->jobs--;
 	size_t tensor_bytes = zmq_msg_size(&j->tensor);
 	zmq_msg_close(&j->tensor);
 	atomic_fetch_sub(&D.inflight, (long long)tensor_bytes);
 	atomic_fetch_add(&D.rows, j->rows_counted);
 	for (int s = 1; s < SWM_STATUS__N; s++)
 		atomic_fetch_add(&D.rejects[s], j->rejects[s]);
-	struct step *s = find_step(r, j->step);
 	if (!j->out) {
 		D.drops[SWD_DROP_NOMEM]++;
 		atomic_fetch_sub(&D.inflight, (long long)(j->reserved - tensor_bytes));
-		if (s) {
-			s->state[j->msg.layer] = 0;
-			s->in_work--;
-		}
-	} else if (!s) {
-		/* the step was written meanwhile (timeout or shutdown) */
-		D.drops[SWD_DROP_LATE]++;
-		j->out->bytes -= tensor_bytes;
-		swd_layer_free(j->out, &D.inflight);
 	} else {
 		j->out->bytes -= tensor_bytes;	/* the frame is gone; the result stays */
-		s->layers[j->msg.layer] = j->out;
-		s->state[j->msg.layer] = 2;
-		s->in_work--;
-		s->have++;
-		if (s->have == r->meta.layers) {
-			s->complete = 1;
-			release_ready(r);
-		}
 	}
+	swd_asm_done(D.as, &j->t, j->out, mono_ms());
 	swp_msg_clear(&j->msg);
 	free(j);
-	maybe_finish_run(r);
 }
 
 /* ---- receiving ------------------------------------------------------------- */
-
-static int
-meta_matches(const swd_meta *a, const swp_msg *m, char *why, size_t len)
-{
-	if (a->layers != m->layers || a->heads != m->heads || a->sink != m->sink)
-		snprintf(why, len, "layers/heads/sink %u/%u/%u, the run has %u/%u/%u",
-		    m->layers, m->heads, m->sink, a->layers, a->heads, a->sink);
-	else if (a->kind != m->kind || a->rows != m->shape[1] || a->keys != m->shape[2])
-		snprintf(why, len, "kind %s shape [%u, %u, %u], the run has %s [%u, %u, %u]",
-		    swp_kind_name(m->kind), m->shape[0], m->shape[1], m->shape[2],
-		    swp_kind_name(a->kind), a->heads, a->rows, a->keys);
-	else if (a->fixed_probe != (int)m->fixed_probe)
-		snprintf(why, len, "fixed_probe changed");
-	else
-		return 1;
-	return 0;
-}
 
 /* Bytes a layer's result holds until the writer is done with it. */
 static size_t
@@ -421,19 +234,6 @@ result_bytes(const swp_msg *m, int fixed)
 	}
 	/* a worker's scratch, while it runs */
 	return b + swm_block_scratch(H, K) + 64 + R * sizeof(uint32_t);
-}
-
-static void
-seq_check(struct run *r, uint64_t seq)
-{
-	if (seq > r->expect_seq) {
-		r->lost += (int64_t)(seq - r->expect_seq);
-		if (may_log())
-			log_warn("run %s: %llu message(s) lost before seq %llu", r->meta.run,
-			    (unsigned long long)(seq - r->expect_seq), (unsigned long long)seq);
-	}
-	if (seq >= r->expect_seq)
-		r->expect_seq = seq + 1;
 }
 
 static void
@@ -460,18 +260,9 @@ handle(zmq_msg_t *frames, size_t n)
 			log_warn("bad message: %s: %s", swp_errname(rc), detail);
 		return;
 	}
-	struct run *r = find_run(m.run);
 	if (m.type == SWP_END) {
-		if (!r) {
+		if (swd_asm_end(D.as, &m, mono_ms()) != SWD_ASM_ACCEPT)
 			drop(SWD_DROP_UNKNOWN_RUN, m.run, "end of a run with nothing in flight");
-		} else {
-			r->messages++;
-			seq_check(r, m.seq);
-			r->ending = 1;
-			log_info("run %s: end received (lost %lld, incomplete %lld)", r->meta.run,
-			    (long long)r->lost, (long long)r->incomplete);
-			maybe_finish_run(r);
-		}
 		swp_msg_clear(&m);
 		return;
 	}
@@ -480,107 +271,27 @@ handle(zmq_msg_t *frames, size_t n)
 		swp_msg_clear(&m);
 		return;
 	}
-	if (!r) {
-		if (D.nruns >= D.cfg.max_runs) {
-			drop(SWD_DROP_TOO_MANY_RUNS, m.run, "max_runs reached");
-			swp_msg_clear(&m);
-			return;
-		}
-		if (!(r = calloc(1, sizeof(*r)))) {
-			drop(SWD_DROP_NOMEM, m.run, "no memory for a run");
-			swp_msg_clear(&m);
-			return;
-		}
-		swd_meta *mm = &r->meta;
-		memcpy(mm->run, m.run, sizeof(mm->run));
-		memcpy(mm->model, m.model, sizeof(mm->model));
-		mm->params = m.params;
-		mm->layers = m.layers;
-		mm->heads = m.heads;
-		mm->sink = m.sink;
-		mm->rows = m.shape[1];
-		mm->keys = m.shape[2];
-		mm->fixed_probe = m.fixed_probe;
-		mm->kind = m.kind;
-		mm->dtype = m.dtype;
-		r->expect_seq = m.seq;	/* a daemon that starts mid-run loses nothing */
-		r->last_step = -1;
-		r->next = D.runs;
-		D.runs = r;
-		D.nruns++;
-		log_info("run %s: first message (model %s, %u layers x %u heads, %s %s "
-		    "[%u, %u, %u], %s probe)", m.run, m.model[0] ? m.model : "-", m.layers,
-		    m.heads, swp_kind_name(m.kind), swp_dtype_name(m.dtype), m.shape[0],
-		    m.shape[1], m.shape[2], m.fixed_probe ? "fixed" : "varying");
-	}
-	r->messages++;
-	r->last_ms = mono_ms();
-	seq_check(r, m.seq);
-	if (r->ending) {
-		drop(SWD_DROP_AFTER_END, m.run, "the run was ended");
+	swd_ticket t;
+	rc = swd_asm_admit(D.as, &m, mono_ms(), &t, why, sizeof(why));
+	if (rc != SWD_ASM_ACCEPT) {
+		drop(rc, m.run, why);
 		goto out;
 	}
-	if (!meta_matches(&r->meta, &m, why, sizeof(why))) {
-		drop(SWD_DROP_MISMATCH, m.run, why);
-		goto out;
-	}
-	struct step *s = find_step(r, m.step);
-	if (!s) {
-		for (size_t i = 0; i < RECENT && i < r->nrecent; i++)
-			if (r->recent[i] == m.step) {
-				snprintf(why, sizeof(why), "step %lld layer %u: the step was already written",
-				    (long long)m.step, m.layer);
-				drop(SWD_DROP_LATE, m.run, why);
-				goto out;
-			}
-	} else if (s->state[m.layer]) {
-		snprintf(why, sizeof(why), "step %lld layer %u arrived twice", (long long)m.step, m.layer);
-		drop(SWD_DROP_DUPLICATE, m.run, why);
-		goto out;
-	}
-	size_t need = m.tensor_bytes + result_bytes(&m, r->meta.fixed_probe);
+	size_t need = m.tensor_bytes + result_bytes(&m, m.fixed_probe);
 	if ((int64_t)atomic_load(&D.inflight) + (int64_t)need > D.cfg.budget_mb << 20) {
+		swd_asm_cancel(D.as, &t);
 		snprintf(why, sizeof(why), "%zu bytes would pass the budget of %lld MiB", need,
 		    (long long)D.cfg.budget_mb);
 		drop(SWD_DROP_BUDGET, m.run, why);
 		goto out;
 	}
-	if (!s) {
-		if (r->nopen >= D.cfg.max_open_steps) {
-			/*
-			 * Too many steps waiting: the earliest goes out incomplete if
-			 * none of its layers is in work (steps whose layers are all in
-			 * work are not waiting; the budget bounds them).
-			 */
-			struct step *first = min_open_step(r);
-			if (first && !first->in_work) {
-				emit_step(r, first);
-				release_ready(r);
-			}
-		}
-		s = calloc(1, sizeof(*s));
-		if (s) {
-			s->state = calloc(r->meta.layers, 1);
-			s->layers = calloc(r->meta.layers, sizeof(*s->layers));
-		}
-		if (!s || !s->state || !s->layers) {
-			if (s)
-				free_step(s, 0);
-			drop(SWD_DROP_NOMEM, m.run, "no memory for a step");
-			goto out;
-		}
-		s->step = m.step;
-		s->first_ms = mono_ms();
-		s->next = r->open;
-		r->open = s;
-		r->nopen++;
-	}
 	struct job *j = calloc(1, sizeof(*j));
 	if (!j) {
+		swd_asm_cancel(D.as, &t);
 		drop(SWD_DROP_NOMEM, m.run, "no memory for a job");
 		goto out;
 	}
-	j->run = r;
+	j->t = t;
 	j->step = m.step;
 	j->msg = m;
 	m.qpos = NULL;	/* the job owns it now */
@@ -590,22 +301,18 @@ handle(zmq_msg_t *frames, size_t n)
 	j->reserved = need;
 	j->req.data = j;
 	atomic_fetch_add(&D.inflight, (long long)need);
-	s->state[m.layer] = 1;
-	s->in_work++;
-	r->jobs++;
-	D.jobs++;
 	if (uv_queue_work(D.loop, &j->req, work_cb, after_work_cb) != 0) {
 		/* cannot happen with a valid loop; undo */
-		r->jobs--;
-		D.jobs--;
-		s->state[m.layer] = 0;
-		s->in_work--;
+		swd_asm_cancel(D.as, &t);
 		atomic_fetch_sub(&D.inflight, (long long)need);
 		zmq_msg_close(&j->tensor);
 		swp_msg_clear(&j->msg);
 		free(j);
 		drop(SWD_DROP_NOMEM, m.run, "uv_queue_work failed");
+		goto out;
 	}
+	swd_asm_start(D.as, &t);
+	D.jobs++;
 out:
 	swp_msg_clear(&m);
 }
@@ -712,27 +419,28 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->data_dir = D.cfg.data_dir;
 	st->uptime_s = wall_now() - D.started;
 	st->pid = (long)getpid();
-	size_t n = 0;
-	for (struct run *r = D.runs; r && n < maxruns; r = r->next, n++) {
-		runs[n].run = r->meta.run;
-		runs[n].model = r->meta.model;
-		runs[n].split_form = r->meta.fixed_probe ? "paired" : "aggregate";
-		runs[n].layers = r->meta.layers;
-		runs[n].heads = r->meta.heads;
-		runs[n].steps_written = r->steps_done;
-		runs[n].last_step = r->last_step;
-		runs[n].open_steps = r->nopen;
-		runs[n].lost = r->lost;
-		runs[n].incomplete = r->incomplete;
-		runs[n].messages = r->messages;
+	static swd_asm_run ar[256];
+	size_t n = swd_asm_runs(D.as, ar, maxruns < 256 ? maxruns : 256);
+	for (size_t i = 0; i < n; i++) {
+		runs[i].run = ar[i].run;
+		runs[i].model = ar[i].model;
+		runs[i].split_form = ar[i].fixed_probe ? "paired" : "aggregate";
+		runs[i].layers = ar[i].layers;
+		runs[i].heads = ar[i].heads;
+		runs[i].steps_written = ar[i].steps_done;
+		runs[i].last_step = ar[i].last_step;
+		runs[i].open_steps = ar[i].open_steps;
+		runs[i].lost = ar[i].lost;
+		runs[i].incomplete = ar[i].incomplete;
+		runs[i].messages = ar[i].messages;
 	}
 	st->nruns = n;
 	st->runs = runs;
 	st->messages = D.messages;
 	st->bytes = D.bytes;
 	st->rows = atomic_load(&D.rows);
-	st->steps_complete = D.steps_complete;
-	st->steps_incomplete = D.steps_incomplete;
+	st->steps_complete = swd_asm_get_stats(D.as)->steps_complete;
+	st->steps_incomplete = swd_asm_get_stats(D.as)->steps_incomplete;
 	int span = D.ring_fill < 10 ? D.ring_fill : 10;
 	if (span > 0) {
 		int now = D.ring_pos, then = (D.ring_pos - span + 11) % 11;
@@ -740,6 +448,10 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 		st->msgs_per_s = (double)(D.ring_msgs[now] - D.ring_msgs[then]) / span;
 	}
 	memcpy(st->drops, D.drops, sizeof(st->drops));
+	/* steps the writer did not store: duplicates of an incarnation's rows, and
+	 * steps of a run whose file could not be opened */
+	st->drops[SWD_DROP_DUPLICATE] += atomic_load(&swd_writer_stats(D.writer)->duplicates);
+	st->drops[SWD_DROP_WRITE] += atomic_load(&swd_writer_stats(D.writer)->write_drops);
 	memcpy(st->decode_errors, D.decode_errors, sizeof(st->decode_errors));
 	for (int i = 0; i < SWM_STATUS__N; i++)
 		st->rejects[i] = atomic_load(&D.rejects[i]);
@@ -795,13 +507,9 @@ static void
 finish_shutdown(void)
 {
 	/* every open step goes out, incomplete ones counted */
-	while (D.runs) {
-		struct run *r = D.runs;
-		emit_all(r);
-		D.runs = r->next;
-		free(r);
-	}
+	swd_asm_shutdown(D.as);
 	swd_writer_stop(&D.writer);
+	swd_asm_free(&D.as);
 	uv_timer_stop(&D.tick);
 	uv_close((uv_handle_t *)&D.tick, NULL);
 	uv_close((uv_handle_t *)&D.drain_idle, NULL);
@@ -827,19 +535,7 @@ tick_cb(uv_timer_t *t)
 		return;
 	}
 	uint64_t now = mono_ms();
-	/* the earliest open step of a run times out; later ones follow in order */
-	for (struct run *r = D.runs, *next; r; r = next) {
-		struct step *m;
-		next = r->next;
-		while ((m = min_open_step(r)) && (m->complete || (!m->in_work &&
-		    now - m->first_ms >= (uint64_t)D.cfg.step_timeout_ms)))
-			emit_step(r, m);
-		if (r->jobs == 0 && !r->ending && now - r->last_ms >= (uint64_t)D.cfg.run_idle_s * 1000) {
-			log_info("run %s: no message for %lld s: closing its file", r->meta.run,
-			    (long long)D.cfg.run_idle_s);
-			finish_run(r, WQ_CLOSE);
-		}
-	}
+	swd_asm_tick(D.as, now);
 	static uint64_t last_sample;
 	if (now - last_sample >= 1000) {
 		last_sample = now;
@@ -1086,6 +782,7 @@ main(int argc, char **argv)
 	snprintf(nthreads, sizeof(nthreads), "%lld", (long long)D.cfg.workers);
 	setenv("UV_THREADPOOL_SIZE", nthreads, 1);
 	signal(SIGPIPE, SIG_IGN);
+	umask((mode_t)D.cfg.umask);
 	D.loop = uv_default_loop();
 	uv_loop_configure(D.loop, UV_METRICS_IDLE_TIME);
 	D.started = wall_now();
@@ -1096,6 +793,12 @@ main(int argc, char **argv)
 	}
 	if (swd_writer_start(&D.writer, &D.cfg, &D.inflight) != 0) {
 		log_err("cannot start the writer thread");
+		return 2;
+	}
+	swd_asm_conf ac = { D.cfg.step_timeout_ms, D.cfg.max_open_steps, D.cfg.max_runs,
+	    D.cfg.run_idle_s, &D.inflight };
+	if (!(D.as = swd_asm_new(&ac, to_writer, NULL))) {
+		log_err("out of memory");
 		return 2;
 	}
 	if (poll_fd(D.sub, &D.sub_poll, sub_poll_cb) != 0 ||

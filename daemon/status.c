@@ -7,7 +7,7 @@
 
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
-	"nomem", "stopping", "unknown_run"
+	"nomem", "stopping", "unknown_run", "open_steps", "write_error"
 };
 
 struct buf {

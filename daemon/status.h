@@ -11,13 +11,14 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 9
+#define SWD_DROP_REASONS 11
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
 enum {
 	SWD_DROP_BUDGET, SWD_DROP_DUPLICATE, SWD_DROP_LATE, SWD_DROP_MISMATCH,
 	SWD_DROP_AFTER_END, SWD_DROP_TOO_MANY_RUNS, SWD_DROP_NOMEM,
-	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN
+	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN, SWD_DROP_OPEN_STEPS,
+	SWD_DROP_WRITE
 };
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */

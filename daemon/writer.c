@@ -15,14 +15,35 @@
 #include "daemon/daemon.h"
 #include "daemon/log.h"
 
+/* A stored row's key: the step and the incarnation that sent it. */
+struct rkey {
+	int64_t step;
+	uint64_t inc;
+};
+
+/* What the writer knows of an incarnation's rows in the file. */
+struct winc {
+	uint64_t inc;
+	uint64_t seq_next;	/* the largest stored */
+	int seen;		/* this writer had a step of it since the file opened */
+	int resumed;		/* its resume record is in the file */
+	struct winc *next;
+};
+
 struct wrun {
 	swd_meta meta;
 	sw_runfile *f;
-	int broken;		/* the file could not be opened: steps are dropped */
+	int broken;		/* no file could be opened: steps are dropped, counted */
 	int dirty;
 	int has_prev;
+	int64_t prev_step, prev_row;	/* the last row written, if has_prev */
+	int64_t max_step;	/* the largest step of any row, -1 none */
 	swm_head *prev;		/* [L * H] values of the last stored step */
 	swd_layer **prev_layers;	/* [L], fixed probes: rows and ln parts */
+	struct rkey *keys;	/* sorted (step, inc) of every row, for duplicates */
+	size_t nkeys, capkeys;
+	struct winc *incs;
+	int64_t lost_base, incomplete_base, lost_extra;
 	struct wrun *next;
 };
 
@@ -83,26 +104,126 @@ wrun_free(struct wrun *r, atomic_llong *inflight)
 {
 	free(r->prev);
 	free_layers(r->prev_layers, r->meta.layers, inflight);
+	free(r->keys);
+	while (r->incs) {
+		struct winc *i = r->incs;
+		r->incs = i->next;
+		free(i);
+	}
 	free(r);
 }
 
-static struct wrun *
-wrun_get(swd_writer *w, const swd_meta *m)
+static int
+meta_eq(const swd_meta *a, const swd_meta *b)
 {
-	struct wrun *r;
-	for (r = w->runs; r; r = r->next)
-		if (!strcmp(r->meta.run, m->run))
-			return r;
-	if (!(r = calloc(1, sizeof(*r))))
-		return NULL;
-	r->meta = *m;
-	size_t LH = (size_t)m->layers * m->heads;
-	r->prev = calloc(LH, sizeof(*r->prev));
-	if (!r->prev) {
-		free(r);
-		return NULL;
+	return !strcmp(a->run, b->run) && !strcmp(a->model, b->model) &&
+	    a->params == b->params && a->layers == b->layers && a->heads == b->heads &&
+	    a->sink == b->sink && a->rows == b->rows && a->keys == b->keys &&
+	    a->fixed_probe == b->fixed_probe && a->kind == b->kind && a->dtype == b->dtype;
+}
+
+/* Index of the first key >= k. */
+static size_t
+key_pos(const struct wrun *r, int64_t step, uint64_t inc)
+{
+	size_t lo = 0, hi = r->nkeys;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct rkey *x = &r->keys[mid];
+		if (x->step < step || (x->step == step && x->inc < inc))
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
+	return lo;
+}
+
+static int
+has_key(const struct wrun *r, int64_t step, uint64_t inc)
+{
+	size_t i = key_pos(r, step, inc);
+	return i < r->nkeys && r->keys[i].step == step && r->keys[i].inc == inc;
+}
+
+static int
+add_key(struct wrun *r, int64_t step, uint64_t inc)
+{
+	if (r->nkeys == r->capkeys) {
+		size_t cap = r->capkeys ? 2 * r->capkeys : 256;
+		struct rkey *k = realloc(r->keys, cap * sizeof(*k));
+		if (!k)
+			return -1;
+		r->keys = k;
+		r->capkeys = cap;
+	}
+	size_t i = key_pos(r, step, inc);
+	memmove(&r->keys[i + 1], &r->keys[i], (r->nkeys - i) * sizeof(*r->keys));
+	r->keys[i].step = step;
+	r->keys[i].inc = inc;
+	r->nkeys++;
+	if (step > r->max_step)
+		r->max_step = step;
+	return 0;
+}
+
+static struct winc *
+get_winc(struct wrun *r, uint64_t inc)
+{
+	struct winc *i;
+	for (i = r->incs; i; i = i->next)
+		if (i->inc == inc)
+			return i;
+	if ((i = calloc(1, sizeof(*i)))) {
+		i->inc = inc;
+		i->next = r->incs;
+		r->incs = i;
+	}
+	return i;
+}
+
+/* What the file holds already: its rows' keys, incarnations and counters. */
+static int
+load_rows(struct wrun *r)
+{
+	sw_rows rows;
+	char err[512];
+
+	if (sw_runfile_rows(r->f, &rows, err, sizeof(err)) != 0) {
+		log_err("run %s: %s", r->meta.run, err);
+		return -1;
+	}
+	int rc = 0;
+	for (int64_t i = 0; i < rows.n && rc == 0; i++) {
+		struct winc *wi = get_winc(r, rows.inc[i]);
+		rc = wi && add_key(r, rows.step[i], rows.inc[i]) == 0 ? 0 : -1;
+		if (wi && rows.seq_next[i] > wi->seq_next)
+			wi->seq_next = rows.seq_next[i];
+	}
+	for (int64_t i = 0; i < rows.nres && rc == 0; i++) {
+		struct winc *wi = get_winc(r, rows.res_inc[i]);
+		if (wi)
+			wi->resumed = 1;
+		else
+			rc = -1;
+	}
+	r->lost_base = rows.lost;
+	r->incomplete_base = rows.incomplete;
+	sw_rows_free(&rows);
+	return rc;
+}
+
+/*
+ * Opens the run's file: the first generation whose file holds this run
+ * with this shape, or a new one (a run id re-used with another model,
+ * kind, shape, dtype or probe never mixes with the old data: LAYOUT.md).
+ */
+static int
+open_file(swd_writer *w, struct wrun *r)
+{
+	const swd_meta *m = &r->meta;
 	sw_runmeta rm;
+	char err[512];
+
 	memset(&rm, 0, sizeof(rm));
 	snprintf(rm.run, sizeof(rm.run), "%s", m->run);
 	snprintf(rm.model, sizeof(rm.model), "%s", m->model);
@@ -113,47 +234,58 @@ wrun_get(swd_writer *w, const swd_meta *m)
 	rm.fixed_probe = m->fixed_probe;
 	rm.split_form = m->fixed_probe ? "paired" : "aggregate";
 	rm.kind = swp_kind_name(m->kind);
+	rm.dtype = swp_dtype_name(m->dtype);
 	rm.rows = m->rows;
 	rm.keys = m->keys;
+	rm.row_stats = m->fixed_probe;
 	sw_runfile_opts fo = { .chunk_steps = (size_t)w->cfg.chunk_steps };
-	char err[512];
+	for (uint32_t g = 1; g <= 1000; g++) {
+		rm.generation = g;
+		int rc = sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err));
+		if (rc == 0) {
+			if (g > 1)
+				log_info("run %s: generation %u of its id (%s)", m->run, g,
+				    sw_runfile_path(r->f));
+			return 0;
+		}
+		if (rc != SW_RUNFILE_OTHER)
+			break;
+		log_info("run %s: %s: trying the next generation's file", m->run, err);
+	}
+	log_err("run %s: cannot open its file: %s (its steps are dropped, counted as "
+	    "write_error)", m->run, err);
+	return -1;
+}
+
+static struct wrun *
+wrun_get(swd_writer *w, const swd_meta *m)
+{
+	struct wrun *r;
+	for (r = w->runs; r; r = r->next)
+		if (meta_eq(&r->meta, m))
+			return r;
+	if (!(r = calloc(1, sizeof(*r))))
+		return NULL;
+	r->meta = *m;
+	r->max_step = -1;
+	size_t LH = (size_t)m->layers * m->heads;
+	r->prev = calloc(LH, sizeof(*r->prev));
+	if (!r->prev) {
+		free(r);
+		return NULL;
+	}
 	mkdir(w->cfg.data_dir, 0755);
-	if (sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err)) != 0) {
-		log_err("run %s: cannot open its file: %s (its steps are dropped)", m->run, err);
+	if (open_file(w, r) != 0 || load_rows(r) != 0) {
 		r->broken = 1;
 		atomic_fetch_add(&w->st.write_errors, 1);
 	} else {
 		atomic_fetch_add(&w->st.files_open, 1);
 		int64_t have = sw_runfile_steps(r->f);
-		if (have > 0) {
-			double *vals[SW_HEAD_FIELDS];
-			int64_t *rows = calloc(LH, sizeof(int64_t));
-			int ok = rows != NULL;
-			for (int i = 0; i < SW_HEAD_FIELDS; i++)
-				ok &= (vals[i] = calloc(LH, sizeof(double))) != NULL;
-			if (ok && sw_runfile_last(r->f, vals, rows) == 0) {
-				for (size_t i = 0; i < LH; i++) {
-					swm_head *h = &r->prev[i];
-					h->rows = (uint64_t)rows[i];
-					h->s = vals[SW_F_SINK_MASS][i];
-					h->w = vals[SW_F_CONTENT_MASS][i];
-					h->H = vals[SW_F_ENTROPY][i];
-					h->hb = vals[SW_F_SINK_ENTROPY][i];
-					h->Hc = vals[SW_F_CONTENT_ENTROPY][i];
-					h->C = vals[SW_F_CONTENT_TERM][i];
-					h->Hcw = vals[SW_F_CONTENT_ENTROPY_MW][i];
-					h->b = vals[SW_F_SINK_BALANCE][i];
-				}
-				r->has_prev = 1;
-			}
-			for (int i = 0; i < SW_HEAD_FIELDS; i++)
-				free(vals[i]);
-			free(rows);
-			log_info("run %s: resumed %s with %lld stored steps", m->run,
-			    m->run, (long long)have);
-		} else {
-			log_info("run %s: new run file", m->run);
-		}
+		if (have > 0)
+			log_info("run %s: resumed %s with %lld stored rows", m->run,
+			    sw_runfile_path(r->f), (long long)have);
+		else
+			log_info("run %s: new run file %s", m->run, sw_runfile_path(r->f));
 	}
 	r->next = w->runs;
 	w->runs = r;
@@ -210,12 +342,44 @@ static int
 write_step(swd_writer *w, swd_witem *it)
 {
 	struct wrun *r = wrun_get(w, &it->meta);
-	if (!r)
+	if (!r || r->broken) {
+		atomic_fetch_add(&w->st.write_drops, 1);
 		return -1;
-	if (r->broken)
-		return -1;
+	}
 	const swd_meta *m = &r->meta;
 	uint32_t L = m->layers, H = m->heads;
+	/* the same incarnation sending a stored step again: not stored, counted */
+	if (has_key(r, it->step, it->inc)) {
+		atomic_fetch_add(&w->st.duplicates, 1);
+		log_warn("run %s: step %lld of incarnation %llu is already stored: duplicate "
+		    "not stored", m->run, (long long)it->step, (unsigned long long)it->inc);
+		return 0;
+	}
+	struct winc *wi = get_winc(r, it->inc);
+	if (!wi)
+		return -1;
+	if (!wi->seen) {
+		/* messages of it sent while no daemon received them (a restart) */
+		wi->seen = 1;
+		if (wi->seq_next && it->first_seq > wi->seq_next) {
+			int64_t gap = (int64_t)(it->first_seq - wi->seq_next);
+			r->lost_extra += gap;
+			atomic_fetch_add(&w->st.lost_restart, gap);
+			log_warn("run %s: %lld message(s) of incarnation %llu lost while no daemon "
+			    "received them", m->run, (long long)gap, (unsigned long long)it->inc);
+		}
+	}
+	char rerr[512];
+	if (it->has_resume && !wi->resumed) {
+		if (sw_runfile_add_resume(r->f, it->inc, it->resume, rerr, sizeof(rerr)) != 0) {
+			log_err("run %s: recording the resume failed: %s", m->run, rerr);
+			atomic_fetch_add(&w->st.write_errors, 1);
+		} else {
+			wi->resumed = 1;
+		}
+	}
+	/* live dH and drift only against the step right before, as written in order */
+	int adjacent = r->has_prev && r->prev_step == r->max_step && it->step > r->prev_step;
 	size_t LH = (size_t)L * H, LHH = LH * H;
 	int rc = -1;
 	double *hv[SW_HEAD_FIELDS] = { 0 }, *pv[SW_PAIR_FIELDS] = { 0 }, *flip = NULL, *ent = NULL;
@@ -223,7 +387,8 @@ write_step(swd_writer *w, swd_witem *it)
 	uint8_t *missing = calloc(L, 1);
 	swm_head *cur = calloc(LH, sizeof(*cur));
 	uint64_t *hrows = calloc(H, sizeof(uint64_t));
-	int ok = rows && rej && missing && cur && hrows;
+	const swm_row **rs = calloc(L, sizeof(*rs));
+	int ok = rows && rej && missing && cur && hrows && rs;
 	for (int i = 0; i < SW_HEAD_FIELDS; i++)
 		ok = ok && (hv[i] = malloc(LH * sizeof(double)));
 	for (int i = 0; i < SW_PAIR_FIELDS; i++)
@@ -257,7 +422,7 @@ write_step(swd_writer *w, swd_witem *it)
 			hv[SW_F_SINK_BALANCE][i] = c->b;
 			/* §3 against the previous stored step: paired when the probe is fixed */
 			swm_split sp = { NAN, NAN, NAN };
-			if (r->has_prev) {
+			if (adjacent) {
 				if (m->fixed_probe && ly && py && ly->rows_st && py->rows_st &&
 				    ly->rows == py->rows)
 					swm_split_paired(py->rows_st + (size_t)h * ly->rows,
@@ -268,7 +433,10 @@ write_step(swd_writer *w, swd_witem *it)
 			hv[SW_F_DH][i] = sp.dH;
 			hv[SW_F_DH_SINK][i] = sp.sink;
 			hv[SW_F_DH_CONTENT][i] = sp.content;
-			drift(ly, py, h, m->sink, &hv[SW_F_DRIFT_SINK][i], &hv[SW_F_DRIFT_CONTENT][i]);
+			hv[SW_F_DRIFT_SINK][i] = hv[SW_F_DRIFT_CONTENT][i] = NAN;
+			if (adjacent)
+				drift(ly, py, h, m->sink, &hv[SW_F_DRIFT_SINK][i],
+				    &hv[SW_F_DRIFT_CONTENT][i]);
 			hrows[h] = c->rows;
 		}
 		/* pair matrices and flip rates of the layer */
@@ -313,8 +481,15 @@ write_step(swd_writer *w, swd_witem *it)
 	st.rejected = rej;
 	st.flip = flip;
 	st.missing = missing;
-	st.lost = it->lost;
-	st.incomplete = it->incomplete;
+	st.lost = r->lost_base + r->lost_extra + it->lost;
+	st.incomplete = r->incomplete_base + it->incomplete;
+	st.inc = it->inc;
+	st.seq_next = it->seq_next;
+	st.prev_row = adjacent ? r->prev_row : -1;
+	for (uint32_t l = 0; l < L; l++)
+		rs[l] = it->layers[l] ? it->layers[l]->rows_st : NULL;
+	st.row_stats = m->fixed_probe ? (const swm_row *const *)rs : NULL;
+	int64_t row = sw_runfile_steps(r->f);
 	char err[512];
 	if (sw_runfile_append(r->f, &st, err, sizeof(err)) != 0) {
 		log_err("run %s: writing step %lld failed: %s", m->run, (long long)it->step, err);
@@ -323,8 +498,15 @@ write_step(swd_writer *w, swd_witem *it)
 	}
 	r->dirty = 1;
 	atomic_fetch_add(&w->st.steps_written, 1);
+	if (add_key(r, it->step, it->inc) != 0)
+		log_err("run %s: out of memory: duplicates of step %lld will not be spotted",
+		    m->run, (long long)it->step);
+	if (it->seq_next > wi->seq_next)
+		wi->seq_next = it->seq_next;
 	memcpy(r->prev, cur, LH * sizeof(*cur));
 	r->has_prev = 1;
+	r->prev_step = it->step;
+	r->prev_row = row;
 	/* keep this step's rows for the next paired split and drift */
 	free_layers(r->prev_layers, L, w->inflight);
 	r->prev_layers = NULL;
@@ -345,6 +527,7 @@ out:
 	free(missing);
 	free(cur);
 	free(hrows);
+	free(rs);
 	return rc;
 }
 
@@ -376,6 +559,9 @@ end_run(swd_writer *w, swd_witem *it)
 	char err[512];
 	if (!r)
 		return;
+	/* everything of the run on disk first, then the end mark that says so */
+	if (r->f && sw_runfile_flush(r->f, err, sizeof(err)) != 0)
+		log_err("run %s: flush failed: %s", r->meta.run, err);
 	if (r->f && sw_runfile_mark_ended(r->f, err, sizeof(err)) != 0)
 		log_err("run %s: marking the end failed: %s", r->meta.run, err);
 	log_info("run %s: ended, file closed", r->meta.run);
@@ -387,7 +573,7 @@ static void
 close_run(swd_writer *w, swd_witem *it)
 {
 	for (struct wrun *r = w->runs; r; r = r->next)
-		if (!strcmp(r->meta.run, it->meta.run)) {
+		if (meta_eq(&r->meta, &it->meta)) {
 			log_info("run %s: idle, file closed", r->meta.run);
 			wrun_remove(w, r);
 			return;

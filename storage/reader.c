@@ -22,10 +22,16 @@
 /* The datasets a reader may read, then /ended. */
 static const char *const other_names[] = {
 	"step", "time", "rows", "rejected", "flip_rate", "missing", "lost",
-	"incomplete"
+	"incomplete", "inc", "seq_next", "prev_row", "row_status",
+	"resume_inc", "resume_step"
 };
 #define NOTHER (sizeof(other_names) / sizeof(other_names[0]))
-#define NNAMES (SW_HEAD_FIELDS + SW_PAIR_FIELDS + NOTHER)
+#define NNAMES (SW_HEAD_FIELDS + SW_PAIR_FIELDS + NOTHER + SW_ROWSTAT_FIELDS)
+#define FIRST_V2 (SW_HEAD_FIELDS + SW_PAIR_FIELDS + 8)	/* "inc" and after */
+#define RES_INC (SW_HEAD_FIELDS + SW_PAIR_FIELDS + 12)
+#define RES_STEP (RES_INC + 1)
+#define ROW_STATUS (SW_HEAD_FIELDS + SW_PAIR_FIELDS + 11)
+#define ROWSTAT0 (SW_HEAD_FIELDS + SW_PAIR_FIELDS + NOTHER)
 
 /* Where "step" is in the names: /step has one handle for both uses. */
 #define STEP_INDEX (SW_HEAD_FIELDS + SW_PAIR_FIELDS)
@@ -41,7 +47,9 @@ struct sw_reader {
 	hid_t dset[NNAMES];	/* opened on first read; /step at open */
 	int64_t committed;	/* the extent of /step at the last refresh */
 	char *path;
-	char split_form[16], kind[16];
+	char split_form[16], kind[16], dtype[16];
+	int version;
+	uint32_t layers, heads, rows;	/* rows: of the per-row statistics, 0 none */
 };
 
 static void
@@ -60,7 +68,10 @@ name_at(size_t i)
 	i -= SW_HEAD_FIELDS;
 	if (i < SW_PAIR_FIELDS)
 		return sw_pair_field_names[i];
-	return other_names[i - SW_PAIR_FIELDS];
+	i -= SW_PAIR_FIELDS;
+	if (i < NOTHER)
+		return other_names[i];
+	return sw_rowstat_field_names[i - NOTHER];
 }
 
 static int
@@ -86,6 +97,22 @@ read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
 	m->fixed_probe = fixed;
 	m->split_form = r->split_form;
 	m->kind = r->kind;
+	m->version = r->version;
+	m->generation = 1;
+	if (r->version >= 2) {
+		uint8_t rs = 0;
+		if (sw_h5_attr_str(r->file, "dtype", r->dtype, sizeof(r->dtype)) < 0 ||
+		    sw_h5_attr_num(r->file, "generation", H5T_NATIVE_UINT32, &m->generation) < 0 ||
+		    sw_h5_attr_num(r->file, "row_stats", H5T_NATIVE_UINT8, &rs) < 0) {
+			sw_h5_fail(err, errlen, "%s: reading the run attributes failed", r->path);
+			return -1;
+		}
+		m->dtype = r->dtype;
+		m->row_stats = rs;
+	}
+	r->layers = m->layers;
+	r->heads = m->heads;
+	r->rows = m->row_stats ? m->rows : 0;
 	return 0;
 }
 
@@ -159,12 +186,14 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 		sw_h5_fail(err, errlen, "%s: not a sinkwatch run file (no layout_version)", path);
 		goto fail;
 	}
-	if (version != SW_RUNFILE_VERSION) {
-		snprintf(err, errlen, "%s: layout version %d, this build reads %d", path,
-		    (int)version, SW_RUNFILE_VERSION);
+	if (version < SW_RUNFILE_VERSION_MIN || version > SW_RUNFILE_VERSION) {
+		snprintf(err, errlen, "%s: layout version %d, this build reads %d to %d", path,
+		    (int)version, SW_RUNFILE_VERSION_MIN, SW_RUNFILE_VERSION);
 		goto fail;
 	}
-	if (meta && read_meta(r, meta, err, errlen) < 0)
+	r->version = version;
+	sw_runmeta own;
+	if (read_meta(r, meta ? meta : &own, err, errlen) < 0)
 		goto fail;
 	if ((r->dset[STEP_INDEX] = H5Dopen2(r->file, "step", H5P_DEFAULT)) < 0 ||
 	    (r->ended = H5Dopen2(r->file, "ended", H5P_DEFAULT)) < 0) {
@@ -203,27 +232,27 @@ sw_reader_refresh(sw_reader *r, char *err, size_t errlen)
 	return r->committed;
 }
 
-int64_t
-sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
-    double *buf, size_t buflen, char *err, size_t errlen)
+/*
+ * Rows [t0, t1) of dataset i as mtype (esize bytes each). The step-axis
+ * datasets are read below the committed count only; the resume records
+ * below their own extent (limit, the caller's).
+ */
+static int64_t
+read_range(sw_reader *r, size_t i, int64_t t0, int64_t t1, int64_t limit, hid_t mtype,
+    void *buf, size_t buflen, char *err, size_t errlen)
 {
 	hsize_t dims[4], start[4] = { 0 }, count[4];
 	hid_t ds = -1, fsp = -1, msp = -1;
-	size_t i;
+	const char *name = name_at(i);
 	int rank = -1;
 
-	quiet();
-	for (i = 0; i < NNAMES; i++)
-		if (!strcmp(name, name_at(i)))
-			break;
-	if (i == NNAMES) {
-		snprintf(err, errlen, "%s: no series \"%s\"", r->path, name);
+	if (i >= FIRST_V2 && r->version < 2) {
+		snprintf(err, errlen, "%s: no /%s in a layout %d file", r->path, name, r->version);
 		return -1;
 	}
-	if (t0 < 0 || t1 < t0 || t1 > r->committed) {
+	if (t0 < 0 || t1 < t0 || t1 > limit) {
 		snprintf(err, errlen, "%s: steps [%lld, %lld) of /%s: only [0, %lld) are "
-		    "committed", r->path, (long long)t0, (long long)t1, name,
-		    (long long)r->committed);
+		    "committed", r->path, (long long)t0, (long long)t1, name, (long long)limit);
 		return -1;
 	}
 	if (r->dset[i] < 0 && (r->dset[i] = H5Dopen2(r->file, name, H5P_DEFAULT)) < 0) {
@@ -276,7 +305,7 @@ sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 	if ((fsp = H5Dget_space(ds)) >= 0 &&
 	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
 	    (msp = H5Screate_simple(1, &n, NULL)) >= 0 &&
-	    H5Dread(ds, H5T_NATIVE_DOUBLE, msp, fsp, H5P_DEFAULT, buf) >= 0)
+	    H5Dread(ds, mtype, msp, fsp, H5P_DEFAULT, buf) >= 0)
 		rc = (int64_t)total;
 	else
 		sw_h5_fail(err, errlen, "%s: reading steps [%lld, %lld) of /%s failed", r->path,
@@ -285,6 +314,130 @@ sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 		H5Sclose(msp);
 	if (fsp >= 0)
 		H5Sclose(fsp);
+	return rc;
+}
+
+int64_t
+sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
+    double *buf, size_t buflen, char *err, size_t errlen)
+{
+	size_t i;
+
+	quiet();
+	for (i = 0; i < NNAMES; i++)
+		if (!strcmp(name, name_at(i)))
+			break;
+	if (i == NNAMES || i == RES_INC || i == RES_STEP) {
+		snprintf(err, errlen, "%s: no series \"%s\"", r->path, name);
+		return -1;
+	}
+	return read_range(r, i, t0, t1, r->committed, H5T_NATIVE_DOUBLE, buf, buflen,
+	    err, errlen);
+}
+
+/* The extent of a resume dataset, after a refresh; -1 on error. */
+static int64_t
+res_extent(sw_reader *r, size_t i)
+{
+	hsize_t dims[4];
+
+	if (r->dset[i] < 0 && (r->dset[i] = H5Dopen2(r->file, name_at(i), H5P_DEFAULT)) < 0)
+		return -1;
+	if (H5Drefresh(r->dset[i]) < 0)
+		return -1;
+	hsize_t n = extent0(r->dset[i], NULL, dims);
+	return n == (hsize_t)-1 ? -1 : (int64_t)n;
+}
+
+int
+sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
+{
+	quiet();
+	memset(out, 0, sizeof(*out));
+	int64_t nr = 0;
+	if (r->version >= 2) {
+		int64_t a = res_extent(r, RES_INC), b = res_extent(r, RES_STEP);
+		if (a < 0 || b < 0) {
+			sw_h5_fail(err, errlen, "%s: reading the resume records failed", r->path);
+			return -1;
+		}
+		nr = a < b ? a : b;	/* resume_step is written last */
+	}
+	out->n = T;
+	out->nres = nr;
+	out->step = malloc((size_t)T * sizeof(int64_t) + 1);
+	out->inc = calloc((size_t)T + 1, sizeof(uint64_t));
+	out->seq_next = calloc((size_t)T + 1, sizeof(uint64_t));
+	out->res_inc = malloc((size_t)nr * sizeof(uint64_t) + 1);
+	out->res_step = malloc((size_t)nr * sizeof(int64_t) + 1);
+	if (!out->step || !out->inc || !out->seq_next || !out->res_inc || !out->res_step) {
+		sw_rows_free(out);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (read_range(r, STEP_INDEX, 0, T, r->committed, H5T_NATIVE_INT64, out->step,
+	    (size_t)T, err, errlen) < 0 ||
+	    (r->version >= 2 &&
+	    (read_range(r, FIRST_V2, 0, T, r->committed, H5T_NATIVE_UINT64, out->inc,
+	    (size_t)T, err, errlen) < 0 ||
+	    read_range(r, FIRST_V2 + 1, 0, T, r->committed, H5T_NATIVE_UINT64, out->seq_next,
+	    (size_t)T, err, errlen) < 0 ||
+	    read_range(r, RES_INC, 0, nr, nr, H5T_NATIVE_UINT64, out->res_inc,
+	    (size_t)nr, err, errlen) < 0 ||
+	    read_range(r, RES_STEP, 0, nr, nr, H5T_NATIVE_INT64, out->res_step,
+	    (size_t)nr, err, errlen) < 0))) {
+		sw_rows_free(out);
+		return -1;
+	}
+	return 0;
+}
+
+int
+sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
+    size_t errlen)
+{
+	size_t m = (size_t)r->layers * r->heads * r->rows;
+
+	quiet();
+	if (!r->rows) {
+		snprintf(err, errlen, "%s: the file has no per-row statistics", r->path);
+		return -1;
+	}
+	if (n < m) {
+		snprintf(err, errlen, "%s: %zu row slots, the file has %zu", r->path, n, m);
+		return -1;
+	}
+	double *v = malloc(m * sizeof(double) + 1);
+	uint8_t *st = malloc(m + 1);
+	int rc = -1;
+	if (!v || !st) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	if (read_range(r, ROW_STATUS, t, t + 1, r->committed, H5T_NATIVE_UINT8, st, m,
+	    err, errlen) < 0)
+		goto out;
+	for (size_t i = 0; i < m; i++) {
+		memset(&out[i], 0, sizeof(out[i]));
+		out[i].status = (swm_status)st[i];
+	}
+	for (int k = 0; k < SW_ROWSTAT_FIELDS; k++) {
+		if (read_range(r, ROWSTAT0 + (size_t)k, t, t + 1, r->committed,
+		    H5T_NATIVE_DOUBLE, v, m, err, errlen) < 0)
+			goto out;
+		for (size_t i = 0; i < m; i++)
+			switch (k) {
+			case 0: out[i].s = v[i]; break;
+			case 1: out[i].w = v[i]; break;
+			case 2: out[i].H = v[i]; break;
+			case 3: out[i].hb = v[i]; break;
+			default: out[i].Hc = v[i]; break;
+			}
+	}
+	rc = 0;
+out:
+	free(v);
+	free(st);
 	return rc;
 }
 

@@ -20,6 +20,7 @@
  *    exclusive lock (H5Pset_file_locking off).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ _Static_assert(SWM_STATUS__N == 6, "rejected stores statuses 1..5");
 #define CHUNK_CAP (1u << 20)	/* bytes: a chunk stays near 1 MiB */
 #define CHUNK_STEPS_DEFAULT 64
 #define NREASONS (SWM_STATUS__N - 1)	/* rejected reasons: status 1..5 */
+#define SW_MODEL_ATTR_MAX 300	/* a model name attribute and its NUL */
 
 const char *const sw_head_field_names[SW_HEAD_FIELDS] = {
 	"sink_mass", "content_mass", "entropy", "sink_entropy",
@@ -66,14 +68,31 @@ enum {
 	D_MISSING,
 	D_LOST,
 	D_INCOMPLETE,
-	D_STEP,
+	D_INC,
+	D_SEQ_NEXT,
+	D_PREV_ROW,
+	D_ROWSTAT,			/* SW_ROWSTAT_FIELDS of them, row_stats files only */
+	D_ROW_STATUS = D_ROWSTAT + SW_ROWSTAT_FIELDS,
+	D_STEP,				/* the commit marker, written last */
 	D_ENDED,
+	D_RES_INC,
+	D_RES_STEP,			/* the resume records' commit marker */
 	D__N
 };
 
-/* Shapes after the first axis. */
-enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3 };
-enum etype { E_F64, E_I64, E_U8, E_I8 };
+/* Datasets that layout 1 does not have (readers skip them there). */
+#define D_V2(d) ((d) >= D_INC && (d) < D_STEP || (d) >= D_RES_INC)
+/* Datasets only in files with per-row statistics. */
+#define D_ROWWISE(d) ((d) >= D_ROWSTAT && (d) <= D_ROW_STATUS)
+
+/* Shapes after the first axis (P: the probe's rows). */
+enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3, SH_TLHP };
+enum etype { E_F64, E_I64, E_U8, E_I8, E_U64 };
+
+const char *const sw_rowstat_field_names[SW_ROWSTAT_FIELDS] = {
+	"row_sink_mass", "row_content_mass", "row_entropy", "row_sink_entropy",
+	"row_content_entropy"
+};
 
 struct dspec {
 	const char *name;
@@ -83,14 +102,16 @@ struct dspec {
 
 struct sw_runfile {
 	hid_t file;
-	hid_t dset[D__N];
+	hid_t dset[D__N];	/* -1 for a dataset the file does not have */
 	hsize_t ext[D__N];	/* extent along the first axis, as we set it */
 	char *path;
-	uint32_t layers, heads;
+	uint32_t layers, heads, rows;
 	int64_t steps;		/* committed: the extent of /step */
 	int ended;		/* the last /ended entry is 1 */
 	double *nan;		/* layers * heads * heads NaNs, for NULL arrays */
 	int64_t *rej;		/* layers * heads * NREASONS, repacked rejected */
+	double *rs;		/* layers * heads * rows, one row-stat field repacked */
+	uint8_t *rst;		/* layers * heads * rows statuses */
 };
 
 static void
@@ -110,8 +131,14 @@ spec(int d, struct dspec *s)
 		[D_MISSING] = { "missing", E_U8, SH_TL },
 		[D_LOST] = { "lost", E_I64, SH_T },
 		[D_INCOMPLETE] = { "incomplete", E_I64, SH_T },
+		[D_INC] = { "inc", E_U64, SH_T },
+		[D_SEQ_NEXT] = { "seq_next", E_U64, SH_T },
+		[D_PREV_ROW] = { "prev_row", E_I64, SH_T },
+		[D_ROW_STATUS] = { "row_status", E_U8, SH_TLHP },
 		[D_STEP] = { "step", E_I64, SH_T },
 		[D_ENDED] = { "ended", E_I8, SH_T },
+		[D_RES_INC] = { "resume_inc", E_U64, SH_T },
+		[D_RES_STEP] = { "resume_step", E_I64, SH_T },
 	};
 
 	if (d >= D_HEAD && d < D_HEAD + SW_HEAD_FIELDS) {
@@ -122,13 +149,17 @@ spec(int d, struct dspec *s)
 		s->name = sw_pair_field_names[d - D_PAIR];
 		s->type = E_F64;
 		s->shape = SH_TLHH;
+	} else if (d >= D_ROWSTAT && d < D_ROWSTAT + SW_ROWSTAT_FIELDS) {
+		s->name = sw_rowstat_field_names[d - D_ROWSTAT];
+		s->type = E_F64;
+		s->shape = SH_TLHP;
 	} else
 		*s = fixed[d];
 }
 
 /* Rank, and dims[1..] for a shape; dims[0] is left to the caller. */
 static int
-shape_dims(enum shape sh, uint32_t layers, uint32_t heads, hsize_t *dims)
+shape_dims(enum shape sh, uint32_t layers, uint32_t heads, uint32_t rows, hsize_t *dims)
 {
 	switch (sh) {
 	case SH_T:
@@ -154,6 +185,11 @@ shape_dims(enum shape sh, uint32_t layers, uint32_t heads, hsize_t *dims)
 		dims[1] = layers;
 		dims[2] = SW_FLIP_FIELDS;
 		return 3;
+	case SH_TLHP:
+		dims[1] = layers;
+		dims[2] = heads;
+		dims[3] = rows;
+		return 4;
 	}
 	return 1;
 }
@@ -163,6 +199,8 @@ shape_axes(int d, enum shape sh)
 {
 	if (d == D_ENDED)
 		return "mark";
+	if (d == D_RES_INC || d == D_RES_STEP)
+		return "resume";
 	switch (sh) {
 	case SH_T: return "step";
 	case SH_TL: return "step,layer";
@@ -170,6 +208,7 @@ shape_axes(int d, enum shape sh)
 	case SH_TLHR: return "step,layer,head,reason";
 	case SH_TLHH: return "step,layer,head,head";
 	case SH_TL3: return "step,layer,metric";
+	case SH_TLHP: return "step,layer,head,row";
 	}
 	return "step";
 }
@@ -182,6 +221,7 @@ file_type(enum etype t)
 	case E_I64: return H5T_STD_I64LE;
 	case E_U8: return H5T_STD_U8LE;
 	case E_I8: return H5T_STD_I8LE;
+	case E_U64: return H5T_STD_U64LE;
 	}
 	return H5T_IEEE_F64LE;
 }
@@ -194,6 +234,7 @@ mem_type(enum etype t)
 	case E_I64: return H5T_NATIVE_INT64;
 	case E_U8: return H5T_NATIVE_UINT8;
 	case E_I8: return H5T_NATIVE_INT8;
+	case E_U64: return H5T_NATIVE_UINT64;
 	}
 	return H5T_NATIVE_DOUBLE;
 }
@@ -211,8 +252,16 @@ name_keep(unsigned char c)
 	    (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
 }
 
+/*
+ * The escaped id gets at most BASE_MAX bytes, so that ".NAME@GGGGGGGGGG.h5.tmp",
+ * the longest name a generation is built under, fits NAME_MAX.
+ */
+#define GEN_SUFFIX_MAX 11	/* "@" and up to 10 digits */
+#define TMP_EXTRA 5		/* "." before, ".tmp" after */
+#define BASE_MAX (SW_RUNFILE_NAME_MAX - 3 - GEN_SUFFIX_MAX - TMP_EXTRA)
+
 int
-sw_runfile_name(const char *run, char *buf, size_t len)
+sw_runfile_name_gen(const char *run, uint32_t g, char *buf, size_t len)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	char tmp[SW_RUNFILE_NAME_MAX + 1];
@@ -229,7 +278,7 @@ sw_runfile_name(const char *run, char *buf, size_t len)
 		/* a leading '.' would hide the file or make "." and ".." */
 		int keep = name_keep(*p) && !(p == (const unsigned char *)run && *p == '.');
 		size_t need = keep ? 1 : 3;
-		if (n + need + 3 > SW_RUNFILE_NAME_MAX) {
+		if (n + need > BASE_MAX) {
 			toolong = 1;
 			continue;
 		}
@@ -241,15 +290,15 @@ sw_runfile_name(const char *run, char *buf, size_t len)
 			tmp[n++] = hex[*p & 15];
 		}
 		/* cut points at escape boundaries, for the long form */
-		if (n + 17 + 3 <= SW_RUNFILE_NAME_MAX)
+		if (n + 17 <= BASE_MAX)
 			cut = n;
 	}
 	if (toolong) {
 		/*
-		 * Over NAME_MAX: a prefix and '~' + a hash of the whole id.
-		 * The escaping never emits '~' (it becomes %7E), so a long
-		 * name never equals a short one; two long ones collide only
-		 * with the same prefix and the same 64-bit hash, and resuming
+		 * Too long: a prefix and '~' + a hash of the whole id. The
+		 * escaping never emits '~' (it becomes %7E), so a long name
+		 * never equals a short one; two long ones collide only with
+		 * the same prefix and the same 64-bit hash, and resuming
 		 * checks the run attribute, so even that is refused, not mixed.
 		 */
 		n = cut;
@@ -257,6 +306,8 @@ sw_runfile_name(const char *run, char *buf, size_t len)
 		for (int i = 15; i >= 0; i--)
 			tmp[n++] = hex[(h >> (4 * i)) & 15];
 	}
+	if (g > 1)	/* '@' is escaped in the id part: no id's name has one */
+		n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "@%u", g);
 	memcpy(tmp + n, ".h5", 3);
 	n += 3;
 	if (n + 1 > len)
@@ -264,6 +315,12 @@ sw_runfile_name(const char *run, char *buf, size_t len)
 	memcpy(buf, tmp, n);
 	buf[n] = '\0';
 	return (int)n;
+}
+
+int
+sw_runfile_name(const char *run, char *buf, size_t len)
+{
+	return sw_runfile_name_gen(run, 1, buf, len);
 }
 
 /* ---- attributes --------------------------------------------------------- */
@@ -312,7 +369,8 @@ write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
 {
 	char created[32], reasons[64] = "";
 	int32_t layout = SW_RUNFILE_VERSION, contract = SWM_CONTRACT_VERSION;
-	uint8_t fixed = m->fixed_probe ? 1 : 0;
+	uint8_t fixed = m->fixed_probe ? 1 : 0, rowstats = m->row_stats ? 1 : 0;
+	uint32_t gen = m->generation ? m->generation : 1;
 	time_t now = time(NULL);
 	struct tm tm;
 
@@ -338,7 +396,12 @@ write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
 	    attr_u32(file, "keys", m->keys) < 0 ||
 	    attr_str(file, "created", created) < 0 ||
 	    attr_str(file, "flip_fields", "cosine,js,entropy") < 0 ||
-	    attr_str(file, "rejected_reasons", reasons) < 0) {
+	    attr_str(file, "rejected_reasons", reasons) < 0 ||
+	    attr_str(file, "dtype", m->dtype ? m->dtype : "") < 0 ||
+	    attr_u32(file, "generation", gen) < 0 ||
+	    attr_write(file, "row_stats", H5T_STD_U8LE, H5T_NATIVE_UINT8, &rowstats) < 0 ||
+	    /* every logarithm and sum in double (METRICS.md §6) */
+	    attr_str(file, "log_precision", "float64") < 0) {
 		sw_h5_fail(err, errlen, "writing the file attributes failed");
 		return -1;
 	}
@@ -410,7 +473,7 @@ fail:
 }
 
 static int
-create_datasets(hid_t file, uint32_t layers, uint32_t heads, size_t chunk_steps,
+create_datasets(hid_t file, const sw_runmeta *m, size_t chunk_steps,
     char *err, size_t errlen)
 {
 	const double nan = NAN;
@@ -421,8 +484,10 @@ create_datasets(hid_t file, uint32_t layers, uint32_t heads, size_t chunk_steps,
 		hid_t sp = -1, dcpl = -1, ds = -1;
 		int rc = -1;
 
+		if (D_ROWWISE(d) && !m->row_stats)
+			continue;
 		spec(d, &s);
-		int rank = shape_dims(s.shape, layers, heads, dims);
+		int rank = shape_dims(s.shape, m->layers, m->heads, m->rows, dims);
 		memcpy(maxd, dims, sizeof(dims));
 		maxd[0] = H5S_UNLIMITED;
 		chunk_dims(rank, dims, H5Tget_size(mem_type(s.type)), chunk_steps, ch);
@@ -453,12 +518,14 @@ create_datasets(hid_t file, uint32_t layers, uint32_t heads, size_t chunk_steps,
 
 /* Opens every dataset with our chunk cache; reads their extents. */
 static int
-open_datasets(sw_runfile *f, char *err, size_t errlen)
+open_datasets(sw_runfile *f, int row_stats, char *err, size_t errlen)
 {
 	for (int d = 0; d < D__N; d++) {
 		struct dspec s;
 		hsize_t dims[4];
 
+		if (D_ROWWISE(d) && !row_stats)
+			continue;
 		spec(d, &s);
 		hid_t ds = H5Dopen2(f->file, s.name, H5P_DEFAULT);
 		if (ds < 0) {
@@ -506,7 +573,7 @@ write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
 	int rc = -1;
 
 	spec(d, &s);
-	int rank = shape_dims(s.shape, f->layers, f->heads, dims);
+	int rank = shape_dims(s.shape, f->layers, f->heads, f->rows, dims);
 	if (f->ext[d] < t + 1) {
 		dims[0] = t + 1;
 		if (H5Dset_extent(f->dset[d], dims) < 0) {
@@ -547,7 +614,7 @@ read_row(const sw_runfile *f, int d, hsize_t t, hid_t mtype, void *buf)
 	int rc = -1;
 
 	spec(d, &s);
-	int rank = shape_dims(s.shape, f->layers, f->heads, dims);
+	int rank = shape_dims(s.shape, f->layers, f->heads, f->rows, dims);
 	memcpy(count, dims, sizeof(dims));
 	start[0] = t;
 	count[0] = 1;
@@ -652,13 +719,29 @@ create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
 		sw_h5_fail(err, errlen, "%s: making the file access list failed", f->path);
 		goto done;
 	}
+	/*
+	 * HDF5 opens by name and follows links: the temporary file is made
+	 * here first, never through a link (a stale one from a crash, or one
+	 * planted to point outside the directory, is removed, not followed),
+	 * with the process umask; H5Fcreate then truncates our own file.
+	 */
+	if (unlink(tmp) != 0 && errno != ENOENT) {
+		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+		goto done;
+	}
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+		goto done;
+	}
+	close(fd);
 	f->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
 	if (f->file < 0) {
 		sw_h5_fail(err, errlen, "%s: cannot create the HDF5 file", tmp);
 		goto done;
 	}
 	if (write_root_attrs(f->file, m, err, errlen) < 0 ||
-	    create_datasets(f->file, m->layers, m->heads, chunk_steps, err, errlen) < 0)
+	    create_datasets(f->file, m, chunk_steps, err, errlen) < 0)
 		goto done;
 	if (H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) {
 		sw_h5_fail(err, errlen, "%s: flushing the new file failed", tmp);
@@ -685,7 +768,7 @@ create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
 		snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
 		goto done;
 	}
-	rc = open_datasets(f, err, errlen);
+	rc = open_datasets(f, m->row_stats, err, errlen);
 done:
 	if (rc < 0 && f->file >= 0) {
 		H5Fclose(f->file);
@@ -698,18 +781,37 @@ done:
 	return rc;
 }
 
+/* The string attribute name equals want (a NULL want is not checked). */
+static int
+attr_is(hid_t file, const char *name, const char *want)
+{
+	char v[SW_MODEL_ATTR_MAX];
+
+	if (!want)
+		return 1;
+	if (sw_h5_attr_str(file, name, v, sizeof(v)) < 0) {
+		H5Eclear2(H5E_DEFAULT);
+		return 0;
+	}
+	return strcmp(v, want) == 0;
+}
+
 /*
  * Checks an existing file against the run before anything writes to it:
  * opened read-only (the writer flags cleared in memory only), so a refused
- * file is left byte for byte as it was.
+ * file is left byte for byte as it was. SW_RUNFILE_OTHER when the file
+ * holds something else (another run, shape, kind, dtype, probe, model, or
+ * an older layout): the caller goes on to the next generation's name.
  */
 static int
 check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 {
 	hid_t fapl = make_fapl(1), file = -1;
-	uint32_t layers, heads, sink, version;
+	uint32_t layers, heads, sink, version, rows = 0, keys = 0;
+	uint8_t fixed = 0, rowstats = 0;
+	uint64_t params = 0;
 	char run[sizeof(m->run)];
-	int rc = -1;
+	int rc = SW_RUNFILE_OTHER;
 
 	if (fapl < 0) {
 		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
@@ -734,20 +836,30 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 		goto done;
 	}
 	if (version != SW_RUNFILE_VERSION) {
-		snprintf(err, errlen, "%s: layout version %u, this build writes %d; "
-		    "refusing to resume (the file is left as it is)", path, version,
-		    SW_RUNFILE_VERSION);
+		snprintf(err, errlen, "%s: layout version %u, this build writes %d", path,
+		    version, SW_RUNFILE_VERSION);
 		goto done;
 	}
 	if (strcmp(run, m->run) != 0) {
-		snprintf(err, errlen, "%s: holds run \"%s\", not \"%s\"; refusing to resume "
-		    "(the file is left as it is)", path, run, m->run);
+		snprintf(err, errlen, "%s: holds run \"%s\", not \"%s\"", path, run, m->run);
 		goto done;
 	}
-	if (layers != m->layers || heads != m->heads || sink != m->sink) {
-		snprintf(err, errlen, "%s: the file has %u layers, %u heads, sink %u; the run "
-		    "now has %u layers, %u heads, sink %u; refusing to resume (the file is "
-		    "left as it is)", path, layers, heads, sink, m->layers, m->heads, m->sink);
+	if (sw_h5_attr_num(file, "rows", H5T_NATIVE_UINT32, &rows) < 0 ||
+	    sw_h5_attr_num(file, "keys", H5T_NATIVE_UINT32, &keys) < 0 ||
+	    sw_h5_attr_num(file, "fixed_probe", H5T_NATIVE_UINT8, &fixed) < 0 ||
+	    sw_h5_attr_num(file, "row_stats", H5T_NATIVE_UINT8, &rowstats) < 0 ||
+	    sw_h5_attr_num(file, "params", H5T_NATIVE_UINT64, &params) < 0)
+		H5Eclear2(H5E_DEFAULT);
+	if (layers != m->layers || heads != m->heads || sink != m->sink ||
+	    rows != m->rows || keys != m->keys || fixed != (m->fixed_probe != 0) ||
+	    rowstats != (m->row_stats != 0) || params != m->params ||
+	    !attr_is(file, "kind", m->kind) || !attr_is(file, "dtype", m->dtype) ||
+	    !attr_is(file, "model", m->model)) {
+		snprintf(err, errlen, "%s: holds %u layers x %u heads, sink %u, probe [%u, %u] "
+		    "%s; the run now has %u x %u, sink %u, probe [%u, %u] %s, or another model, "
+		    "kind or dtype", path, layers, heads, sink, rows, keys,
+		    fixed ? "fixed" : "varying", m->layers, m->heads, m->sink, m->rows, m->keys,
+		    m->fixed_probe ? "fixed" : "varying");
 		goto done;
 	}
 	/* every dataset, with the shape this run needs */
@@ -755,8 +867,10 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 		struct dspec s;
 		hsize_t want[4], have[4];
 
+		if (D_ROWWISE(d) && !m->row_stats)
+			continue;
 		spec(d, &s);
-		int rank = shape_dims(s.shape, layers, heads, want);
+		int rank = shape_dims(s.shape, layers, heads, rows, want);
 		hid_t ds = H5Dopen2(file, s.name, H5P_DEFAULT);
 		hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
 		int ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == rank &&
@@ -769,8 +883,8 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 			H5Dclose(ds);
 		if (!ok) {
 			H5Eclear2(H5E_DEFAULT);
-			snprintf(err, errlen, "%s: dataset /%s missing or of the wrong shape; "
-			    "refusing to resume", path, s.name);
+			snprintf(err, errlen, "%s: dataset /%s missing or of the wrong shape",
+			    path, s.name);
 			goto done;
 		}
 	}
@@ -790,8 +904,9 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 	struct stat sb;
 	int rc = -1;
 
-	if (check_existing(f->path, m, err, errlen) < 0)
-		return -1;
+	int e = check_existing(f->path, m, err, errlen);
+	if (e < 0)
+		return e;
 	if ((fapl = make_fapl(1)) < 0 ||
 	    /* a dashboard's SWMR reader holds a shared flock: don't ask for
 	     * the exclusive one (a SWMR writer drops it at once anyway) */
@@ -816,7 +931,7 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 		    f->path);
 		goto done;
 	}
-	if (open_datasets(f, err, errlen) < 0)
+	if (open_datasets(f, m->row_stats, err, errlen) < 0)
 		goto done;
 	if (f->ext[D_ENDED] > 0) {
 		int8_t last = 0;
@@ -843,6 +958,8 @@ runfile_free(sw_runfile *f)
 		H5Fclose(f->file);
 	free(f->nan);
 	free(f->rej);
+	free(f->rs);
+	free(f->rst);
 	free(f->path);
 	free(f);
 }
@@ -861,7 +978,12 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 	quiet();
 	if (check_meta(meta, err, errlen) < 0)
 		return -1;
-	if (sw_runfile_name(meta->run, name, sizeof(name)) < 0) {
+	if (meta->row_stats && meta->rows == 0) {
+		snprintf(err, errlen, "run %s: row statistics need the probe's rows", meta->run);
+		return -1;
+	}
+	if (sw_runfile_name_gen(meta->run, meta->generation ? meta->generation : 1, name,
+	    sizeof(name)) < 0) {
 		snprintf(err, errlen, "run %s: no file name for it", meta->run);
 		return -1;
 	}
@@ -874,12 +996,17 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 		f->dset[d] = -1;
 	f->layers = meta->layers;
 	f->heads = meta->heads;
+	f->rows = meta->row_stats ? meta->rows : 0;
 	size_t lh = (size_t)meta->layers * meta->heads;
 	size_t plen = strlen(dir) + strlen(name) + 2;
 	f->path = malloc(plen);
 	f->nan = malloc(lh * meta->heads * sizeof(double));
 	f->rej = malloc(lh * NREASONS * sizeof(int64_t));
-	if (!f->path || !f->nan || !f->rej) {
+	if (f->rows) {
+		f->rs = malloc(lh * f->rows * sizeof(double));
+		f->rst = malloc(lh * f->rows);
+	}
+	if (!f->path || !f->nan || !f->rej || (f->rows && (!f->rs || !f->rst))) {
 		snprintf(err, errlen, "run %s: out of memory", meta->run);
 		goto fail;
 	}
@@ -887,9 +1014,17 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 		f->nan[i] = NAN;
 	snprintf(f->path, plen, "%s/%s", dir, name);
 
-	if (stat(f->path, &sb) == 0) {
-		if (resume_file(f, meta, err, errlen) < 0)
-			goto fail;
+	int e;
+	if (lstat(f->path, &sb) == 0) {
+		if (!S_ISREG(sb.st_mode)) {
+			snprintf(err, errlen, "%s: not a regular file (never followed)", f->path);
+			runfile_free(f);
+			return SW_RUNFILE_OTHER;
+		}
+		if ((e = resume_file(f, meta, err, errlen)) < 0) {
+			runfile_free(f);
+			return e;
+		}
 	} else if (errno == ENOENT) {
 		if (create_file(f, meta, chunk_steps, err, errlen) < 0)
 			goto fail;
@@ -954,6 +1089,122 @@ append_ended(sw_runfile *f, int8_t v, char *err, size_t errlen)
 	return 0;
 }
 
+/* One row-statistic field of swm_row (METRICS.md §1), by index. */
+static double
+rowstat_value(const swm_row *r, int field)
+{
+	switch (field) {
+	case 0: return r->s;
+	case 1: return r->w;
+	case 2: return r->H;
+	case 3: return r->hb;
+	default: return r->Hc;
+	}
+}
+
+/* The per-row statistics of every layer (NULL: missing, stored absent). */
+static int
+append_row_stats(sw_runfile *f, hsize_t t, const swm_row *const *rs, char *err,
+    size_t errlen)
+{
+	size_t hr = (size_t)f->heads * f->rows;
+
+	for (int k = 0; k <= SW_ROWSTAT_FIELDS; k++) {
+		for (uint32_t l = 0; l < f->layers; l++) {
+			const swm_row *src = rs ? rs[l] : NULL;
+			for (size_t i = 0; i < hr; i++) {
+				size_t o = (size_t)l * hr + i;
+				if (k == SW_ROWSTAT_FIELDS)
+					f->rst[o] = src ? (uint8_t)src[i].status : SW_ROW_ABSENT;
+				else
+					f->rs[o] = src ? rowstat_value(&src[i], k) : NAN;
+			}
+		}
+		if (k == SW_ROWSTAT_FIELDS ?
+		    write_row(f, D_ROW_STATUS, t, H5T_NATIVE_UINT8, f->rst, err, errlen) < 0 :
+		    write_row(f, D_ROWSTAT + k, t, H5T_NATIVE_DOUBLE, f->rs, err, errlen) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int
+sw_runfile_add_resume(sw_runfile *f, uint64_t inc, int64_t from, char *err,
+    size_t errlen)
+{
+	quiet();
+	/* resume_step is the marker: a reader takes the shorter extent */
+	hsize_t n = f->ext[D_RES_STEP];
+	if (write_row(f, D_RES_INC, n, H5T_NATIVE_UINT64, &inc, err, errlen) < 0 ||
+	    write_row(f, D_RES_STEP, n, H5T_NATIVE_INT64, &from, err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+/* Reads rows [0, n) of a one-axis dataset as mtype into buf. */
+static int
+read_col(const sw_runfile *f, int d, hsize_t n, hid_t mtype, void *buf)
+{
+	if (n == 0)
+		return 0;
+	hsize_t start = 0, count = n;
+	hid_t fsp = H5Dget_space(f->dset[d]), msp = H5Screate_simple(1, &count, NULL);
+	int rc = fsp >= 0 && msp >= 0 &&
+	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &start, NULL, &count, NULL) >= 0 &&
+	    H5Dread(f->dset[d], mtype, msp, fsp, H5P_DEFAULT, buf) >= 0 ? 0 : -1;
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return rc;
+}
+
+void
+sw_rows_free(sw_rows *r)
+{
+	free(r->step);
+	free(r->inc);
+	free(r->seq_next);
+	free(r->res_inc);
+	free(r->res_step);
+	memset(r, 0, sizeof(*r));
+}
+
+int
+sw_runfile_rows(const sw_runfile *f, sw_rows *out, char *err, size_t errlen)
+{
+	hsize_t n = (hsize_t)f->steps;
+	hsize_t nr = f->ext[D_RES_STEP] < f->ext[D_RES_INC] ? f->ext[D_RES_STEP] :
+	    f->ext[D_RES_INC];
+
+	quiet();
+	memset(out, 0, sizeof(*out));
+	out->n = (int64_t)n;
+	out->nres = (int64_t)nr;
+	out->step = malloc(n * sizeof(int64_t) + 1);
+	out->inc = malloc(n * sizeof(uint64_t) + 1);
+	out->seq_next = malloc(n * sizeof(uint64_t) + 1);
+	out->res_inc = malloc(nr * sizeof(uint64_t) + 1);
+	out->res_step = malloc(nr * sizeof(int64_t) + 1);
+	if (!out->step || !out->inc || !out->seq_next || !out->res_inc || !out->res_step) {
+		sw_rows_free(out);
+		snprintf(err, errlen, "%s: out of memory", f->path);
+		return -1;
+	}
+	if (read_col(f, D_STEP, n, H5T_NATIVE_INT64, out->step) < 0 ||
+	    read_col(f, D_INC, n, H5T_NATIVE_UINT64, out->inc) < 0 ||
+	    read_col(f, D_SEQ_NEXT, n, H5T_NATIVE_UINT64, out->seq_next) < 0 ||
+	    read_col(f, D_RES_INC, nr, H5T_NATIVE_UINT64, out->res_inc) < 0 ||
+	    read_col(f, D_RES_STEP, nr, H5T_NATIVE_INT64, out->res_step) < 0 ||
+	    (n > 0 && (read_row(f, D_LOST, n - 1, H5T_NATIVE_INT64, &out->lost) < 0 ||
+	    read_row(f, D_INCOMPLETE, n - 1, H5T_NATIVE_INT64, &out->incomplete) < 0))) {
+		sw_h5_fail(err, errlen, "%s: reading the stored rows failed", f->path);
+		sw_rows_free(out);
+		return -1;
+	}
+	return 0;
+}
+
 int
 sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 {
@@ -990,7 +1241,12 @@ sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 	    err, errlen) < 0 ||
 	    write_row(f, D_MISSING, t, H5T_NATIVE_UINT8, s->missing, err, errlen) < 0 ||
 	    write_row(f, D_LOST, t, H5T_NATIVE_INT64, &s->lost, err, errlen) < 0 ||
-	    write_row(f, D_INCOMPLETE, t, H5T_NATIVE_INT64, &s->incomplete, err, errlen) < 0)
+	    write_row(f, D_INCOMPLETE, t, H5T_NATIVE_INT64, &s->incomplete, err, errlen) < 0 ||
+	    write_row(f, D_INC, t, H5T_NATIVE_UINT64, &s->inc, err, errlen) < 0 ||
+	    write_row(f, D_SEQ_NEXT, t, H5T_NATIVE_UINT64, &s->seq_next, err, errlen) < 0 ||
+	    write_row(f, D_PREV_ROW, t, H5T_NATIVE_INT64, &s->prev_row, err, errlen) < 0)
+		return -1;
+	if (f->rows && append_row_stats(f, t, s->row_stats, err, errlen) < 0)
 		return -1;
 	/* the commit: a reader sizes everything by /step */
 	if (write_row(f, D_STEP, t, H5T_NATIVE_INT64, &s->step, err, errlen) < 0)

@@ -14,7 +14,8 @@
 
 #include "metrics/swm.h"
 
-#define SW_RUNFILE_VERSION 1	/* layout version, an attribute of the file */
+#define SW_RUNFILE_VERSION 2	/* layout version, an attribute of the file */
+#define SW_RUNFILE_VERSION_MIN 1	/* the oldest layout the readers read */
 
 /* Per-head series, each [T, layers, heads] float64, in this order. */
 enum sw_head_field {
@@ -33,6 +34,11 @@ enum sw_pair_field {
 /* Per-layer flip rates, [T, layers, 3] float64: cosine, js, entropy. */
 #define SW_FLIP_FIELDS 3
 
+/* Per-row statistics of fixed probes, each [T, layers, heads, rows] float64
+ * (layout 2): s, w, H, hb, Hc of METRICS.md §1; with row_status (uint8). */
+#define SW_ROWSTAT_FIELDS 5
+extern const char *const sw_rowstat_field_names[SW_ROWSTAT_FIELDS];
+
 /* Dataset names, as LAYOUT.md lists them. */
 extern const char *const sw_head_field_names[SW_HEAD_FIELDS];
 extern const char *const sw_pair_field_names[SW_PAIR_FIELDS];
@@ -47,6 +53,10 @@ typedef struct sw_runmeta {
 	const char *split_form;	/* "paired" or "aggregate" */
 	const char *kind;	/* "probs", "logits" or "rowstats" */
 	uint32_t rows, keys;	/* probe shape of the first snapshot */
+	const char *dtype;	/* "f32", "f16", "bf16", "f64"; NULL: not checked (v1) */
+	uint32_t generation;	/* 1: NAME.h5; g > 1: NAME@g.h5 (the id re-used, LAYOUT.md) */
+	int row_stats;		/* per-row statistics stored (fixed probes, layout 2) */
+	int version;		/* layout version (reader: the file's; writer: ignored) */
 } sw_runmeta;
 
 /* One committed step: arrays the caller owns, laid out C order. */
@@ -62,6 +72,12 @@ typedef struct sw_step {
 	/* cumulative run counters as of this step */
 	int64_t lost;			/* messages missing by sequence number */
 	int64_t incomplete;		/* steps written with missing layers */
+	/* layout 2 */
+	uint64_t inc;			/* the sender incarnation of the step */
+	uint64_t seq_next;		/* its messages below this seq are stored or counted */
+	int64_t prev_row;		/* the row dH and drift were taken against, -1 none */
+	const swm_row *const *row_stats;	/* [layers] of [heads * rows], NULL where
+					 * missing; NULL: none (files without row stats) */
 } sw_step;
 
 typedef struct sw_runfile_opts {
@@ -84,6 +100,19 @@ typedef struct sw_runfile sw_runfile;
  */
 #define SW_RUNFILE_NAME_MAX 255
 int sw_runfile_name(const char *run, char *buf, size_t len);
+
+/*
+ * The same for generation g of the run id (g > 1: "NAME@g.h5"; '@' is
+ * always escaped in NAME, so no other id's name looks like it). Every
+ * generation's name, and the temporary ".NAME@g.h5.tmp" it is built under,
+ * fit NAME_MAX. Returns the length or -1.
+ */
+int sw_runfile_name_gen(const char *run, uint32_t g, char *buf, size_t len);
+
+/* sw_runfile_open's return when the file exists and holds another run, a
+ * different shape, kind, dtype or probe, or an older layout: the caller
+ * tries the next generation. */
+#define SW_RUNFILE_OTHER (-2)
 
 /*
  * Opens the run's file in dir for appending: creates it (latest format,
@@ -137,6 +166,33 @@ int sw_runfile_flush(sw_runfile *f, char *err, size_t errlen);
  */
 int sw_runfile_mark_ended(sw_runfile *f, char *err, size_t errlen);
 
+/*
+ * Records that incarnation inc resumes from step `from`: every row of an
+ * earlier incarnation with a step after `from` is superseded (LAYOUT.md,
+ * "Rows, incarnations and supersession"). Does not flush. 0 or -1.
+ */
+int sw_runfile_add_resume(sw_runfile *f, uint64_t inc, int64_t from, char *err,
+    size_t errlen);
+
+/*
+ * What the file already holds, for a writer that resumes it: the step,
+ * incarnation and seq_next of every committed row, and the resume records.
+ * Arrays are malloc'd (the caller frees them); counts in *nrows, *nres.
+ * The last row's lost and incomplete counters in *lost, *incomplete.
+ */
+typedef struct sw_rows {
+	int64_t n;
+	int64_t *step;
+	uint64_t *inc;
+	uint64_t *seq_next;
+	int64_t nres;
+	uint64_t *res_inc;
+	int64_t *res_step;
+	int64_t lost, incomplete;
+} sw_rows;
+int sw_runfile_rows(const sw_runfile *f, sw_rows *out, char *err, size_t errlen);
+void sw_rows_free(sw_rows *r);
+
 /* Flushes and closes *f (NULL is fine), sets it NULL. 0 or -1. */
 int sw_runfile_close(sw_runfile **f);
 
@@ -180,5 +236,47 @@ int64_t sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 int sw_reader_ended(sw_reader *r);
 
 void sw_reader_close(sw_reader **r);
+
+/*
+ * The rows, incarnations and resume records of the committed steps (as
+ * sw_runfile_rows; a layout 1 file has incarnation 0 for every row and no
+ * resume record). -1 with err.
+ */
+int sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen);
+
+/*
+ * Reads the per-row statistics of committed row t (layout 2, row_stats):
+ * s, w, hb, Hc and status of every row of every head, into out[layers *
+ * heads * rows] (status SW_ROW_ABSENT where the layer was missing). -1 with
+ * err (also when the file has none).
+ */
+#define SW_ROW_ABSENT 255
+int sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n,
+    char *err, size_t errlen);
+
+/* ---- the view: what a run is, whatever the order its rows arrived in ---- */
+
+/*
+ * The stored steps in step order, each with its winning row: of the rows
+ * of a step, those of incarnations that a later incarnation's resume
+ * record supersedes (a resume from S supersedes earlier incarnations'
+ * steps > S) drop out; of the rest the newest incarnation wins, and of one
+ * incarnation the last row. Steps whose rows are all superseded are not in
+ * the view. A pure function of the rows (no I/O).
+ */
+typedef struct sw_view {
+	int64_t n;		/* steps in the view */
+	int64_t *step;		/* [n] ascending */
+	int64_t *row;		/* [n] the winning row of each */
+	int64_t superseded;	/* rows not in the view */
+	/* segments: maximal runs of consecutive view steps of one incarnation */
+	int64_t nseg;
+	struct sw_segment {
+		uint64_t inc;
+		int64_t first_step, last_step, steps;
+	} *seg;
+} sw_view;
+int sw_view_build(const sw_rows *rows, sw_view *out);
+void sw_view_free(sw_view *v);
 
 #endif

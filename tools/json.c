@@ -102,6 +102,13 @@ sw_json_int(sw_json *j, const char *key, int64_t v)
 }
 
 void
+sw_json_uint(sw_json *j, const char *key, uint64_t v)
+{
+	prefix(j, key, 0);
+	fprintf(j->f, "%" PRIu64, v);
+}
+
+void
 sw_json_str(sw_json *j, const char *key, const char *s)
 {
 	prefix(j, key, 0);

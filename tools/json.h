@@ -25,6 +25,7 @@ void sw_json_num(sw_json *j, const char *key, double v);
 void sw_json_int(sw_json *j, const char *key, int64_t v);
 void sw_json_str(sw_json *j, const char *key, const char *s);
 void sw_json_bool(sw_json *j, const char *key, int v);
+void sw_json_uint(sw_json *j, const char *key, uint64_t v);
 /* Ends the document with a newline. */
 void sw_json_finish(sw_json *j);
 

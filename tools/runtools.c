@@ -208,6 +208,86 @@ read_all(sw_reader *r, const char *name, int64_t T, size_t LH, char *err, size_t
 	return v;
 }
 
+/* Head values of stored row t, head i, from the columns read (report order). */
+static void
+head_at(double *const *v, size_t LH, int64_t t, size_t i, swm_head *h)
+{
+	size_t k = (size_t)t * LH + i;
+	memset(h, 0, sizeof(*h));
+	h->rows = (uint64_t)v[7][k];
+	h->H = v[2][k];
+	h->hb = v[3][k];
+	h->s = v[4][k];
+	h->w = v[5][k];
+	h->Hcw = v[6][k];
+}
+
+/*
+ * The split of every head between two stored rows: paired from the rows'
+ * statistics (§3) where the file has them, else the aggregate form.
+ */
+static void
+split_rows(double *const *v, size_t LH, size_t R, const swm_row *ra, const swm_row *rb,
+    int64_t ta, int64_t tb, size_t i, swm_split *out)
+{
+	if (ra && rb) {
+		swm_split_paired(ra + i * R, rb + i * R, R, out);
+		return;
+	}
+	swm_head a, b;
+	head_at(v, LH, ta, i, &a);
+	head_at(v, LH, tb, i, &b);
+	swm_split_aggregate(&a, &b, out);
+}
+
+/*
+ * Path sums over consecutive steps of the view and the endpoint split of
+ * its first and last step, per head: a function of the stored steps in step
+ * order, whatever order their rows arrived in.
+ */
+static int
+attribute(sw_reader *r, const sw_runmeta *m, double *const *v, const sw_view *view,
+    int paired, struct attrib *head, char *err, size_t errlen)
+{
+	size_t LH = (size_t)m->layers * m->heads, R = paired ? m->rows : 0, n = LH * R;
+	swm_row *first = NULL, *prev = NULL, *cur = NULL;
+	int rc = -1;
+
+	if (paired && (!(first = malloc(n * sizeof(*first))) ||
+	    !(prev = malloc(n * sizeof(*prev))) || !(cur = malloc(n * sizeof(*cur))))) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	if (paired && sw_reader_row_stats(r, view->row[0], first, n, err, errlen) != 0)
+		goto out;
+	if (paired)
+		memcpy(prev, first, n * sizeof(*prev));
+	for (int64_t k = 1; k < view->n; k++) {
+		if (paired && sw_reader_row_stats(r, view->row[k], cur, n, err, errlen) != 0)
+			goto out;
+		for (size_t i = 0; i < LH; i++) {
+			swm_split sp;
+			split_rows(v, LH, R, prev, cur, view->row[k - 1], view->row[k], i, &sp);
+			if (!isfinite(sp.dH) || !isfinite(sp.sink) || !isfinite(sp.content))
+				continue;
+			swm_split_add(&head[i].path, &sp);
+			head[i].intervals++;
+		}
+		swm_row *t = prev;
+		prev = cur;
+		cur = t;
+	}
+	for (size_t i = 0; i < LH; i++)
+		split_rows(v, LH, R, first, prev, view->row[0], view->row[view->n - 1], i,
+		    &head[i].endpoint);
+	rc = 0;
+out:
+	free(first);
+	free(prev);
+	free(cur);
+	return rc;
+}
+
 int
 sw_report_main(int argc, char **argv)
 {
@@ -248,55 +328,38 @@ sw_report_main(int argc, char **argv)
 		    path, (long long)T);
 	}
 	size_t L = meta.layers, H = meta.heads, LH = L * H;
-	const char *names[] = { "dH", "dH_sink", "dH_content", "entropy", "sink_entropy",
+	const char *names[] = { "lost", "incomplete", "entropy", "sink_entropy",
 	    "sink_mass", "content_mass", "content_entropy_mw", "rows", "step" };
-	double *v[10] = { 0 };
+	double *v[9] = { 0 };
 	int rc = 2;
-	for (int i = 0; i < 10; i++)
-		if (!(v[i] = read_all(r, names[i], T, i == 9 ? 1 : LH, err, sizeof(err)))) {
+	sw_rows rws;
+	sw_view view;
+	memset(&rws, 0, sizeof(rws));
+	memset(&view, 0, sizeof(view));
+	for (int i = 0; i < 9; i++)
+		if (!(v[i] = read_all(r, names[i], T, i < 2 || i == 8 ? 1 : LH, err, sizeof(err)))) {
 			sw_tool_fail("report", "%s: %s", path, err);
 			goto out;
 		}
-	double *dH = v[0], *dS = v[1], *dC = v[2];
-	/* per head: path sums over stored intervals, endpoint split first -> last */
-	struct attrib *head = calloc(LH, sizeof(*head)), *layer = calloc(L, sizeof(*layer)), model;
-	memset(&model, 0, sizeof(model));
-	if (!head || !layer) {
-		free(head);
-		free(layer);
-		sw_tool_fail("report", "out of memory");
+	if (sw_reader_rows(r, T, &rws, err, sizeof(err)) != 0 || sw_view_build(&rws, &view) != 0) {
+		sw_tool_fail("report", "%s: %s", path, err);
 		goto out;
 	}
-	for (size_t i = 0; i < LH; i++) {
-		for (int64_t t = 1; t < T; t++) {
-			size_t k = (size_t)t * LH + i;
-			if (!isfinite(dH[k]) || !isfinite(dS[k]) || !isfinite(dC[k]))
-				continue;
-			swm_split s = { dH[k], dS[k], dC[k] };
-			swm_split_add(&head[i].path, &s);
-			head[i].intervals++;
-		}
-		/* the endpoint split from the stored head values (aggregate form) */
-		int64_t t0 = -1, t1 = -1;
-		for (int64_t t = 0; t < T; t++)
-			if (v[8][(size_t)t * LH + i] > 0) {
-				if (t0 < 0)
-					t0 = t;
-				t1 = t;
-			}
-		head[i].endpoint.dH = head[i].endpoint.sink = head[i].endpoint.content = NAN;
-		if (t0 >= 0 && t1 > t0) {
-			swm_head a, b;
-			size_t k0 = (size_t)t0 * LH + i, k1 = (size_t)t1 * LH + i;
-			a.rows = (uint64_t)v[8][k0];
-			b.rows = (uint64_t)v[8][k1];
-			a.H = v[3][k0], b.H = v[3][k1];
-			a.hb = v[4][k0], b.hb = v[4][k1];
-			a.s = v[5][k0], b.s = v[5][k1];
-			a.w = v[6][k0], b.w = v[6][k1];
-			a.Hcw = v[7][k0], b.Hcw = v[7][k1];
-			swm_split_aggregate(&a, &b, &head[i].endpoint);
-		}
+	if (view.n < 2) {
+		sw_tool_fail("report", "%s has %lld stored step(s) (%lld rows): an attribution "
+		    "needs two", path, (long long)view.n, (long long)T);
+		goto out;
+	}
+	/* the paired form where the file has each row's statistics (§3) */
+	int paired = meta.row_stats;
+	struct attrib *head = calloc(LH, sizeof(*head)), *layer = calloc(L, sizeof(*layer)), model;
+	memset(&model, 0, sizeof(model));
+	if (!head || !layer || attribute(r, &meta, v, &view, paired, head, err,
+	    sizeof(err)) != 0) {
+		free(head);
+		free(layer);
+		sw_tool_fail("report", "%s: %s", path, head && layer ? err : "out of memory");
+		goto out;
 	}
 	/* layer and model figures are means of head figures (§3) */
 	for (size_t l = 0; l <= L; l++) {
@@ -329,7 +392,8 @@ sw_report_main(int argc, char **argv)
 			dst->intervals /= (int64_t)cnt[0];
 		shares(dst);
 	}
-	double first_step = v[9][0], last_step = v[9][T - 1];
+	double first_step = (double)view.step[0], last_step = (double)view.step[view.n - 1];
+	const char *form = paired ? "paired" : "aggregate";
 	if (json) {
 		sw_json j;
 		sw_json_init(&j, stdout);
@@ -341,8 +405,26 @@ sw_report_main(int argc, char **argv)
 		sw_json_int(&j, "params", (int64_t)meta.params);
 		sw_json_int(&j, "layers", (int64_t)L);
 		sw_json_int(&j, "heads", (int64_t)H);
-		sw_json_str(&j, "split_form", meta.split_form);
-		sw_json_int(&j, "steps_stored", T);
+		sw_json_str(&j, "split_form", form);
+		sw_json_str(&j, "endpoint_form", form);
+		sw_json_int(&j, "layout_version", meta.version);
+		sw_json_bool(&j, "step_order", 1);
+		sw_json_int(&j, "steps_stored", view.n);
+		sw_json_int(&j, "steps_used", view.n);
+		sw_json_int(&j, "rows_stored", T);
+		sw_json_int(&j, "rows_superseded", view.superseded);
+		sw_json_int(&j, "lost", (int64_t)v[0][T - 1]);
+		sw_json_int(&j, "incomplete", (int64_t)v[1][T - 1]);
+		sw_json_begin_arr(&j, "segments");
+		for (int64_t k = 0; k < view.nseg; k++) {
+			sw_json_begin_obj(&j, NULL);
+			sw_json_uint(&j, "inc", view.seg[k].inc);
+			sw_json_int(&j, "first_step", view.seg[k].first_step);
+			sw_json_int(&j, "last_step", view.seg[k].last_step);
+			sw_json_int(&j, "steps", view.seg[k].steps);
+			sw_json_end_obj(&j);
+		}
+		sw_json_end_arr(&j);
 		sw_json_num(&j, "first_step", first_step);
 		sw_json_num(&j, "last_step", last_step);
 		sw_json_begin_obj(&j, "model_attribution");
@@ -360,8 +442,18 @@ sw_report_main(int argc, char **argv)
 		sw_json_finish(&j);
 	} else {
 		printf("run %s  model %s  %zu layers x %zu heads  %lld steps stored (%.0f .. %.0f)  "
-		    "split %s\n\n", meta.run, meta.model[0] ? meta.model : "-", L, H, (long long)T,
-		    first_step, last_step, meta.split_form);
+		    "split %s\n", meta.run, meta.model[0] ? meta.model : "-", L, H,
+		    (long long)view.n, first_step, last_step, form);
+		printf("rows %lld (%lld superseded)  lost %lld  incomplete %lld  steps in step order\n",
+		    (long long)T, (long long)view.superseded, (long long)v[0][T - 1],
+		    (long long)v[1][T - 1]);
+		if (view.nseg > 1 || view.superseded)
+			for (int64_t k = 0; k < view.nseg; k++)
+				printf("segment %lld: incarnation %llu, steps %lld .. %lld (%lld)\n",
+				    (long long)k, (unsigned long long)view.seg[k].inc,
+				    (long long)view.seg[k].first_step, (long long)view.seg[k].last_step,
+				    (long long)view.seg[k].steps);
+		printf("\n");
 		printf("entropy change attributed to sink growth and content sharpening (nats)\n");
 		printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s\n", "", "path dH",
 		    "sink", "content", "sink_sh", "cont_sh", "endpoint dH", "sink", "content",
@@ -379,8 +471,10 @@ sw_report_main(int argc, char **argv)
 	free(head);
 	free(layer);
 out:
-	for (int i = 0; i < 10; i++)
+	for (int i = 0; i < 9; i++)
 		free(v[i]);
+	sw_rows_free(&rws);
+	sw_view_free(&view);
 	sw_reader_close(&r);
 	return rc;
 }

@@ -1,0 +1,675 @@
+/*
+ * assembly.c: step assembly (assembly.h). Pure bookkeeping over a context
+ * struct: which run and step a layer belongs to, which messages are
+ * duplicates or late, when a step is whole or given up, when a run ends.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/assembly.h"
+#include "daemon/log.h"
+
+#define RECENT 64		/* steps written per run remembered, to name late layers */
+#define ENDED_RING 1024		/* incarnations whose run ended, to name after_end */
+
+struct ainc {
+	uint64_t inc;
+	uint64_t expect_seq, first_seq;
+	int has_resume;
+	int64_t resume;
+	struct ainc *next;
+};
+
+struct astep {
+	int64_t step;
+	struct ainc *inc;
+	uint64_t last_ms;	/* the last arrival of one of its layers */
+	uint64_t seq_min;	/* the least seq of its layers */
+	uint32_t have, in_work;
+	uint8_t *state;		/* [layers]: 0 none, 1 admitted, 2 in work, 3 done */
+	swd_layer **layers;	/* [layers] */
+	struct astep *next;
+};
+
+struct arun {
+	swd_meta meta;
+	struct ainc *incs;
+	uint64_t implicit;	/* the inferred incarnation of senders without inc */
+	int64_t lost, incomplete, messages, steps_done, last_step;
+	int64_t recent[RECENT];
+	uint64_t recent_inc[RECENT];
+	size_t nrecent;
+	struct astep *open;
+	int64_t nopen, jobs;
+	int ending;
+	uint64_t last_ms;
+	struct arun *next;
+};
+
+struct swd_asm {
+	swd_asm_conf c;
+	swd_asm_emit emit;
+	void *ud;
+	struct arun *runs;
+	int64_t nruns, jobs;
+	uint64_t ended[ENDED_RING];	/* hash of run id ^ incarnation */
+	size_t nended;
+	swd_asm_stats st;
+};
+
+static uint64_t
+id_hash(const char *s, uint64_t inc)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return (h ^ inc) * 0x100000001b3ull;
+}
+
+static int
+was_ended(const swd_asm *a, const char *run, uint64_t inc)
+{
+	uint64_t h = id_hash(run, inc);
+	size_t n = a->nended < ENDED_RING ? a->nended : ENDED_RING;
+	for (size_t i = 0; i < n; i++)
+		if (a->ended[i] == h)
+			return 1;
+	return 0;
+}
+
+/* The daemon's clock in the client's incarnation numbering (PROTOCOL.md 7a). */
+static uint64_t
+implicit_inc(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ((uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u) << 12;
+}
+
+swd_asm *
+swd_asm_new(const swd_asm_conf *c, swd_asm_emit emit, void *ud)
+{
+	swd_asm *a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->c = *c;
+	a->emit = emit;
+	a->ud = ud;
+	return a;
+}
+
+static void
+free_step(struct astep *s, uint32_t layers, atomic_llong *inflight)
+{
+	if (s->layers)
+		for (uint32_t i = 0; i < layers; i++)
+			swd_layer_free(s->layers[i], inflight);
+	free(s->layers);
+	free(s->state);
+	free(s);
+}
+
+static void
+free_run(swd_asm *a, struct arun *r)
+{
+	while (r->open) {
+		struct astep *s = r->open;
+		r->open = s->next;
+		free_step(s, r->meta.layers, a->c.inflight);
+	}
+	while (r->incs) {
+		struct ainc *i = r->incs;
+		r->incs = i->next;
+		free(i);
+	}
+	free(r);
+}
+
+void
+swd_asm_free(swd_asm **ap)
+{
+	swd_asm *a = *ap;
+	if (!a)
+		return;
+	while (a->runs) {
+		struct arun *r = a->runs;
+		a->runs = r->next;
+		free_run(a, r);
+	}
+	free(a);
+	*ap = NULL;
+}
+
+static void
+meta_from(swd_meta *mm, const swp_msg *m)
+{
+	memset(mm, 0, sizeof(*mm));
+	memcpy(mm->run, m->run, sizeof(mm->run));
+	memcpy(mm->model, m->model, sizeof(mm->model));
+	mm->params = m->params;
+	mm->layers = m->layers;
+	mm->heads = m->heads;
+	mm->sink = m->sink;
+	mm->rows = m->shape[1];
+	mm->keys = m->shape[2];
+	mm->fixed_probe = m->fixed_probe;
+	mm->kind = m->kind;
+	mm->dtype = m->dtype;
+}
+
+static int
+meta_eq(const swd_meta *a, const swd_meta *b)
+{
+	return !strcmp(a->run, b->run) && !strcmp(a->model, b->model) &&
+	    a->params == b->params && a->layers == b->layers && a->heads == b->heads &&
+	    a->sink == b->sink && a->rows == b->rows && a->keys == b->keys &&
+	    a->fixed_probe == b->fixed_probe && a->kind == b->kind && a->dtype == b->dtype;
+}
+
+/* An emitted item of type t for run r. */
+static swd_witem *
+item(struct arun *r, int t)
+{
+	swd_witem *it = calloc(1, sizeof(*it));
+	if (it) {
+		it->type = t;
+		it->meta = r->meta;
+	}
+	return it;
+}
+
+static double
+wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/*
+ * What an incarnation's messages below seq_next are: stored, counted, or
+ * in a step still open. The least seq still open, or its next expected.
+ */
+static uint64_t
+seq_settled(const struct arun *r, const struct ainc *inc)
+{
+	uint64_t m = inc->expect_seq;
+	for (const struct astep *s = r->open; s; s = s->next)
+		if (s->inc == inc && s->have + s->in_work > 0 && s->seq_min < m)
+			m = s->seq_min;
+	return m;
+}
+
+/* Hands a step to the writer, complete or not, and forgets it. */
+static void
+emit_step(swd_asm *a, struct arun *r, struct astep *s)
+{
+	for (struct astep **p = &r->open; *p; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+	r->nopen--;
+	if (s->have == 0) {	/* nothing arrived that was kept: nothing to write */
+		free_step(s, r->meta.layers, a->c.inflight);
+		return;
+	}
+	if (s->have < r->meta.layers) {
+		r->incomplete++;
+		a->st.steps_incomplete++;
+		log_warn("run %s: step %lld written incomplete (%u of %u layers)", r->meta.run,
+		    (long long)s->step, s->have, r->meta.layers);
+	} else {
+		a->st.steps_complete++;
+	}
+	r->recent[r->nrecent % RECENT] = s->step;
+	r->recent_inc[r->nrecent % RECENT] = s->inc->inc;
+	r->nrecent++;
+	swd_witem *it = item(r, WQ_STEP);
+	if (!it) {
+		log_err("run %s: out of memory: step %lld lost", r->meta.run, (long long)s->step);
+		free_step(s, r->meta.layers, a->c.inflight);
+		return;
+	}
+	it->step = s->step;
+	it->layers = s->layers;
+	s->layers = NULL;
+	it->lost = r->lost;
+	it->incomplete = r->incomplete;
+	it->time = wall_now();
+	it->inc = s->inc->inc;
+	it->first_seq = s->inc->first_seq;
+	it->has_resume = s->inc->has_resume;
+	it->resume = s->inc->resume;
+	r->steps_done++;
+	r->last_step = s->step;
+	struct ainc *inc = s->inc;
+	free_step(s, r->meta.layers, a->c.inflight);
+	it->seq_next = seq_settled(r, inc);
+	a->emit(a->ud, it);
+}
+
+static struct astep *
+min_open(struct arun *r)
+{
+	struct astep *m = NULL;
+	for (struct astep *t = r->open; t; t = t->next)
+		if (!m || t->step < m->step)
+			m = t;
+	return m;
+}
+
+static int
+whole(const struct arun *r, const struct astep *s)
+{
+	return s->have == r->meta.layers;
+}
+
+/*
+ * Whole steps go out in step order while an earlier step is still
+ * arriving; a whole step behind an earlier one that is still open waits
+ * for it (bounded by its timeout).
+ */
+static void
+release(swd_asm *a, struct arun *r)
+{
+	struct astep *m;
+	while ((m = min_open(r)) && m->in_work == 0 && (whole(r, m) || (m->have == 0 &&
+	    !memchr(m->state, 1, r->meta.layers))))
+		emit_step(a, r, m);
+}
+
+static void
+emit_all(swd_asm *a, struct arun *r)
+{
+	struct astep *m;
+	while ((m = min_open(r)))
+		emit_step(a, r, m);
+}
+
+static void
+unlink_run(swd_asm *a, struct arun *r)
+{
+	for (struct arun **p = &a->runs; *p; p = &(*p)->next)
+		if (*p == r) {
+			*p = r->next;
+			break;
+		}
+	a->nruns--;
+}
+
+/* A run that ended (or fell idle) and has nothing in flight is written out. */
+static void
+finish_run(swd_asm *a, struct arun *r, int type)
+{
+	emit_all(a, r);
+	swd_witem *it = item(r, type);
+	if (it)
+		a->emit(a->ud, it);
+	if (type == WQ_END)
+		for (struct ainc *i = r->incs; i; i = i->next)
+			a->ended[a->nended++ % ENDED_RING] = id_hash(r->meta.run, i->inc);
+	unlink_run(a, r);
+	free_run(a, r);
+}
+
+static void
+maybe_finish(swd_asm *a, struct arun *r)
+{
+	if (r->ending && r->jobs == 0)
+		finish_run(a, r, WQ_END);
+}
+
+/* The least recently active run without an end and without work, or NULL. */
+static struct arun *
+idlest(swd_asm *a)
+{
+	struct arun *m = NULL;
+	for (struct arun *r = a->runs; r; r = r->next)
+		if (!r->ending && r->jobs == 0 && (!m || r->last_ms < m->last_ms))
+			m = r;
+	return m;
+}
+
+static struct ainc *
+find_inc(struct arun *r, uint64_t inc)
+{
+	for (struct ainc *i = r->incs; i; i = i->next)
+		if (i->inc == inc)
+			return i;
+	return NULL;
+}
+
+/* The message's incarnation: its own, or the one inferred (PROTOCOL.md 7a). */
+static uint64_t
+msg_inc(struct arun *r, const swp_msg *m)
+{
+	if (m->inc)
+		return m->inc;
+	if (!r->implicit || (m->seq == 0 && r->messages > 0))
+		r->implicit = implicit_inc();
+	return r->implicit;
+}
+
+static void
+seq_check(struct arun *r, struct ainc *i, uint64_t seq)
+{
+	if (seq > i->expect_seq) {
+		r->lost += (int64_t)(seq - i->expect_seq);
+		log_warn("run %s: %llu message(s) lost before seq %llu", r->meta.run,
+		    (unsigned long long)(seq - i->expect_seq), (unsigned long long)seq);
+	}
+	if (seq >= i->expect_seq)
+		i->expect_seq = seq + 1;
+}
+
+static struct ainc *
+get_inc(struct arun *r, uint64_t inc, uint64_t seq)
+{
+	struct ainc *i = find_inc(r, inc);
+	if (i)
+		return i;
+	if (!(i = calloc(1, sizeof(*i))))
+		return NULL;
+	i->inc = inc;
+	i->expect_seq = seq;	/* a daemon that starts mid-run loses nothing here */
+	i->first_seq = seq;
+	i->next = r->incs;
+	r->incs = i;
+	return i;
+}
+
+static struct arun *
+find_run(swd_asm *a, const swd_meta *mm)
+{
+	for (struct arun *r = a->runs; r; r = r->next)
+		if (meta_eq(&r->meta, mm))
+			return r;
+	return NULL;
+}
+
+static struct arun *
+new_run(swd_asm *a, const swd_meta *mm, uint64_t now, char *why, size_t len, int *reason)
+{
+	if (a->nruns >= a->c.max_runs) {
+		struct arun *old = idlest(a);
+		if (!old) {
+			snprintf(why, len, "max_runs (%lld) runs are all busy",
+			    (long long)a->c.max_runs);
+			*reason = SWD_DROP_TOO_MANY_RUNS;
+			return NULL;
+		}
+		log_info("run %s: the run table is full: closing it (least recently active)",
+		    old->meta.run);
+		a->st.runs_closed_full++;
+		finish_run(a, old, WQ_CLOSE);
+	}
+	struct arun *r = calloc(1, sizeof(*r));
+	if (!r) {
+		snprintf(why, len, "no memory for a run");
+		*reason = SWD_DROP_NOMEM;
+		return NULL;
+	}
+	r->meta = *mm;
+	r->last_step = -1;
+	r->last_ms = now;
+	r->next = a->runs;
+	a->runs = r;
+	a->nruns++;
+	return r;
+}
+
+static struct astep *
+find_step(struct arun *r, int64_t step, const struct ainc *inc)
+{
+	for (struct astep *s = r->open; s; s = s->next)
+		if (s->step == step && s->inc == inc)
+			return s;
+	return NULL;
+}
+
+static int
+recently_written(const struct arun *r, int64_t step, uint64_t inc)
+{
+	size_t n = r->nrecent < RECENT ? r->nrecent : RECENT;
+	for (size_t i = 0; i < n; i++)
+		if (r->recent[i] == step && r->recent_inc[i] == inc)
+			return 1;
+	return 0;
+}
+
+static struct astep *
+new_step(swd_asm *a, struct arun *r, const swp_msg *m, struct ainc *inc, uint64_t now,
+    char *why, size_t len, int *reason)
+{
+	if (r->nopen >= a->c.max_open_steps) {
+		/* the open step that waited longest without input goes out incomplete */
+		struct astep *o = NULL;
+		for (struct astep *t = r->open; t; t = t->next)
+			if (t->in_work == 0 && !memchr(t->state, 1, r->meta.layers) &&
+			    (!o || t->last_ms < o->last_ms))
+				o = t;
+		if (!o) {
+			snprintf(why, len, "max_open_steps (%lld) steps of the run are in work",
+			    (long long)a->c.max_open_steps);
+			*reason = SWD_DROP_OPEN_STEPS;
+			return NULL;
+		}
+		emit_step(a, r, o);
+	}
+	struct astep *s = calloc(1, sizeof(*s));
+	if (s) {
+		s->state = calloc(r->meta.layers, 1);
+		s->layers = calloc(r->meta.layers, sizeof(*s->layers));
+	}
+	if (!s || !s->state || !s->layers) {
+		if (s)
+			free_step(s, 0, NULL);
+		snprintf(why, len, "no memory for a step");
+		*reason = SWD_DROP_NOMEM;
+		return NULL;
+	}
+	s->step = m->step;
+	s->inc = inc;
+	s->last_ms = now;
+	s->seq_min = m->seq;
+	s->next = r->open;
+	r->open = s;
+	r->nopen++;
+	return s;
+}
+
+int
+swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why,
+    size_t len)
+{
+	swd_meta mm;
+	int reason = SWD_DROP_NOMEM;
+
+	meta_from(&mm, m);
+	struct arun *r = find_run(a, &mm);
+	if (m->inc && was_ended(a, m->run, m->inc)) {
+		snprintf(why, len, "incarnation %llu ended the run",
+		    (unsigned long long)m->inc);
+		return SWD_DROP_AFTER_END;
+	}
+	if (!r && !(r = new_run(a, &mm, now, why, len, &reason)))
+		return reason;
+	uint64_t incv = msg_inc(r, m);
+	r->messages++;
+	r->last_ms = now;
+	struct ainc *inc = get_inc(r, incv, m->seq);
+	if (!inc) {
+		snprintf(why, len, "no memory for an incarnation");
+		return SWD_DROP_NOMEM;
+	}
+	seq_check(r, inc, m->seq);
+	if (m->has_resume && !inc->has_resume) {
+		inc->has_resume = 1;
+		inc->resume = m->resume;
+		log_info("run %s: incarnation %llu resumes from step %lld", r->meta.run,
+		    (unsigned long long)inc->inc, (long long)m->resume);
+	}
+	if (r->ending) {
+		snprintf(why, len, "the run was ended");
+		return SWD_DROP_AFTER_END;
+	}
+	struct astep *s = find_step(r, m->step, inc);
+	if (!s && recently_written(r, m->step, inc->inc)) {
+		snprintf(why, len, "step %lld layer %u: the step was already written",
+		    (long long)m->step, m->layer);
+		return SWD_DROP_LATE;
+	}
+	if (s && s->state[m->layer]) {
+		snprintf(why, len, "step %lld layer %u arrived twice", (long long)m->step, m->layer);
+		return SWD_DROP_DUPLICATE;
+	}
+	if (!s && !(s = new_step(a, r, m, inc, now, why, len, &reason)))
+		return reason;
+	s->state[m->layer] = 1;
+	s->last_ms = now;
+	if (m->seq < s->seq_min)
+		s->seq_min = m->seq;
+	t->run = r;
+	t->step = s;
+	t->layer = m->layer;
+	return SWD_ASM_ACCEPT;
+}
+
+void
+swd_asm_start(swd_asm *a, const swd_ticket *t)
+{
+	struct arun *r = t->run;
+	struct astep *s = t->step;
+	s->state[t->layer] = 2;
+	s->in_work++;
+	r->jobs++;
+	a->jobs++;
+}
+
+void
+swd_asm_cancel(swd_asm *a, const swd_ticket *t)
+{
+	struct arun *r = t->run;
+	struct astep *s = t->step;
+	s->state[t->layer] = 0;
+	release(a, r);
+}
+
+int
+swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
+{
+	struct arun *r = t->run;
+	struct astep *s = t->step;
+
+	a->jobs--;
+	r->jobs--;
+	s->in_work--;
+	s->last_ms = now;
+	if (!ly) {
+		s->state[t->layer] = 0;
+	} else {
+		s->layers[t->layer] = ly;
+		s->state[t->layer] = 3;
+		s->have++;
+	}
+	release(a, r);
+	maybe_finish(a, r);
+	return SWD_ASM_ACCEPT;
+}
+
+int
+swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
+{
+	int found = 0;
+	for (struct arun *r = a->runs, *next; r; r = next) {
+		next = r->next;
+		if (strcmp(r->meta.run, m->run))
+			continue;
+		found = 1;
+		r->messages++;
+		r->last_ms = now;
+		uint64_t incv = msg_inc(r, m);
+		struct ainc *inc = get_inc(r, incv, m->seq);
+		if (inc)
+			seq_check(r, inc, m->seq);
+		r->ending = 1;
+		log_info("run %s: end received (lost %lld, incomplete %lld)", r->meta.run,
+		    (long long)r->lost, (long long)r->incomplete);
+		maybe_finish(a, r);
+	}
+	if (!found && m->inc)
+		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
+	return found ? SWD_ASM_ACCEPT : SWD_DROP_UNKNOWN_RUN;
+}
+
+void
+swd_asm_tick(swd_asm *a, uint64_t now)
+{
+	for (struct arun *r = a->runs, *next; r; r = next) {
+		next = r->next;
+		/* a step is given up only when its input stopped coming */
+		for (struct astep *s = r->open, *sn; s; s = sn) {
+			sn = s->next;
+			if (s->in_work == 0 && !whole(r, s) && !memchr(s->state, 1, r->meta.layers) &&
+			    now - s->last_ms >= (uint64_t)a->c.step_timeout_ms)
+				emit_step(a, r, s);
+		}
+		release(a, r);
+		if (r->jobs == 0 && !r->ending && r->nopen == 0 &&
+		    now - r->last_ms >= (uint64_t)a->c.run_idle_s * 1000) {
+			log_info("run %s: no message for %lld s: closing its file", r->meta.run,
+			    (long long)a->c.run_idle_s);
+			finish_run(a, r, WQ_CLOSE);
+		}
+	}
+}
+
+void
+swd_asm_shutdown(swd_asm *a)
+{
+	while (a->runs) {
+		struct arun *r = a->runs;
+		emit_all(a, r);
+		unlink_run(a, r);
+		free_run(a, r);
+	}
+}
+
+int64_t
+swd_asm_jobs(const swd_asm *a)
+{
+	return a->jobs;
+}
+
+size_t
+swd_asm_runs(const swd_asm *a, swd_asm_run *out, size_t max)
+{
+	size_t n = 0;
+	for (const struct arun *r = a->runs; r && n < max; r = r->next, n++) {
+		uint32_t ni = 0;
+		for (const struct ainc *i = r->incs; i; i = i->next)
+			ni++;
+		out[n].run = r->meta.run;
+		out[n].model = r->meta.model;
+		out[n].layers = r->meta.layers;
+		out[n].heads = r->meta.heads;
+		out[n].fixed_probe = r->meta.fixed_probe;
+		out[n].incarnations = ni;
+		out[n].steps_done = r->steps_done;
+		out[n].last_step = r->last_step;
+		out[n].open_steps = r->nopen;
+		out[n].lost = r->lost;
+		out[n].incomplete = r->incomplete;
+		out[n].messages = r->messages;
+	}
+	return n;
+}
+
+const swd_asm_stats *
+swd_asm_get_stats(const swd_asm *a)
+{
+	return &a->st;
+}

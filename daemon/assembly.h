@@ -1,0 +1,106 @@
+/*
+ * assembly.h: step assembly, the daemon's bookkeeping between a decoded
+ * snapshot and the writer, with no sockets, threads or event loop: a
+ * context struct that the loop thread (or a test) drives. Its rules are
+ * proto/PROTOCOL.md section 7 and 7a:
+ *
+ *  - a run is its id and its shape (model, params, layers, heads, sink,
+ *    kind, dtype, rows, keys, fixed probe): a message with another shape
+ *    under the same id is another run, written to another file (the
+ *    writer's generations), never mixed and never dropped;
+ *  - a step is assembled per (step, incarnation): layers of one step sent
+ *    by two incarnations never mix;
+ *  - a step whose layers have all arrived goes to the writer however long
+ *    its layers took; a step is closed incomplete only when input is
+ *    missing: nothing arrived for it for step_timeout_ms;
+ *  - complete steps of a run go to the writer in step order while an
+ *    earlier step of the run is still arriving (live dH and drift then
+ *    have their neighbour), and in any order otherwise: the stored result
+ *    does not depend on it (LAYOUT.md, the view);
+ *  - a full run table closes its least recently active run without an end
+ *    (its file is resumed when it speaks again) before it refuses a run.
+ */
+#ifndef SWD_ASSEMBLY_H
+#define SWD_ASSEMBLY_H
+
+#include <stdint.h>
+
+#include "daemon/daemon.h"
+#include "daemon/status.h"
+
+typedef struct swd_asm_conf {
+	int64_t step_timeout_ms;	/* an incomplete step waits this long after its last arrival */
+	int64_t max_open_steps;		/* steps being assembled per run */
+	int64_t max_runs;		/* runs tracked at once */
+	int64_t run_idle_s;		/* a run silent this long is closed (file kept) */
+	atomic_llong *inflight;		/* bytes held, released as layers are freed */
+} swd_asm_conf;
+
+/* Where assembled steps and run ends go (the writer); the callee owns it. */
+typedef void (*swd_asm_emit)(void *ud, swd_witem *it);
+
+typedef struct swd_asm swd_asm;
+
+/* What swd_asm_admit, _done and _end return when nothing is dropped (the
+ * drop reasons are SWD_DROP_*, from 0). */
+#define SWD_ASM_ACCEPT (-1)
+
+/* A layer admitted for work: what swd_asm_done needs to find its step. */
+typedef struct swd_ticket {
+	void *run, *step;
+	uint32_t layer;
+} swd_ticket;
+
+/* Counters the daemon reports (status). */
+typedef struct swd_asm_stats {
+	int64_t steps_complete, steps_incomplete, runs_closed_full;
+} swd_asm_stats;
+
+/* What status shows of one run. */
+typedef struct swd_asm_run {
+	const char *run, *model;
+	uint32_t layers, heads, incarnations;
+	int fixed_probe;
+	int64_t steps_done, last_step, open_steps, lost, incomplete, messages;
+} swd_asm_run;
+
+swd_asm *swd_asm_new(const swd_asm_conf *c, swd_asm_emit emit, void *ud);
+/* Frees everything without emitting (after swd_asm_shutdown). */
+void swd_asm_free(swd_asm **a);
+
+/*
+ * A decoded snapshot arrives at time now (ms, monotonic). Returns SWD_ASM_ACCEPT and
+ * fills *t when its layer is to be computed (then exactly one of
+ * swd_asm_start or swd_asm_cancel follows), or an SWD_DROP_* reason with
+ * why (the message is not stored and the caller counts the reason).
+ */
+int swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t,
+    char *why, size_t len);
+/* The admitted layer is in work; swd_asm_done follows. */
+void swd_asm_start(swd_asm *a, const swd_ticket *t);
+/* The admitted layer will not be computed (budget): forget it. */
+void swd_asm_cancel(swd_asm *a, const swd_ticket *t);
+/*
+ * The layer's result (NULL: the work failed, nomem) at time now. Steps
+ * that are whole go to the writer. Ownership of ly passes to the assembly.
+ * Returns SWD_ASM_ACCEPT (a step is never written while a layer is in work).
+ */
+int swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now);
+
+/* An end message: SWD_ASM_ACCEPT, or SWD_DROP_UNKNOWN_RUN. */
+int swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now);
+
+/* Timeouts and idle runs. */
+void swd_asm_tick(swd_asm *a, uint64_t now);
+
+/* Every open step goes to the writer (shutdown); runs are forgotten. */
+void swd_asm_shutdown(swd_asm *a);
+
+/* Jobs in flight over all runs. */
+int64_t swd_asm_jobs(const swd_asm *a);
+
+/* Fills at most max runs' figures; returns the number filled. */
+size_t swd_asm_runs(const swd_asm *a, swd_asm_run *out, size_t max);
+const swd_asm_stats *swd_asm_get_stats(const swd_asm *a);
+
+#endif
