@@ -465,7 +465,9 @@ def case_idle_run():
         d.wait_ended("idle")
         with h5py.File(path, "r") as f:
             assert list(f["step"][:]) == [0, 1], f["step"][:]
-            assert np.isfinite(f["dH"][1]).all()
+            # live dH is taken only against a step written in this session;
+            # after a resume the reports compute it from the stored values
+            assert list(f["prev_row"][:]) == [-1, -1], f["prev_row"][:]
         assert "closing its file" in d.read_log()
         snd.close()
     finally:

@@ -705,8 +705,7 @@ START_TEST(test_resume)
 	ck_assert_int_eq(sw_runfile_close(&f), 0);
 	run_path(m.run, path, sizeof(path));
 
-	/* the other attributes may differ: the file keeps its own */
-	m.fixed_probe = 0;
+	/* split_form is the file's own; a different probe is another generation */
 	m.split_form = "aggregate";
 	ck_assert_msg(sw_runfile_open(tmpdir, &m, NULL, &f, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(sw_runfile_steps(f), 4);
@@ -815,9 +814,10 @@ START_TEST(test_meta_mismatch)
 			bad.sink = 1;
 		f = (sw_runfile *)&bad;	/* must come back NULL */
 		err[0] = '\0';
-		ck_assert_int_eq(sw_runfile_open(tmpdir, &bad, NULL, &f, err, sizeof(err)), -1);
+		ck_assert_int_eq(sw_runfile_open(tmpdir, &bad, NULL, &f, err, sizeof(err)),
+		    SW_RUNFILE_OTHER);
 		ck_assert_ptr_null(f);
-		ck_assert_msg(strstr(err, "refusing") && strstr(err, k == 0 ? "layers" :
+		ck_assert_msg(strstr(err, "holds") && strstr(err, k == 0 ? "layers" :
 		    k == 1 ? "heads" : "sink"), "message: %s", err);
 		unsigned char *after = slurp(path, &len1);
 		ck_assert_uint_eq(len0, len1);
@@ -830,7 +830,8 @@ START_TEST(test_meta_mismatch)
 	run_path("mm2", other, sizeof(other));
 	ck_assert_int_eq(rename(path, other), 0);
 	meta_init(&bad, "mm2", 2, 3);
-	ck_assert_int_eq(sw_runfile_open(tmpdir, &bad, NULL, &f, err, sizeof(err)), -1);
+	ck_assert_int_eq(sw_runfile_open(tmpdir, &bad, NULL, &f, err, sizeof(err)),
+	    SW_RUNFILE_OTHER);
 	ck_assert_msg(strstr(err, "holds run"), "message: %s", err);
 	ck_assert_int_eq(rename(other, path), 0);
 
@@ -878,7 +879,8 @@ START_TEST(test_errors)
 	FILE *fp = fopen(path, "w");
 	fputs("not hdf5\n", fp);
 	fclose(fp);
-	ck_assert_int_eq(sw_runfile_open(tmpdir, &m, NULL, &f, err, sizeof(err)), -1);
+	ck_assert_int_eq(sw_runfile_open(tmpdir, &m, NULL, &f, err, sizeof(err)),
+	    SW_RUNFILE_OTHER);
 	ck_assert_msg(strstr(err, "not an HDF5 file"), "message: %s", err);
 	ck_assert_int_eq(sw_reader_open(path, &r, NULL, err, sizeof(err)), -1);
 	ck_assert_ptr_null(r);
