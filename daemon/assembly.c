@@ -55,6 +55,7 @@ struct swd_asm {
 	struct arun *runs;
 	int64_t nruns, jobs;
 	uint64_t ended[ENDED_RING];	/* hash of run id ^ incarnation */
+	uint64_t last_implicit;		/* inferred incarnations only grow */
 	size_t nended;
 	swd_asm_stats st;
 };
@@ -344,12 +345,15 @@ find_inc(struct arun *r, uint64_t inc)
 
 /* The message's incarnation: its own, or the one inferred (PROTOCOL.md 7a). */
 static uint64_t
-msg_inc(struct arun *r, const swp_msg *m)
+msg_inc(swd_asm *a, struct arun *r, const swp_msg *m)
 {
 	if (m->inc)
 		return m->inc;
-	if (!r->implicit || (m->seq == 0 && r->messages > 0))
-		r->implicit = implicit_inc();
+	if (!r->implicit || (m->seq == 0 && r->messages > 0)) {
+		uint64_t v = implicit_inc();
+		a->last_implicit = v > a->last_implicit ? v : a->last_implicit + 1;
+		r->implicit = a->last_implicit;
+	}
 	return r->implicit;
 }
 
@@ -497,7 +501,7 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 	}
 	if (!r && !(r = new_run(a, &mm, now, why, len, &reason)))
 		return reason;
-	uint64_t incv = msg_inc(r, m);
+	uint64_t incv = msg_inc(a, r, m);
 	r->messages++;
 	r->last_ms = now;
 	struct ainc *inc = get_inc(r, incv, m->seq);
@@ -591,7 +595,7 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		found = 1;
 		r->messages++;
 		r->last_ms = now;
-		uint64_t incv = msg_inc(r, m);
+		uint64_t incv = msg_inc(a, r, m);
 		struct ainc *inc = get_inc(r, incv, m->seq);
 		if (inc)
 			seq_check(r, inc, m->seq);

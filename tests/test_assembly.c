@@ -1,0 +1,293 @@
+/*
+ * test_assembly.c: step assembly (daemon/assembly.c) driven directly, no
+ * sockets, threads or loop: each rule of PROTOCOL.md 7 and 7a with a fast,
+ * deterministic case. Layers are stand-ins; what is checked is which steps
+ * reach the writer, with which incarnation, and which drops are named.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/assembly.h"
+
+/* The writer's free, for the stand-in layers the assembly owns. */
+void
+swd_layer_free(swd_layer *l, atomic_llong *inflight)
+{
+	if (l && inflight)
+		atomic_fetch_sub(inflight, (long long)l->bytes);
+	free(l);
+}
+
+#define MAXOUT 64
+static struct out {
+	int type;
+	int64_t step;
+	uint64_t inc;
+	uint32_t have;
+	char run[SWP_RUN_MAX + 1];
+	uint32_t rows;
+} out[MAXOUT];
+static int nout;
+
+static void
+emit(void *ud, swd_witem *it)
+{
+	(void)ud;
+	ck_assert_int_lt(nout, MAXOUT);
+	struct out *o = &out[nout++];
+	o->type = it->type;
+	o->step = it->step;
+	o->inc = it->inc;
+	o->rows = it->meta.rows;
+	snprintf(o->run, sizeof(o->run), "%s", it->meta.run);
+	o->have = 0;
+	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
+		o->have += it->layers[l] != NULL;
+	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
+		swd_layer_free(it->layers[l], NULL);
+	free(it->layers);
+	free(it);
+}
+
+static swd_asm *
+mk(int64_t max_runs)
+{
+	swd_asm_conf c = { 1000, 16, max_runs, 600, NULL };
+	nout = 0;
+	return swd_asm_new(&c, emit, NULL);
+}
+
+static swp_msg
+msg(const char *run, int64_t step, uint32_t layer, uint64_t inc, uint64_t seq)
+{
+	swp_msg m;
+	memset(&m, 0, sizeof(m));
+	m.type = SWP_SNAPSHOT;
+	snprintf(m.run, sizeof(m.run), "%s", run);
+	snprintf(m.model, sizeof(m.model), "m");
+	m.layers = 2;
+	m.heads = 1;
+	m.shape[0] = 1;
+	m.shape[1] = 4;
+	m.shape[2] = 8;
+	m.fixed_probe = true;
+	m.step = step;
+	m.layer = layer;
+	m.inc = inc;
+	m.seq = seq;
+	return m;
+}
+
+/* Admits, computes at once and completes one layer; the admit result. */
+static int
+feed(swd_asm *a, swp_msg m, uint64_t now)
+{
+	swd_ticket t;
+	char why[256];
+	int rc = swd_asm_admit(a, &m, now, &t, why, sizeof(why));
+	if (rc != SWD_ASM_ACCEPT)
+		return rc;
+	swd_asm_start(a, &t);
+	swd_asm_done(a, &t, calloc(1, sizeof(swd_layer)), now);
+	return rc;
+}
+
+START_TEST(test_reverse_order)
+{
+	swd_asm *a = mk(8);
+	/* steps arrive in reverse: each is whole, each goes out once */
+	for (int s = 4; s >= 0; s--)
+		for (uint32_t l = 0; l < 2; l++)
+			ck_assert_int_eq(feed(a, msg("r", s * 10, l, 7, 0), 0), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 5);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(out[i].step, (4 - i) * 10);
+		ck_assert_uint_eq(out[i].have, 2);
+		ck_assert_uint_eq(out[i].inc, 7);
+	}
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_in_order_waits_for_earlier)
+{
+	swd_asm *a = mk(8);
+	/* step 1 whole before step 0 is: it waits, then both go in order */
+	feed(a, msg("r", 0, 0, 7, 0), 0);
+	feed(a, msg("r", 1, 0, 7, 1), 0);
+	feed(a, msg("r", 1, 1, 7, 2), 0);
+	ck_assert_int_eq(nout, 0);
+	feed(a, msg("r", 0, 1, 7, 3), 0);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[0].step, 0);
+	ck_assert_int_eq(out[1].step, 1);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_duplicate_and_late)
+{
+	swd_asm *a = mk(8);
+	feed(a, msg("r", 5, 0, 7, 0), 0);
+	ck_assert_int_eq(feed(a, msg("r", 5, 0, 7, 1), 0), SWD_DROP_DUPLICATE);
+	feed(a, msg("r", 5, 1, 7, 2), 0);
+	ck_assert_int_eq(nout, 1);
+	/* the same incarnation after the step was written: late, named */
+	ck_assert_int_eq(feed(a, msg("r", 5, 1, 7, 3), 0), SWD_DROP_LATE);
+	/* another incarnation re-sending it: a new row (the writer supersedes) */
+	ck_assert_int_eq(feed(a, msg("r", 5, 0, 8, 0), 0), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(feed(a, msg("r", 5, 1, 8, 1), 0), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_uint_eq(out[1].inc, 8);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_incarnations_never_mix)
+{
+	swd_asm *a = mk(8);
+	/* layer 0 of step 3 from inc 7, layer 1 from inc 8: two steps, neither whole */
+	feed(a, msg("r", 3, 0, 7, 0), 0);
+	feed(a, msg("r", 3, 1, 8, 0), 0);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 999);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 1000);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_uint_eq(out[0].have, 1);
+	ck_assert_uint_eq(out[1].have, 1);
+	ck_assert_uint_ne(out[0].inc, out[1].inc);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_timeout_from_last_arrival)
+{
+	swd_asm *a = mk(8);
+	swd_ticket t;
+	char why[64];
+	swp_msg m = msg("r", 0, 0, 7, 0);
+	/* a layer in work for longer than the timeout: never given up */
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t);
+	swd_asm_tick(a, 5000);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_done(a, &t, calloc(1, sizeof(swd_layer)), 5000);
+	/* the other layer arrives 1.5 timeouts after the first: still whole */
+	swd_asm_tick(a, 5500);
+	ck_assert_int_eq(nout, 0);
+	feed(a, msg("r", 0, 1, 7, 1), 5900);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_uint_eq(out[0].have, 2);
+	/* a step missing a layer goes out a timeout after its last arrival */
+	feed(a, msg("r", 1, 0, 7, 2), 6000);
+	swd_asm_tick(a, 6999);
+	ck_assert_int_eq(nout, 1);
+	swd_asm_tick(a, 7000);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_uint_eq(out[1].have, 1);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_shape_change_is_another_run)
+{
+	swd_asm *a = mk(8);
+	swp_msg m = msg("r", 0, 0, 7, 0);
+	feed(a, m, 0);
+	feed(a, msg("r", 0, 1, 7, 1), 0);
+	/* the same id with another probe shape: its own run, nothing dropped */
+	m = msg("r", 0, 0, 9, 0);
+	m.shape[1] = 5;
+	ck_assert_int_eq(feed(a, m, 0), SWD_ASM_ACCEPT);
+	m.layer = 1;
+	m.seq = 1;
+	ck_assert_int_eq(feed(a, m, 0), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_uint_eq(out[0].rows, 4);
+	ck_assert_uint_eq(out[1].rows, 5);
+	swd_asm_run ar[4];
+	ck_assert_uint_eq(swd_asm_runs(a, ar, 4), 2);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_full_table_closes_idlest)
+{
+	swd_asm *a = mk(2);
+	feed(a, msg("a", 0, 0, 1, 0), 0);
+	feed(a, msg("b", 0, 0, 2, 0), 10);
+	/* a third run: "a" (least recently active) is closed, its open step written */
+	ck_assert_int_eq(feed(a, msg("c", 0, 0, 3, 0), 20), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[0].type, WQ_STEP);
+	ck_assert_str_eq(out[0].run, "a");
+	ck_assert_int_eq(out[1].type, WQ_CLOSE);
+	ck_assert_str_eq(out[1].run, "a");
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_end_and_after_end)
+{
+	swd_asm *a = mk(8);
+	feed(a, msg("r", 0, 0, 7, 0), 0);
+	feed(a, msg("r", 0, 1, 7, 1), 0);
+	swp_msg e = msg("r", 0, 0, 7, 2);
+	e.type = SWP_END;
+	ck_assert_int_eq(swd_asm_end(a, &e, 0), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[1].type, WQ_END);
+	/* the ended incarnation again: after_end; a new one starts the run again */
+	ck_assert_int_eq(feed(a, msg("r", 1, 0, 7, 3), 0), SWD_DROP_AFTER_END);
+	ck_assert_int_eq(feed(a, msg("r", 0, 0, 8, 0), 0), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(swd_asm_end(a, &e, 0), SWD_ASM_ACCEPT);
+	e.run[0] = 'x';
+	ck_assert_int_eq(swd_asm_end(a, &e, 0), SWD_DROP_UNKNOWN_RUN);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_implicit_incarnation)
+{
+	swd_asm *a = mk(8);
+	/* senders without inc: seq restarting at 0 is a new incarnation */
+	feed(a, msg("r", 0, 0, 0, 0), 0);
+	feed(a, msg("r", 0, 1, 0, 1), 0);
+	feed(a, msg("r", 0, 0, 0, 0), 0);
+	feed(a, msg("r", 0, 1, 0, 1), 0);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_uint_ne(out[0].inc, 0);
+	ck_assert_uint_gt(out[1].inc, out[0].inc);
+	swd_asm_free(&a);
+}
+END_TEST
+
+static Suite *
+suite(void)
+{
+	Suite *s = suite_create("assembly");
+	TCase *tc = tcase_create("rules");
+	tcase_add_test(tc, test_reverse_order);
+	tcase_add_test(tc, test_in_order_waits_for_earlier);
+	tcase_add_test(tc, test_duplicate_and_late);
+	tcase_add_test(tc, test_incarnations_never_mix);
+	tcase_add_test(tc, test_timeout_from_last_arrival);
+	tcase_add_test(tc, test_shape_change_is_another_run);
+	tcase_add_test(tc, test_full_table_closes_idlest);
+	tcase_add_test(tc, test_end_and_after_end);
+	tcase_add_test(tc, test_implicit_incarnation);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
