@@ -8,6 +8,18 @@
  * queue until one is. ZMQ_XPUB_NODROP turns a full ZeroMQ queue into EAGAIN,
  * so every drop is seen and counted instead of vanishing.
  *
+ * That queue must hold a whole burst: the subscription reaches the handle
+ * 1.5-6 ms after sw_client_new() on loopback, and the sender thread, once
+ * woken, may wait that long again for a CPU, while a training loop streams
+ * a probe (one message per layer) in about 1 ms. With the former default
+ * of 16 messages a burst of 240 (24 layers x 10 steps) kept 16 to 35 of
+ * them against a bound SUB or a live daemon, all other drops "no daemon
+ * subscribed", and even with the daemon already subscribed it kept 16-80
+ * ("queue full": the sender had not run yet). ZeroMQ itself lost nothing:
+ * messages wait here until the subscription is seen, and ZeroMQ routes a
+ * message to a pipe whose subscription it has already passed up. Hence a
+ * default of 256 messages, bounded in bytes by queue_max_bytes.
+ *
  * Threads: the socket belongs to a sender thread of the handle's own. The
  * caller's thread (the training loop) never enters ZeroMQ after
  * sw_client_new(): a send encodes the header and appends to the queue under
@@ -45,6 +57,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,6 +69,12 @@
 #include "proto/swproto.h"
 
 #define NAP_MS 16
+/*
+ * ZeroMQ's queue (ZMQ_SNDHWM) counts messages, not bytes: kept short, so
+ * that queue_max_bytes, which bounds the handle's own queue, stays the
+ * bound on what the handle holds (at most this many more messages).
+ */
+#define ZMQ_HWM_MAX 16
 /* the sender waits this long in zmq_send() for room in ZeroMQ's queue */
 #define SEND_WAIT_MS 20
 
@@ -111,6 +131,7 @@ struct sw_client {
 	sw_run_info info;
 	char topic[SWP_TOPIC_PREFIX_LEN + SWP_RUN_MAX];
 	size_t topic_len;
+	uint64_t inc;		/* the incarnation; never 0 */
 	int ended;		/* caller's thread only */
 	uint64_t seq;		/* caller's thread only */
 	char err[256];		/* caller's thread only */
@@ -247,9 +268,9 @@ sw_client_opts_init(sw_client_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->endpoint = SW_CLIENT_DEFAULT_ENDPOINT;
 	o->blocking = 0;
-	o->block_timeout_ms = -1;
-	o->queue_max = 16;
-	o->queue_max_bytes = (size_t)256 << 20;
+	o->block_timeout_ms = SW_CLIENT_BLOCK_TIMEOUT_MS;
+	o->queue_max = SW_CLIENT_QUEUE_MAX;
+	o->queue_max_bytes = SW_CLIENT_QUEUE_MAX_BYTES;
 	o->linger_ms = 2000;
 }
 
@@ -518,6 +539,51 @@ ctx_term(void *ctx)
 		;
 }
 
+/*
+ * 12 random bits: getrandom(), else /dev/urandom, else the clock's
+ * nanoseconds mixed with the handle's address (two handles alive at once
+ * differ in address).
+ */
+static unsigned
+random12(const void *salt)
+{
+	unsigned char b[2];
+	ssize_t n;
+	while ((n = getrandom(b, sizeof(b), GRND_NONBLOCK)) < 0 && errno == EINTR)
+		;
+	if (n != (ssize_t)sizeof(b)) {
+		int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+		n = fd >= 0 ? read(fd, b, sizeof(b)) : -1;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (n == (ssize_t)sizeof(b))
+		return ((unsigned)b[0] | (unsigned)b[1] << 8) & 0xfff;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)salt;
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 32;
+	return (unsigned)(x & 0xfff);
+}
+
+/*
+ * The incarnation of a new handle (PROTOCOL.md): the wall clock in
+ * microseconds since the epoch times 4096 plus 12 random bits, so that a
+ * later handle compares greater and two of the same microsecond differ
+ * (with odds 4095 in 4096). Fits 64 bits until 2112; never 0.
+ */
+static uint64_t
+new_incarnation(const void *salt)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+	uint64_t inc = us * 4096 + random12(salt);
+	return inc ? inc : 1;
+}
+
 SW_EXPORT int
 sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **out)
 {
@@ -543,7 +609,8 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	size_t rl = strlen(run->run), ml = run->model ? strlen(run->model) : 0;
 	int tl = swp_topic(run->run, c->topic, sizeof(c->topic));
 	if (tl < 0 || rl > SWP_RUN_MAX || ml > SWP_MODEL_MAX || run->layers == 0 ||
-	    run->heads == 0 || run->layers > SWP_LAYERS_MAX || run->heads > SWP_HEADS_MAX)
+	    run->heads == 0 || run->layers > SWP_LAYERS_MAX || run->heads > SWP_HEADS_MAX ||
+	    (c->o.resuming && c->o.resume_from < 0))
 		goto fail;
 	c->topic_len = (size_t)tl;
 	memcpy(c->run, run->run, rl + 1);
@@ -552,6 +619,7 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	c->info = *run;
 	c->info.run = c->run;
 	c->info.model = c->model;
+	c->inc = new_incarnation(c);
 	rc = SW_ENOMEM;
 	if (!(c->endpoint = strdup(c->o.endpoint)))
 		goto fail;
@@ -591,7 +659,7 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	 * the daemon goes away the pipe ends, its subscription is withdrawn,
 	 * and the client queues (and counts) instead of filling a dead pipe.
 	 */
-	int one = 1, hwm = c->o.queue_max, linger = c->o.linger_ms, ivl = 100, ivlmax = 1000;
+	int one = 1, hwm = c->o.queue_max < ZMQ_HWM_MAX ? c->o.queue_max : ZMQ_HWM_MAX, linger = c->o.linger_ms, ivl = 100, ivlmax = 1000;
 	int sndtimeo = SEND_WAIT_MS;
 	if (zmq_setsockopt(c->sock, ZMQ_XPUB_NODROP, &one, sizeof(one)) ||
 	    zmq_setsockopt(c->sock, ZMQ_XPUB_VERBOSER, &one, sizeof(one)) ||
@@ -731,6 +799,11 @@ make_msg(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hint,
 	memcpy(m.run, c->run, sizeof(m.run));
 	m.seq = c->seq;
 	m.time = wall_time();
+	m.inc = c->inc;
+	if (c->o.resuming) {
+		m.has_resume = true;
+		m.resume = c->o.resume_from;
+	}
 	if (s) {
 		m.type = SWP_SNAPSHOT;
 		memcpy(m.model, c->model, sizeof(m.model));
@@ -868,10 +941,24 @@ sw_client_get_stats(const sw_client *c, sw_client_stats *st)
 	st->next_seq = c->seq;
 }
 
+SW_EXPORT uint64_t
+sw_client_incarnation(const sw_client *c)
+{
+	return c ? c->inc : 0;
+}
+
 SW_EXPORT void
 sw_client_destroy(sw_client **cp)
 {
+	sw_client_destroy_stats(cp, NULL);
+}
+
+SW_EXPORT void
+sw_client_destroy_stats(sw_client **cp, sw_client_stats *final)
+{
 	sw_client *c = cp ? *cp : NULL;
+	if (final)
+		memset(final, 0, sizeof(*final));
 	if (!c)
 		return;
 	int64_t start = now_ms();
@@ -888,6 +975,16 @@ sw_client_destroy(sw_client **cp)
 		c->head = p->next;
 		pending_end(c, p, 0);	/* accepted: a zero-copy buffer is released */
 		c->dropped++;
+	}
+	c->tail = NULL;
+	c->pending_n = 0;
+	c->pending_bytes = 0;
+	if (final) {
+		/* the sender has ended: the figures are the caller's alone now */
+		final->sent = c->sent;
+		final->dropped = c->dropped;
+		final->bytes_sent = c->bytes_sent;
+		final->next_seq = c->seq;
 	}
 	int left = c->o.linger_ms - (int)(now_ms() - start);
 	if (left < 0)

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The Python client (contrib/python/sinkwatch) against the golden messages
 and a real sinkwatchd: canonical re-encoding, the C decoder's error names,
-the slow joiner, the daemon down and back, blocking mode, bounded close,
-every dtype and kind, and the wire bytes against the C encoder's.
+the slow joiner, a burst right after connecting, incarnations, the daemon
+down and back, blocking mode, bounded close and the final counters, every
+dtype and kind, and the wire bytes against the C encoder's.
 
     SINKWATCHD=./sinkwatchd SINKWATCH=./sinkwatch SW_SRCDIR=. \\
         /usr/bin/python3 tests/python_client.py [CASE...]
@@ -278,30 +279,129 @@ def t_bad_arguments():
 
 
 def t_slow_joiner(d):
+    """A burst right after connecting (24 layers x 10 steps, before any
+    subscription can have arrived) reaches the daemon whole."""
     rng = np.random.default_rng(1)
+    layers, steps = 24, 10
+    n = layers * steps
+    x = probs(rng)
     runs = ["py-joiner-%d" % i for i in range(3)]
     before = d.status()["traffic"]
     for run in runs:
-        c = sinkwatch.Client(run, layers=1, heads=2, endpoint=d.listen, model="m")
-        assert c.send(0, 0, probs(rng)) is True     # before any subscription
+        c = sinkwatch.Client(run, layers=layers, heads=2, endpoint=d.listen, model="m",
+                             linger=10.0)
+        for i in range(n):
+            assert c.send(i // layers, i % layers, x) is True
         assert c.end() is True
-        st = c.stats    # usually both queued: no subscription yet
-        assert st["sent"] + st["queued"] == 2 and st["dropped"] == 0, st
-        c.close()
-        st = c.stats
-        assert st["sent"] == 2 and st["dropped"] == 0, st
+        st = c.stats    # usually most queued: no subscription yet
+        assert st["sent"] + st["queued"] == n + 1 and st["dropped"] == 0, st
+        st = c.close()
+        assert st == c.stats and st["sent"] == n + 1 and st["dropped"] == 0, st
     for run in runs:
-        assert steps_of(wait_ended(d, run)) == [0]
+        assert steps_of(wait_ended(d, run)) == list(range(steps))
     st = d.status()
-    assert st["traffic"]["messages"] - before["messages"] == 6, st["traffic"]
+    assert st["traffic"]["messages"] - before["messages"] == 3 * (n + 1), st["traffic"]
     assert not bad_decodes(st), bad_decodes(st)
+
+
+def t_defaults():
+    c = sinkwatch.Client("defaults", layers=1, heads=1,
+                         endpoint="tcp://127.0.0.1:%d" % free_port(), linger=0)
+    assert c.queue_max == 256 and c.queue_max_bytes == 256 << 20, c.queue_max
+    assert c.block_timeout == 30.0 and c._block_ms == 30000, c.block_timeout
+    assert c.resume_from is None
+    assert c._sock.getsockopt(zmq.SNDHWM) == 16
+    c.close()
+    c = sinkwatch.Client("defaults", layers=1, heads=1, blocking=True, block_timeout=None,
+                         endpoint="tcp://127.0.0.1:%d" % free_port(), linger=0)
+    assert c._block_ms == -1     # None, set explicitly: for ever
+    c.close()
+
+
+def t_burst_after_new():
+    """240 messages sent right after the Client is made, against a bound
+    SUB: all kept, delivered in order, dropped == 0. By design, not by
+    timing: the default queue holds the whole burst however late the
+    subscription arrives."""
+    layers, steps = 24, 10
+    n = layers * steps
+    x = probs(np.random.default_rng(11))
+    cap = Capture()
+    try:
+        for rnd in range(5):
+            run = "py-burst-%d" % rnd
+            c = sinkwatch.Client(run, layers=layers, heads=2, endpoint=cap.endpoint)
+            for i in range(n):
+                assert c.send(i // layers, i % layers, x) is True, (rnd, i, c.stats)
+            assert c.stats["dropped"] == 0, c.stats
+            assert c.flush(10.0) == 0, c.stats
+            for i in range(n):
+                got = cap.recv(10.0)
+                h = proto.decode_message(got)
+                assert h["run"] == run and h["seq"] == i, (rnd, i, h["run"], h["seq"])
+                assert h["step"] == i // layers and h["layer"] == i % layers, (rnd, i)
+                assert h["inc"] == c.incarnation and "resume" not in h, h
+            st = c.close()
+            assert st == {"sent": n, "dropped": 0, "queued": 0, "bytes_sent": n * x.nbytes,
+                          "next_seq": n, "subscribed": False}, st
+    finally:
+        cap.close()
+
+
+def t_incarnation():
+    """Every message of a client carries its incarnation, a later client's
+    is greater, and resume_from travels in every message, the end included."""
+    x = probs(np.random.default_rng(12))
+    cap = Capture()
+    prev = 0
+    try:
+        for rnd in range(3):
+            resume = 1234 if rnd == 2 else None
+            us = time.time_ns() // 1000
+            c = sinkwatch.Client("py-inc", layers=1, heads=2, endpoint=cap.endpoint,
+                                 resume_from=resume)
+            inc = c.incarnation
+            assert inc > prev and us <= inc >> 12 < us + 10_000_000, (inc, prev, us)
+            prev = inc
+            assert c.resume_from == resume
+            for t in range(3):
+                assert c.send(1235 + t, 0, x)
+            try:
+                c.resume_from = 7
+                raise AssertionError("resume_from changed after a send")
+            except ValueError:
+                pass
+            assert c.end()
+            assert c.flush(5.0) == 0, c.stats
+            for i in range(4):
+                h = proto.decode_message(cap.recv(10.0))
+                assert h["seq"] == i and h["type"] == ("snapshot" if i < 3 else "end"), h
+                assert h["inc"] == inc, (h, inc)
+                assert h.get("resume") == resume, h
+            c.close()
+        for bad in (-1, 1 << 63, 1.5, True, "3"):
+            try:
+                sinkwatch.Client("py-inc", layers=1, heads=1, endpoint=cap.endpoint,
+                                 resume_from=bad).close()
+                raise AssertionError("resume_from %r accepted" % (bad,))
+            except ValueError:
+                pass
+        # settable before the first message (what sinkwatch.torch does)
+        c = sinkwatch.Client("py-inc", layers=1, heads=2, endpoint=cap.endpoint)
+        c.resume_from = 99
+        assert c.send(100, 0, x) and c.flush(5.0) == 0
+        assert proto.decode_message(cap.recv(10.0))["resume"] == 99
+        c.close()
+    finally:
+        cap.close()
 
 
 def t_down_then_up():
     d = Daemon()
     rng = np.random.default_rng(2)
     x = probs(rng)
-    c = sinkwatch.Client("py-downup", layers=1, heads=2, endpoint=d.listen, linger=3.0)
+    c = sinkwatch.Client("py-downup", layers=1, heads=2, endpoint=d.listen, linger=3.0,
+                         queue_max=16)
     took = []
     results = []
     with warnings.catch_warnings(record=True) as caught:
@@ -415,11 +515,14 @@ def t_close_bounded():
         for t in range(3):
             c.send(t, 0, x)
         t0 = time.monotonic()
-        c.close()
+        final = c.close()
         took = time.monotonic() - t0
         assert took < linger + 0.2, "close took %.3f s, linger %.1f" % (took, linger)
         assert linger == 0 or took >= linger - 0.05, took
-        assert c.stats["dropped"] == 3 and c.stats["queued"] == 0, c.stats
+        # the final counters name the messages the linger left behind
+        assert final == {"sent": 0, "dropped": 3, "queued": 0, "bytes_sent": 0,
+                         "next_seq": 3, "subscribed": False}, final
+        assert c.stats == final and c.close() == final
     # the context manager and __del__ with messages still queued
     with sinkwatch.Client("py-close", layers=1, heads=2, endpoint=ep, linger=0.05) as c:
         c.send(0, 0, x)
@@ -570,6 +673,12 @@ def t_wire_equals_golden():
             assert c.flush(3.0) == 0, (name, c.stats)
             got = cap.recv()
             c.close()
+            # the golden messages predate incarnations: the header is theirs
+            # plus "inc" (canonically last), and without it their bytes
+            h = proto.decode_header(got[1])
+            assert h.pop("inc") == c.incarnation, name
+            assert proto.encode_header(proto.decode_header(got[1])) == got[1], name
+            got[1] = proto.encode_header(h)
             assert got == frames, "%s: wire differs:\n%r\n%r" % (name, got, frames)
     finally:
         cap.close()
@@ -587,7 +696,8 @@ def c_client_lib():
 class _Opts(ctypes.Structure):
     _fields_ = [("endpoint", ctypes.c_char_p), ("blocking", ctypes.c_int),
                 ("block_timeout_ms", ctypes.c_int), ("queue_max", ctypes.c_int),
-                ("queue_max_bytes", ctypes.c_size_t), ("linger_ms", ctypes.c_int)]
+                ("queue_max_bytes", ctypes.c_size_t), ("linger_ms", ctypes.c_int),
+                ("resuming", ctypes.c_int), ("resume_from", ctypes.c_int64)]
 
 
 class _Run(ctypes.Structure):
@@ -628,7 +738,7 @@ def t_wire_equals_c_client():
                 ("rowstats", "f64", rowstats(probs(rng, 3, 2, 9)), None)]
         kinds = {"probs": 0, "logits": 1, "rowstats": 2}
         dts = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3}
-        o = _Opts(cap.endpoint.encode(), 0, -1, 16, 256 << 20, 2000)
+        o = _Opts(cap.endpoint.encode(), 0, -1, 16, 256 << 20, 2000, 1, 77)
         ri = _Run(run.encode(), model.encode(), 70000, 40, 3, 2, 0)
         ch = ctypes.c_void_p()
         assert lib.sw_client_new(ctypes.byref(o), ctypes.byref(ri), ctypes.byref(ch)) == 0
@@ -647,10 +757,14 @@ def t_wire_equals_c_client():
         assert lib.sw_client_end(ch) == 0
         assert lib.sw_client_flush(ch, 3000) == 0
         from_c = [cap.recv() for _ in range(len(msgs) + 1)]
+        lib.sw_client_incarnation.argtypes = [ctypes.c_void_p]
+        lib.sw_client_incarnation.restype = ctypes.c_uint64
+        inc_c = lib.sw_client_incarnation(ch)
         lib.sw_client_destroy(ctypes.byref(ch))
 
         c = sinkwatch.Client(run, layers=40, heads=3, endpoint=cap.endpoint, model=model,
-                             params=70000, sink=2, fixed_probe=False)
+                             params=70000, sink=2, fixed_probe=False, resume_from=77)
+        assert c.incarnation > inc_c, (c.incarnation, inc_c)
         for i, (kind, dt, arr, q) in enumerate(msgs):
             assert c.send(1000 + i, 39 - i, arr, kind=kind, qpos=q,
                           dtype="bf16" if dt == "bf16" else None)
@@ -658,15 +772,23 @@ def t_wire_equals_c_client():
         assert c.flush(3.0) == 0
         from_py = [cap.recv() for _ in range(len(msgs) + 1)]
         c.close()
+        # the headers end with time (float 64), inc (uint 64) and resume (77)
         for i, (a, b) in enumerate(zip(from_c, from_py)):
             assert len(a) == len(b), i
             assert a[0] == b[0] and a[2:] == b[2:], i
             ha, hb = a[1], b[1]
-            assert ha[-9] == 0xcb and hb[-9] == 0xcb and ha[-14:-9] == b"\xa4time", i
-            assert ha[:-8] == hb[:-8], "message %d: C %s\n        Python %s" % (
+            for h in (ha, hb):
+                assert h[-35:-29] == b"\xa4time\xcb" and h[-21:-16] == b"\xa3inc\xcf" and \
+                    h[-8:] == b"\xa6resume\x4d", (i, h.hex())
+            assert ha[:-35] == hb[:-35], "message %d: C %s\n        Python %s" % (
                 i, ha.hex(), hb.hex())
-            ta, tb = proto.decode_header(ha)["time"], proto.decode_header(hb)["time"]
-            assert abs(ta - time.time()) < 30 and abs(tb - time.time()) < 30, (ta, tb)
+            da, db = proto.decode_header(ha), proto.decode_header(hb)
+            assert abs(da["time"] - time.time()) < 30 and abs(db["time"] - time.time()) < 30
+            assert da["inc"] == inc_c and db["inc"] == c.incarnation, (da, db)
+            assert da["resume"] == db["resume"] == 77, (da, db)
+            for h in (da, db):
+                h["time"], h["inc"] = 0.0, 1
+            assert proto.encode_header(da) == proto.encode_header(db), i
     finally:
         cap.close()
 
@@ -679,6 +801,9 @@ CASES = {
     "header_only_names": lambda: t_header_only_names(),
     "encode_validation": lambda: t_encode_validation(),
     "bad_arguments": lambda: t_bad_arguments(),
+    "defaults": lambda: t_defaults(),
+    "burst_after_new": lambda: t_burst_after_new(),
+    "incarnation": lambda: t_incarnation(),
     "wire_equals_golden": lambda: t_wire_equals_golden(),
     "wire_equals_c_client": lambda: t_wire_equals_c_client(),
     "close_bounded": lambda: t_close_bounded(),

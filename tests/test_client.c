@@ -1,8 +1,9 @@
 /*
  * test_client.c: the client library against a real sinkwatchd (path in
  * $SINKWATCHD) on free loopback ports: never stalling, counted drops,
- * recovery when the daemon comes back, the slow joiner, zero-copy release,
- * blocking mode, bounded linger, the sender thread, destroy under signals.
+ * recovery when the daemon comes back, the slow joiner, a burst right after
+ * connecting, zero-copy release, blocking mode, bounded linger, the final
+ * counters, incarnations, the sender thread, destroy under signals.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -20,6 +21,7 @@
 #include <zmq.h>
 
 #include "sinkwatch/client.h"
+#include "proto/swproto.h"
 
 static char tmpdir[256];
 
@@ -164,15 +166,86 @@ info(const char *run)
 	return ri;
 }
 
+/*
+ * A bound SUB that records what clients send, decoded with the protocol's
+ * decoder. It is read only by cap_recv(): a SUB sends its subscription to a
+ * new peer when the socket is used, so the clients' subscription arrives
+ * whenever the test first waits for a message, which may be long after
+ * their sends.
+ */
+struct capture {
+	void *ctx, *sub;
+	char ep[64];
+};
+
+static void
+cap_open(struct capture *cap)
+{
+	int zero = 0;
+	size_t len = sizeof(cap->ep);
+	cap->ctx = zmq_ctx_new();
+	cap->sub = zmq_socket(cap->ctx, ZMQ_SUB);
+	zmq_setsockopt(cap->sub, ZMQ_RCVHWM, &zero, sizeof(zero));
+	zmq_setsockopt(cap->sub, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(cap->sub, ZMQ_SUBSCRIBE, "sw/", 3);
+	ck_assert_int_eq(zmq_bind(cap->sub, "tcp://127.0.0.1:*"), 0);
+	zmq_getsockopt(cap->sub, ZMQ_LAST_ENDPOINT, cap->ep, &len);
+}
+
+static void
+cap_close(struct capture *cap)
+{
+	zmq_close(cap->sub);
+	zmq_ctx_term(cap->ctx);
+}
+
+/* The next message's header in *m (tensor not kept); 0, or -1 on timeout. */
+static int
+cap_recv(struct capture *cap, swp_msg *m, int timeout_ms)
+{
+	zmq_msg_t f[3];
+	const void *fr[3];
+	size_t sz[3];
+	int n = 0, more = 1, rc = -1;
+	zmq_setsockopt(cap->sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+	while (more) {
+		zmq_msg_t x;
+		zmq_msg_init(&x);
+		if (zmq_msg_recv(&x, cap->sub, 0) < 0) {
+			zmq_msg_close(&x);
+			ck_assert_int_eq(n, 0);
+			return -1;
+		}
+		more = zmq_msg_more(&x);
+		ck_assert_int_lt(n, 3);
+		f[n] = x;
+		fr[n] = zmq_msg_data(&f[n]);
+		sz[n] = zmq_msg_size(&f[n]);
+		n++;
+	}
+	char detail[256];
+	memset(m, 0, sizeof(*m));
+	rc = swp_decode(fr, sz, (size_t)n, NULL, m, detail, sizeof(detail));
+	ck_assert_msg(rc == 0, "decode: %s", detail);
+	m->tensor = NULL;
+	swp_msg_clear(m);
+	for (int i = 0; i < n; i++)
+		zmq_msg_close(&f[i]);
+	return 0;
+}
+
 START_TEST(test_opts_and_errors)
 {
 	sw_client_opts o;
 	sw_client_opts_init(&o);
 	ck_assert_str_eq(o.endpoint, SW_CLIENT_DEFAULT_ENDPOINT);
 	ck_assert_int_eq(o.blocking, 0);
-	ck_assert_int_eq(o.queue_max, 16);
+	ck_assert_int_eq(o.queue_max, 256);
+	ck_assert_int_eq(SW_CLIENT_QUEUE_MAX, 256);
+	ck_assert_uint_eq(o.queue_max_bytes, (size_t)256 << 20);
 	ck_assert_int_eq(o.linger_ms, 2000);
-	ck_assert_int_eq(o.block_timeout_ms, -1);
+	ck_assert_int_eq(o.block_timeout_ms, 30000);
+	ck_assert_int_eq(o.resuming, 0);
 	int codes[] = { 0, SW_EINVAL, SW_ENOMEM, SW_EZMQ, SW_EDROPPED, SW_ETIMEDOUT, SW_ECLOSED };
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
 		ck_assert(sw_strerror(codes[i]) && *sw_strerror(codes[i]));
@@ -192,6 +265,12 @@ START_TEST(test_opts_and_errors)
 	ri.layers = 0;
 	ck_assert_int_eq(sw_client_new(NULL, &ri, &c), SW_EINVAL);
 	ck_assert_int_eq(sw_client_new(NULL, NULL, &c), SW_EINVAL);
+	sw_client_opts_init(&o);
+	o.resuming = 1;
+	o.resume_from = -1;	/* resuming needs a step */
+	ri = info("ok");
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
+	ck_assert_ptr_null(c);
 	o.endpoint = "nonsense://here";
 	ri = info("ok");
 	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
@@ -201,6 +280,12 @@ START_TEST(test_opts_and_errors)
 	sw_client_stats st;
 	sw_client_get_stats(NULL, &st);
 	ck_assert_uint_eq(st.sent, 0);
+	memset(&st, 0xff, sizeof(st));
+	sw_client_destroy_stats(&c, &st);	/* NULL handle: zeroed figures */
+	ck_assert_uint_eq(st.dropped, 0);
+	ck_assert_uint_eq(st.next_seq, 0);
+	sw_client_destroy_stats(NULL, NULL);
+	ck_assert_uint_eq(sw_client_incarnation(NULL), 0);
 	ck_assert_int_eq(sw_client_send(NULL, NULL), SW_EINVAL);
 	ck_assert_int_eq(sw_client_end(NULL), SW_EINVAL);
 	ck_assert_int_eq(sw_client_flush(NULL, 0), SW_EINVAL);
@@ -216,6 +301,7 @@ START_TEST(test_down_then_up)
 	sw_client_opts_init(&o);
 	o.endpoint = ep;
 	o.linger_ms = 3000;
+	o.queue_max = 16;
 	sw_run_info ri = info("downup");
 	sw_client *c;
 	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
@@ -312,29 +398,187 @@ START_TEST(test_daemon_restart)
 }
 END_TEST
 
-/* ZeroMQ's slow joiner: a message sent right after connecting is not lost. */
+/*
+ * ZeroMQ's slow joiner: what is sent right after connecting is not lost, a
+ * burst of 24 layers x 10 steps included, against the real daemon (whose
+ * ZMQ_RCVHWM is 8: the rest waits in the client).
+ */
 START_TEST(test_slow_joiner)
 {
+	enum { LAYERS = 24, STEPS = 10 };
 	struct daemon d;
 	start_daemon(&d, free_port());
 	for (int round = 0; round < 5; round++) {
 		sw_client_opts o;
 		sw_client_opts_init(&o);
 		o.endpoint = d.listen;
+		o.linger_ms = 10000;
 		char id[32];
 		snprintf(id, sizeof(id), "joiner-%d", round);
 		sw_run_info ri = info(id);
+		ri.layers = LAYERS;
 		sw_client *c;
+		sw_client_stats st;
 		fill();
 		ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
-		sw_snapshot s = snap(0, 0);
-		ck_assert_int_eq(sw_client_send(c, &s), 0);	/* before any subscription */
+		/* before any subscription */
+		for (int i = 0; i < LAYERS * STEPS; i++) {
+			sw_snapshot s = snap(i / LAYERS, (uint32_t)(i % LAYERS));
+			ck_assert_int_eq(sw_client_send(c, &s), 0);
+		}
 		ck_assert_int_eq(sw_client_end(c), 0);
+		sw_client_destroy_stats(&c, &st);
+		ck_assert_uint_eq(st.dropped, 0);
+		ck_assert_uint_eq(st.sent, LAYERS * STEPS + 1);
+	}
+	ck_assert_int_eq(wait_figure(&d, "steps_complete", 5 * STEPS), 5 * STEPS);
+	ck_assert_int_eq(figure(&d, "messages"), 5 * (LAYERS * STEPS + 1));
+	stop_daemon(&d);
+}
+END_TEST
+
+/*
+ * A burst right after sw_client_new(), before any subscription can have
+ * arrived: 24 layers x 10 steps, all kept and delivered in order. Not a
+ * matter of timing: the default queue holds the whole burst however late
+ * the subscription comes (the test's SUB sends it only once the test reads).
+ */
+START_TEST(test_burst_after_new)
+{
+	enum { LAYERS = 24, STEPS = 10, N = LAYERS * STEPS };
+	struct capture cap;
+	cap_open(&cap);
+	fill();
+	for (int round = 0; round < 5; round++) {
+		sw_client_opts o;
+		sw_client_opts_init(&o);
+		o.endpoint = cap.ep;
+		char id[32];
+		snprintf(id, sizeof(id), "burst-%d", round);
+		sw_run_info ri = info(id);
+		ri.layers = LAYERS;
+		sw_client *c;
+		sw_client_stats st;
+		ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+		for (int i = 0; i < N; i++) {
+			sw_snapshot s = snap(i / LAYERS, (uint32_t)(i % LAYERS));
+			ck_assert_int_eq(sw_client_send(c, &s), 0);
+		}
+		sw_client_get_stats(c, &st);
+		ck_assert_uint_eq(st.dropped, 0);
+		uint64_t inc = sw_client_incarnation(c);
+		ck_assert_uint_ne(inc, 0);
+		for (int i = 0; i < N; i++) {
+			swp_msg m;
+			ck_assert_msg(cap_recv(&cap, &m, 10000) == 0, "round %d: message %d of %d "
+			    "not received", round, i, N);
+			ck_assert_str_eq(m.run, id);
+			ck_assert_uint_eq(m.seq, (uint64_t)i);
+			ck_assert_int_eq(m.step, i / LAYERS);
+			ck_assert_uint_eq(m.layer, (uint32_t)(i % LAYERS));
+			ck_assert_uint_eq(m.inc, inc);
+			ck_assert(!m.has_resume);
+		}
+		ck_assert_int_eq(sw_client_flush(c, 5000), 0);
+		sw_client_destroy_stats(&c, &st);
+		ck_assert_ptr_null(c);
+		ck_assert_uint_eq(st.sent, N);
+		ck_assert_uint_eq(st.dropped, 0);
+		ck_assert_uint_eq(st.queued, 0);
+		ck_assert_uint_eq(st.next_seq, N);
+		ck_assert_uint_eq(st.bytes_sent, N * sizeof(tensor));
+	}
+	cap_close(&cap);
+}
+END_TEST
+
+/*
+ * Incarnations: every message of a handle carries its incarnation, a later
+ * handle's is greater, and a resuming handle's messages carry the step it
+ * resumes from, the end message too.
+ */
+START_TEST(test_incarnation)
+{
+	struct capture cap;
+	cap_open(&cap);
+	fill();
+	uint64_t prev = 0;
+	for (int round = 0; round < 3; round++) {
+		sw_client_opts o;
+		sw_client_opts_init(&o);
+		o.endpoint = cap.ep;
+		if (round == 2) {
+			o.resuming = 1;
+			o.resume_from = 1234;
+		}
+		sw_run_info ri = info("inc");
+		sw_client *c;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+		ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+		uint64_t inc = sw_client_incarnation(c);
+		ck_assert_msg(inc > prev, "incarnation %llu after %llu",
+		    (unsigned long long)inc, (unsigned long long)prev);
+		/* the wall clock in microseconds, times 4096 */
+		ck_assert_uint_ge(inc >> 12, us);
+		ck_assert_uint_lt(inc >> 12, us + 10000000);
+		prev = inc;
+		for (int t = 0; t < 3; t++) {
+			sw_snapshot s = snap(1235 + t, 0);
+			ck_assert_int_eq(sw_client_send(c, &s), 0);
+		}
+		ck_assert_int_eq(sw_client_end(c), 0);
+		for (int i = 0; i < 4; i++) {
+			swp_msg m;
+			ck_assert_int_eq(cap_recv(&cap, &m, 10000), 0);
+			ck_assert_uint_eq(m.seq, (uint64_t)i);
+			ck_assert_int_eq(m.type, i < 3 ? SWP_SNAPSHOT : SWP_END);
+			ck_assert_uint_eq(m.inc, inc);
+			ck_assert_int_eq(m.has_resume, round == 2);
+			ck_assert_int_eq(m.resume, round == 2 ? 1234 : 0);
+		}
 		sw_client_destroy(&c);
 	}
-	ck_assert_int_eq(wait_figure(&d, "steps_complete", 5), 5);
-	ck_assert_int_eq(figure(&d, "messages"), 10);
-	stop_daemon(&d);
+	cap_close(&cap);
+}
+END_TEST
+
+/*
+ * The final counters: with no daemon, the messages still queued when the
+ * linger runs out are dropped, and destroy says how many.
+ */
+START_TEST(test_destroy_stats)
+{
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", free_port());
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.queue_max = 3;
+	o.linger_ms = 50;
+	sw_run_info ri = info("final");
+	sw_client *c;
+	sw_client_stats st;
+	fill();
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	for (int t = 0; t < 5; t++) {
+		sw_snapshot s = snap(t, 0);
+		ck_assert_int_eq(sw_client_send(c, &s), t < 3 ? 0 : SW_EDROPPED);
+	}
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.queued, 3);
+	ck_assert_uint_eq(st.dropped, 2);
+	double t0 = now_s();
+	sw_client_destroy_stats(&c, &st);
+	ck_assert_msg(now_s() - t0 < 1.0, "destroy took %.2f s", now_s() - t0);
+	ck_assert_ptr_null(c);
+	ck_assert_uint_eq(st.sent, 0);
+	ck_assert_uint_eq(st.dropped, 5);	/* 2 at send, 3 at the linger's end */
+	ck_assert_uint_eq(st.queued, 0);
+	ck_assert_uint_eq(st.bytes_sent, 0);
+	ck_assert_uint_eq(st.next_seq, 5);
+	ck_assert_int_eq(st.subscribed, 0);
 }
 END_TEST
 
@@ -608,6 +852,9 @@ main(void)
 	tcase_add_test(tc, test_down_then_up);
 	tcase_add_test(tc, test_daemon_restart);
 	tcase_add_test(tc, test_slow_joiner);
+	tcase_add_test(tc, test_burst_after_new);
+	tcase_add_test(tc, test_incarnation);
+	tcase_add_test(tc, test_destroy_stats);
 	tcase_add_test(tc, test_zero_copy);
 	tcase_add_test(tc, test_blocking_and_invalid);
 	tcase_add_test(tc, test_sender_thread);

@@ -453,7 +453,7 @@ def case_probe_never_raises():
     assert all("forward" not in b.attn.__dict__ for b in m.blocks)
 
     c = sinkwatch.Client("inproc-down", 2, 4, endpoint="tcp://127.0.0.1:%d" % free_port(),
-                         linger=0)
+                         linger=0, queue_max=16)
     p = swt.AttentionProbe(m, x, c, every=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -462,6 +462,23 @@ def case_probe_never_raises():
     assert res[:8] == [True] * 8 and res[-1] is False, res      # 16 queued, then dropped
     assert p.stats["errors"] == 0 and p.stats["send_false"] == 4, p.stats
     assert m.training
+
+    # resume_from passes through to a client that has sent nothing yet: every
+    # message of the incarnation carries it; a client that sent refuses it
+    c = sinkwatch.Client("inproc-resume", 2, 4, endpoint="tcp://127.0.0.1:%d" % free_port(),
+                         linger=0)
+    p = swt.AttentionProbe(m, x, c, every=1, resume_from=40)
+    assert c.resume_from == 40
+    assert p.maybe(41) is True
+    hdrs = [sinkwatch.decode_header(h) for h, _, _ in c._pending]
+    assert len(hdrs) == 2 and all(h["resume"] == 40 and h["inc"] == c.incarnation
+                                  for h in hdrs), hdrs
+    try:
+        swt.AttentionProbe(m, x, c, every=1, resume_from=7)
+        raise AssertionError("resume_from changed after a send")
+    except ValueError:
+        pass
+    c.close()
 
 
 CASES = [("probe_state", case_probe_state), ("probe_modes", case_probe_modes),

@@ -8,16 +8,36 @@
  *   handle's queue and returns; it does not enter ZeroMQ. Each handle has a
  *   sender thread of its own that moves queued messages to ZeroMQ while a
  *   daemon is subscribed (within about 16 ms; at once when the queue is
- *   half full). When the daemon is away or slow the queue holds queue_max
- *   messages and queue_max_bytes (one larger message alone); past that a
- *   send is dropped and counted (sw_client_get_stats()). ZeroMQ's own queue
- *   holds up to queue_max more messages (ZMQ_SNDHWM), so at most about
- *   2 * queue_max messages are held.
- *   Blocking mode waits up to block_timeout_ms (-1: for ever) until the
+ *   half full).
+ * - The queue. Messages sent before the daemon's subscription reaches the
+ *   handle (1.5-6 ms after sw_client_new() on loopback, measured) or while
+ *   the daemon is away or slow wait in the handle's queue, in order. It
+ *   holds queue_max messages (default SW_CLIENT_QUEUE_MAX, 256: ten steps
+ *   of a 24-layer model, one message per layer and step, and one step of
+ *   any model up to 256 layers) and queue_max_bytes (default
+ *   SW_CLIENT_QUEUE_MAX_BYTES, 256 MiB; one larger message alone), whichever
+ *   fills first: the bytes are the real bound on memory, the count only
+ *   bounds many tiny messages. Past that a send is dropped and counted
+ *   (sw_client_get_stats()). So a burst of up to queue_max messages right
+ *   after sw_client_new() loses nothing against a daemon that is up, however
+ *   late its subscription arrives. ZeroMQ's own queue (ZMQ_SNDHWM) holds up
+ *   to min(queue_max, 16) more messages that it has taken over.
+ * - Blocking mode waits up to block_timeout_ms (default
+ *   SW_CLIENT_BLOCK_TIMEOUT_MS, 30 s; -1 set explicitly: for ever) until the
  *   message is handed to ZeroMQ, which needs a subscribed daemon; on the
  *   timeout the message is withdrawn and counted as dropped. (Should
  *   ZeroMQ refuse it for good, out of memory, it is counted as dropped
  *   and released, and the send still returns 0: the buffer was taken.)
+ * - Incarnations. Every handle is an incarnation of its run: sw_client_new()
+ *   picks a number (the wall clock in microseconds times 4096 plus 12
+ *   random bits, never 0; sw_client_incarnation()) that every message of
+ *   the handle carries (header key "inc", PROTOCOL.md), so that the daemon
+ *   tells a restarted job from the one before it: a handle made later
+ *   compares greater, two made in the same microsecond differ. A job that
+ *   restarts from a checkpoint sets opts.resuming = 1 and resume_from
+ *   (the checkpoint's step S): its messages carry "resume" = S, and the
+ *   daemon lets them supersede earlier incarnations' steps after S.
+ *   (A wall clock set backwards between two runs defeats the order.)
  * - It installs no signal handler (the sender thread blocks every signal),
  *   prints nothing, never aborts, and keeps no process-wide state: each
  *   handle owns its own ZeroMQ context and thread.
@@ -42,6 +62,9 @@ extern "C" {
 #endif
 
 #define SW_CLIENT_DEFAULT_ENDPOINT "tcp://127.0.0.1:5710"
+#define SW_CLIENT_QUEUE_MAX 256			/* default queue_max */
+#define SW_CLIENT_QUEUE_MAX_BYTES ((size_t)256 << 20)	/* default queue_max_bytes */
+#define SW_CLIENT_BLOCK_TIMEOUT_MS 30000	/* default block_timeout_ms */
 
 /* Error codes (all negative). */
 #define SW_EINVAL (-1)		/* bad argument; see sw_client_errmsg() */
@@ -60,10 +83,13 @@ typedef struct sw_client sw_client;
 typedef struct sw_client_opts {
 	const char *endpoint;	/* default SW_CLIENT_DEFAULT_ENDPOINT */
 	int blocking;		/* 0 (default): never wait; 1: wait, lose nothing */
-	int block_timeout_ms;	/* blocking mode: give up after this; -1 (default) never */
-	int queue_max;		/* messages queued before drops begin (default 16) */
+	int block_timeout_ms;	/* blocking mode: give up after this (default 30000); -1 never */
+	int queue_max;		/* messages queued before drops begin (default 256) */
 	size_t queue_max_bytes;	/* bytes queued before drops begin (default 256 MiB) */
 	int linger_ms;		/* sw_client_destroy() waits at most this (default 2000; < 0: 0) */
+	/* fields are only appended; zero (the default) means "not resuming" */
+	int resuming;		/* 1: this job restarted from a checkpoint at resume_from */
+	int64_t resume_from;	/* with resuming: the checkpoint's step, >= 0 */
 } sw_client_opts;
 
 /* What the daemon learns about the run from every message. */
@@ -91,7 +117,7 @@ typedef struct sw_snapshot {
 typedef struct sw_client_stats {
 	uint64_t sent;		/* messages handed to ZeroMQ */
 	uint64_t dropped;	/* messages dropped (queue full, no daemon) */
-	uint64_t queued;	/* messages waiting for a daemon now */
+	uint64_t queued;	/* messages waiting for a daemon now (0 in final stats) */
 	uint64_t bytes_sent;
 	uint64_t next_seq;	/* sequence number of the next message */
 	int subscribed;		/* a daemon is subscribed to this run now */
@@ -115,9 +141,24 @@ SW_EXPORT int sw_client_new(const sw_client_opts *opts, const sw_run_info *run,
 /*
  * Sends what is queued for at most linger_ms, then closes and frees *c and
  * sets it NULL. NULL or *c NULL is fine. Queued zero-copy buffers that could
- * not be sent are released (their callbacks run) before it returns.
+ * not be sent are released (their callbacks run) before it returns. The
+ * messages still queued when linger_ms ran out are dropped; to learn how
+ * many, use sw_client_destroy_stats().
  */
 SW_EXPORT void sw_client_destroy(sw_client **c);
+
+/*
+ * sw_client_destroy(), and the handle's final counters in *final (may be
+ * NULL; zeroed if *c is NULL): sent and dropped include what happened
+ * during the linger, so dropped names every message that never reached
+ * ZeroMQ, queued is 0 and subscribed is 0. (What ZeroMQ took over but had
+ * not written to the daemon's connection when the linger ran out is lost
+ * too and counts as sent: ZeroMQ does not report it.)
+ */
+SW_EXPORT void sw_client_destroy_stats(sw_client **c, sw_client_stats *final);
+
+/* The handle's incarnation (header key "inc"; never 0), or 0 if c is NULL. */
+SW_EXPORT uint64_t sw_client_incarnation(const sw_client *c);
 
 /*
  * Sends one snapshot, copying the data (the caller keeps its buffer).

@@ -6,7 +6,16 @@ silently what is sent before a subscription arrives (the slow joiner), so
 the client reads the subscription messages its XPUB gets, knows whether a
 daemon is listening, and keeps messages in its own bounded queue until one
 is. ZMQ_XPUB_NODROP turns a full ZeroMQ queue into EAGAIN, so every drop is
-seen and counted instead of vanishing.
+seen and counted instead of vanishing. The subscription arrives milliseconds
+after the connection, while a probe of a deep model is one message per layer
+sent at once: the queue holds QUEUE_MAX (256) messages by default, bounded
+in bytes by queue_max_bytes (256 MiB), so such a burst is kept whole.
+
+Every Client is an incarnation of its run: it picks `incarnation` (the wall
+clock in microseconds times 4096 plus 12 random bits, never 0; later clients
+compare greater) and every message carries it (header key "inc"). A job that
+restarts from a checkpoint at step S passes resume_from=S: its messages carry
+"resume", and the daemon supersedes earlier incarnations' steps after S.
 
 Contract: send() never waits (unless blocking=True) and never raises because
 the daemon is away or a queue is full; it returns False and counts the drop
@@ -18,6 +27,7 @@ by a lock, so a hook called from another thread is safe, but not faster).
 import collections
 import math
 import os
+import random
 import threading
 import time
 import warnings
@@ -34,6 +44,20 @@ _NP_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
               np.dtype(np.float64): "f64"}
 _WANT = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
 _INT_MAX_MS = (1 << 31) - 1
+QUEUE_MAX = 256                 # default queue_max: 10 steps of a 24-layer model
+QUEUE_MAX_BYTES = 256 << 20     # default queue_max_bytes: the bound on memory
+BLOCK_TIMEOUT = 30.0            # default block_timeout, seconds
+_ZMQ_HWM_MAX = 16               # ZeroMQ's own queue (SNDHWM), messages: kept short
+
+
+def new_incarnation():
+    """An incarnation number as the C client makes it: the wall clock in
+    microseconds since the epoch times 4096 plus 12 random bits, never 0."""
+    try:
+        r = int.from_bytes(os.urandom(2), "little") & 0xFFF
+    except (OSError, NotImplementedError):  # no entropy source: seeded from the clock
+        r = random.Random(time.perf_counter_ns() ^ id(object())).getrandbits(12)
+    return ((time.time_ns() // 1000) << 12 | r) or 1
 
 
 class SinkwatchWarning(RuntimeWarning):
@@ -83,15 +107,19 @@ class Client:
     run: run id (1..128 bytes, no control characters); layers, heads: the
     model's; model, params: name and parameter count ("" and 0 if unknown);
     sink: the sink key index; fixed_probe: every snapshot uses the same probe
-    inputs. blocking: wait for a daemon (up to block_timeout seconds, None:
-    forever) instead of queueing and dropping. queue_max / queue_max_bytes:
-    the own queue's bounds while no daemon is subscribed (also ZMQ_SNDHWM).
-    linger: close() waits at most this many seconds for queued messages.
+    inputs. blocking: wait for a daemon (up to block_timeout seconds, default
+    30; None or negative: forever) instead of queueing and dropping.
+    queue_max / queue_max_bytes: the own queue's bounds while no daemon is
+    subscribed or ZeroMQ's queue (min(queue_max, 16) messages) is full;
+    default 256 messages and 256 MiB, whichever fills first. linger: close()
+    waits at most this many seconds for queued messages. resume_from: the
+    step of the checkpoint this job restarted from (None: not resuming).
     """
 
     def __init__(self, run, layers, heads, endpoint=DEFAULT_ENDPOINT, model="", params=0,
-                 sink=0, fixed_probe=True, blocking=False, block_timeout=None,
-                 queue_max=16, queue_max_bytes=256 << 20, linger=2.0):
+                 sink=0, fixed_probe=True, blocking=False, block_timeout=BLOCK_TIMEOUT,
+                 queue_max=QUEUE_MAX, queue_max_bytes=QUEUE_MAX_BYTES, linger=2.0,
+                 resume_from=None):
         self._sock = None
         self._ctx = None
         self._closed = True     # until fully constructed: __del__ does nothing
@@ -111,6 +139,7 @@ class Client:
                 raise ValueError("%s: not an integer (%r)" % (name, v))
             if not lo <= v.__index__() <= hi:
                 raise ValueError("%s: %d, not in %d..%d" % (name, v, lo, hi))
+        self._resume = self._check_resume(resume_from)
         self._model = mb
         self.layers, self.heads = int(layers), int(heads)
         self.params, self.sink = int(params), int(sink)
@@ -133,6 +162,7 @@ class Client:
         self._sent = self._dropped = self._bytes_sent = 0
         self._warned = False
         self.last_error = ""
+        self._inc = new_incarnation()
 
         ctx = zmq.Context(io_threads=1)     # its own, never the global instance
         sock = None
@@ -143,7 +173,7 @@ class Client:
             # client queues (and counts) instead of filling a dead pipe.
             sock.setsockopt(zmq.XPUB_NODROP, 1)
             sock.setsockopt(zmq.XPUB_VERBOSER, 1)
-            sock.setsockopt(zmq.SNDHWM, self.queue_max)
+            sock.setsockopt(zmq.SNDHWM, min(self.queue_max, _ZMQ_HWM_MAX))
             sock.setsockopt(zmq.LINGER, _ms(self.linger))
             sock.setsockopt(zmq.SNDTIMEO, self._block_ms if self.blocking else 0)
             sock.setsockopt(zmq.IMMEDIATE, 1)
@@ -280,7 +310,18 @@ class Client:
         fields["seq"] = self._seq
         t = self._clock()
         fields["time"] = t if t is not None and math.isfinite(t) else None
+        fields["inc"] = self._inc
+        fields["resume"] = self._resume
         return proto.encode_header(fields)
+
+    @staticmethod
+    def _check_resume(v):
+        if v is None:
+            return None
+        if isinstance(v, bool) or not hasattr(v, "__index__") or \
+                not 0 <= v.__index__() < (1 << 63):
+            raise ValueError("resume_from: %r, not a step in 0..2^63-1" % (v,))
+        return v.__index__()
 
     # --------------------------------------------------------------- API
 
@@ -363,9 +404,31 @@ class Client:
                     time.sleep(0.005)
 
     @property
+    def incarnation(self):
+        """This client's incarnation (header key "inc"), never 0."""
+        return self._inc
+
+    @property
+    def resume_from(self):
+        """The checkpoint step this client resumes from, or None."""
+        return self._resume
+
+    @resume_from.setter
+    def resume_from(self, step):
+        """Settable until the first message is made: every message of an
+        incarnation carries the same value."""
+        with self._lock:
+            v = self._check_resume(step)
+            if self._seq != 0 and v != self._resume:
+                raise ValueError("resume_from: the client has sent messages already; "
+                                 "set it before the first one (or at construction)")
+            self._resume = v
+
+    @property
     def stats(self):
         """dict(sent, dropped, queued, bytes_sent, next_seq, subscribed);
-        bytes_sent counts tensor bytes, as the C client does."""
+        bytes_sent counts tensor bytes, as the C client does. After close()
+        the final counters: dropped includes what the linger left queued."""
         return {"sent": self._sent, "dropped": self._dropped, "queued": len(self._pending),
                 "bytes_sent": self._bytes_sent, "next_seq": self._seq,
                 "subscribed": self._nsubs > 0}
@@ -377,16 +440,17 @@ class Client:
     def close(self):
         """Sends what is queued for at most linger seconds, counts the rest
         as dropped, and closes the socket and the context (bounded linger).
-        Safe to call twice."""
+        Returns the final stats (as stats does afterwards): dropped names
+        every message that never reached ZeroMQ. Safe to call twice."""
         with self._lock:
             if self._closed:
-                return
+                return self.stats
             if os.getpid() != self._pid:
                 # a forked child (a DataLoader worker, say): the ZeroMQ state
                 # belongs to the parent; touching it here could hang
                 self._closed = True
                 self._sock = self._ctx = None
-                return
+                return self.stats
             start = time.monotonic()
             try:
                 self.flush(self.linger)
@@ -403,10 +467,12 @@ class Client:
                     sock.setsockopt(zmq.LINGER, _ms(left))
                 except Exception:   # noqa: BLE001
                     pass
+                self._nsubs = 0
                 try:
                     sock.close()
                 finally:
                     ctx.term()
+            return self.stats
 
     def __enter__(self):
         return self

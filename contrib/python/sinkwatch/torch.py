@@ -41,6 +41,11 @@ uint16 bit pattern with dtype "bf16"), and `rowstats=True`: the six per-row
 statistics of METRICS.md sections 1 and 4 (s, w, H, hb, Hc, b), computed in
 float64 with torch ops, so that [heads, rows, 6] travels (kind "rowstats").
 
+A job restarted from a checkpoint at step S declares it, so that the daemon
+supersedes what the previous incarnation sent for steps after S:
+sinkwatch.Client(..., resume_from=S), or AttentionProbe(..., resume_from=S),
+which hands it to a client that has sent nothing yet.
+
 The probe never raises into the training loop: an unexpected exception is
 counted in stats["errors"], kept in stats["last_error"] and warned about
 once; the model and the generators are restored all the same. probe.stats
@@ -226,13 +231,22 @@ class AttentionProbe:
         ("attention": per layer float [heads, rows, keys] before cast and
         rowstats; "sent": what was sent; "qpos"; "step") for inspection.
     delta: zero-replacement threshold of the balance (rowstats).
+    resume_from: the training step of the checkpoint this job resumed from
+        (None: a fresh start, or the client's own resume_from). Set on the
+        client (client.resume_from), which must not have sent anything yet:
+        every message of an incarnation carries the same value.
     """
 
     def __init__(self, model, probe_batch, client, every=100, capture="mha",
                  query_positions=None, cast=None, rowstats=False, causal=True,
-                 sink=None, modules=None, keep=False, delta=1e-10):
+                 sink=None, modules=None, keep=False, delta=1e-10, resume_from=None):
         if cast not in (None, "f16", "bf16"):
             raise ValueError("cast must be None, 'f16' or 'bf16'")
+        if resume_from is not None:
+            if not hasattr(client, "resume_from"):
+                raise ValueError("resume_from: the client has no resume_from")
+            # ValueError if the client sent already with another value
+            client.resume_from = resume_from
         if not (capture in ("mha", "hf") or callable(capture)):
             raise ValueError("capture must be 'mha', 'hf' or a callable")
         self.model = model
