@@ -40,10 +40,12 @@ struct arun {
 	int64_t lost, incomplete, messages, steps_done, last_step;
 	int64_t recent[RECENT];
 	uint64_t recent_inc[RECENT];
+	uint8_t recent_whole[RECENT];
 	size_t nrecent;
 	struct astep *open;
 	int64_t nopen, jobs;
 	int ending;
+	uint64_t end_inc;	/* the incarnation that sent the end */
 	uint64_t last_ms;
 	struct arun *next;
 };
@@ -227,6 +229,7 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	}
 	r->recent[r->nrecent % RECENT] = s->step;
 	r->recent_inc[r->nrecent % RECENT] = s->inc->inc;
+	r->recent_whole[r->nrecent % RECENT] = s->have == r->meta.layers;
 	r->nrecent++;
 	swd_witem *it = item(r, WQ_STEP);
 	if (!it) {
@@ -309,9 +312,13 @@ finish_run(swd_asm *a, struct arun *r, int type)
 	swd_witem *it = item(r, type);
 	if (it)
 		a->emit(a->ud, it);
-	if (type == WQ_END)
-		for (struct ainc *i = r->incs; i; i = i->next)
-			a->ended[a->nended++ % ENDED_RING] = id_hash(r->meta.run, i->inc);
+	/*
+	 * Only the incarnation that sent the end is done: another one's
+	 * messages that arrive later (several senders connect separately, so
+	 * nothing orders them against the end) start the run again, stored.
+	 */
+	if (type == WQ_END && r->end_inc)
+		a->ended[a->nended++ % ENDED_RING] = id_hash(r->meta.run, r->end_inc);
 	unlink_run(a, r);
 	free_run(a, r);
 }
@@ -434,13 +441,14 @@ find_step(struct arun *r, int64_t step, const struct ainc *inc)
 	return NULL;
 }
 
+/* 0: not among the steps written lately; 1: written incomplete; 2: whole. */
 static int
 recently_written(const struct arun *r, int64_t step, uint64_t inc)
 {
 	size_t n = r->nrecent < RECENT ? r->nrecent : RECENT;
 	for (size_t i = 0; i < n; i++)
 		if (r->recent[i] == step && r->recent_inc[i] == inc)
-			return 1;
+			return 1 + r->recent_whole[i];
 	return 0;
 }
 
@@ -521,10 +529,13 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		return SWD_DROP_AFTER_END;
 	}
 	struct astep *s = find_step(r, m->step, inc);
-	if (!s && recently_written(r, m->step, inc->inc)) {
-		snprintf(why, len, "step %lld layer %u: the step was already written",
-		    (long long)m->step, m->layer);
-		return SWD_DROP_LATE;
+	int written = s ? 0 : recently_written(r, m->step, inc->inc);
+	if (written) {
+		/* a whole step sent again is a duplicate; a layer after its step
+		 * timed out is late (the writer counts re-sends older than this) */
+		snprintf(why, len, "step %lld layer %u: the step was already written%s",
+		    (long long)m->step, m->layer, written == 2 ? " whole" : " incomplete");
+		return written == 2 ? SWD_DROP_DUPLICATE : SWD_DROP_LATE;
 	}
 	if (s && s->state[m->layer]) {
 		snprintf(why, len, "step %lld layer %u arrived twice", (long long)m->step, m->layer);
@@ -600,6 +611,7 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		if (inc)
 			seq_check(r, inc, m->seq);
 		r->ending = 1;
+		r->end_inc = incv;
 		log_info("run %s: end received (lost %lld, incomplete %lld)", r->meta.run,
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);

@@ -133,8 +133,8 @@ START_TEST(test_duplicate_and_late)
 	ck_assert_int_eq(feed(a, msg("r", 5, 0, 7, 1), 0), SWD_DROP_DUPLICATE);
 	feed(a, msg("r", 5, 1, 7, 2), 0);
 	ck_assert_int_eq(nout, 1);
-	/* the same incarnation after the step was written: late, named */
-	ck_assert_int_eq(feed(a, msg("r", 5, 1, 7, 3), 0), SWD_DROP_LATE);
+	/* the same incarnation after its whole step was written: a duplicate */
+	ck_assert_int_eq(feed(a, msg("r", 5, 1, 7, 3), 0), SWD_DROP_DUPLICATE);
 	/* another incarnation re-sending it: a new row (the writer supersedes) */
 	ck_assert_int_eq(feed(a, msg("r", 5, 0, 8, 0), 0), SWD_ASM_ACCEPT);
 	ck_assert_int_eq(feed(a, msg("r", 5, 1, 8, 1), 0), SWD_ASM_ACCEPT);
@@ -187,6 +187,8 @@ START_TEST(test_timeout_from_last_arrival)
 	swd_asm_tick(a, 7000);
 	ck_assert_int_eq(nout, 2);
 	ck_assert_uint_eq(out[1].have, 1);
+	/* its missing layer after that: late, named */
+	ck_assert_int_eq(feed(a, msg("r", 1, 1, 7, 3), 7100), SWD_DROP_LATE);
 	swd_asm_free(&a);
 }
 END_TEST
