@@ -48,6 +48,7 @@
  */
 #define _GNU_SOURCE 1	/* SCHED_BATCH */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -58,7 +59,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
-#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -659,7 +659,8 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	 * the daemon goes away the pipe ends, its subscription is withdrawn,
 	 * and the client queues (and counts) instead of filling a dead pipe.
 	 */
-	int one = 1, hwm = c->o.queue_max < ZMQ_HWM_MAX ? c->o.queue_max : ZMQ_HWM_MAX, linger = c->o.linger_ms, ivl = 100, ivlmax = 1000;
+	int one = 1, linger = c->o.linger_ms, ivl = 100, ivlmax = 1000;
+	int hwm = c->o.queue_max < ZMQ_HWM_MAX ? c->o.queue_max : ZMQ_HWM_MAX;
 	int sndtimeo = SEND_WAIT_MS;
 	if (zmq_setsockopt(c->sock, ZMQ_XPUB_NODROP, &one, sizeof(one)) ||
 	    zmq_setsockopt(c->sock, ZMQ_XPUB_VERBOSER, &one, sizeof(one)) ||
