@@ -137,19 +137,30 @@ def main():
         d.wait(lambda s: s["traffic"]["messages"] >= 3 * (16 * L + 1) + 16 * L,
                what="every sweep message")
         send(d, "sweep", [], 2002, data, snd=snds[2])
+        def received(n):
+            # a resumed job starts after the old one stopped: its messages
+            # all arrived (separate connections are not ordered)
+            d.wait(lambda s: s["traffic"]["messages"] >= n, what="%d messages" % n)
+
         # a resume: the last 4 steps again from a new incarnation
+        sent = 4 * (16 * L + 1) + 16 * L
         send(d, "resume", STEPS, 3000, data, end=False)
+        received(sent)
         send(d, "resume", STEPS[12:], 3001, data, resume=STEPS[11])
+        sent += 4 * L + 1
         # a resume with other data: the new trajectory wins from step 12 on
         other = dict(data)
         for st in STEPS[12:]:
             other[st] = probe(st, extra_sink=1.0)
         send(d, "resume2", STEPS, 4000, data, end=False)
+        received(sent + 16 * L)
         send(d, "resume2", STEPS[12:], 4001, other, resume=STEPS[11])
         for run in ("inorder", "reverse", "shuffled", "sweep", "resume", "resume2"):
             reps[run] = report(d.wait_ended(run))
         dup_before = d.status()["drops"]["duplicate"]
         snd = send(d, "dups", STEPS[:3], 5000, data, end=False)
+        d.wait(lambda s: s["writer"]["steps_written"] >= 6 * 16 + 8 + 3,
+               what="the first three steps of dups")
         send(d, "dups", STEPS[1:2], 5000, data, snd=snd)
         reps["dups"] = report(d.wait_ended("dups"))
         dup_after = d.status()["drops"]["duplicate"]

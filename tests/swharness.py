@@ -123,7 +123,12 @@ class Daemon:
             if os.path.exists(path):
                 try:
                     with h5py.File(path, "r", libver="latest", swmr=True) as f:
-                        if f["ended"].shape[0] > 0 and f["ended"][-1] == 1:
+                        ended = f["ended"].shape[0] > 0 and f["ended"][-1] == 1
+                    if ended:
+                        # the mark follows every step on disk, but the writer
+                        # closes the file a moment later: until then a plain
+                        # (non-SWMR) open is refused
+                        with h5py.File(path, "r"):
                             return path
                 except (OSError, KeyError):
                     pass
