@@ -351,7 +351,7 @@ text_odd(const char *label, const struct oddlist *l, const char *why)
 {
 	if (!l->n)
 		return;
-	printf("  %-13s", label);
+	printf("  %-15s", label);
 	for (size_t i = 0; i < l->n; i++)
 		printf("%s %s %+lld", i ? "," : "", l->v[i].name, (long long)l->v[i].rows);
 	printf(" (rows against step; %s)\n", why);
@@ -360,7 +360,7 @@ text_odd(const char *label, const struct oddlist *l, const char *why)
 static void
 text_flags(const struct filecheck *fc)
 {
-	printf("  %-13s", "writer flags:");
+	printf("  %-15s", "writer flags:");
 	if (!fc->flags)
 		printf("clear (closed cleanly)\n");
 	else if (fc->cleared)
@@ -380,24 +380,24 @@ text_report(const struct filecheck *fc)
 {
 	printf("%s\n", fc->path);
 	if (!fc->readable) {
-		printf("  %-13s%s\n", "error:", fc->err);
+		printf("  %-15s%s\n", "error:", fc->err);
 		return;
 	}
-	printf("  %-13s%s\n", "run:", fc->run);
-	printf("  %-13s%d\n", "layout:", (int)fc->layout);
-	printf("  %-13s%lld committed", "steps:", (long long)fc->steps);
+	printf("  %-15s%s\n", "run:", fc->run);
+	printf("  %-15s%d\n", "layout:", (int)fc->layout);
+	printf("  %-15s%lld committed", "steps:", (long long)fc->steps);
 	if (fc->steps > 0)
 		printf(", step %lld .. %lld", (long long)fc->first, (long long)fc->last);
-	printf("\n  %-13s%s\n", "ended:", fc->ended ? "yes" : "no");
+	printf("\n  %-15s%s\n", "ended:", fc->ended ? "yes" : "no");
 	text_flags(fc);
 	if (fc->beyond_eoa > 0)
-		printf("  %-13s%lld bytes past the end of allocation (a killed writer's "
+		printf("  %-15s%lld bytes past the end of allocation (a killed writer's "
 		    "unflushed data)%s\n", "tail:", fc->beyond_eoa,
 		    fc->cleared ? "; allocation moved past them" : "");
 	text_odd("leftovers:", &fc->over, "rows beyond step are not part of the run, "
 	    "the next writer overwrites them");
 	text_odd("short:", &fc->under, "rows of committed steps are missing");
-	printf("  %-13s%s\n", "verdict:", whole(fc) ? "whole" :
+	printf("  %-15s%s\n", "verdict:", whole(fc) ? "whole" :
 	    fc->under.n ? "damaged" : "not closed");
 }
 
