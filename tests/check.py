@@ -140,6 +140,15 @@ def case_crash():
         assert rc == 1 and "sinkwatchd is writing" in err, (rc, out, err)
         fcntl.flock(lk, fcntl.LOCK_UN)
 
+    # a plain HDF5 writer holds an exclusive flock on the file itself
+    with open(path) as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        rc, out, err = check(path)
+        assert rc == 1 and "another process has it open for writing" in err, (rc, out, err)
+        assert "cleared" not in out, out
+        fcntl.flock(lk, fcntl.LOCK_UN)
+    assert plain_open_fails(path) is not None, "check cleared a file another process locks"
+
     # no daemon: check clears
     rc, out, err = check(path)
     assert rc == 0, "check of a killed daemon's file: rc %d\n%s%s" % (rc, out, err)

@@ -207,6 +207,47 @@ read_steps(hid_t file, struct filecheck *fc)
 }
 
 /*
+ * Whether another process has the file open through HDF5 for plain
+ * (not SWMR) writing: it holds HDF5's exclusive flock on the file, where
+ * SWMR readers hold shared ones and a SWMR writer none. Clearing opens
+ * without HDF5's lock, so it asks here. Returns 1 if held, with a message;
+ * 0 if not (then *fd holds our shared lock until the clearing is done); -1
+ * with a message.
+ */
+static int
+file_lock(const char *path, int *fd, char *err, size_t errlen)
+{
+	if ((*fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(*fd, LOCK_SH | LOCK_NB) == 0)
+		return 0;
+	int held = errno == EWOULDBLOCK;
+	if (held)
+		snprintf(err, errlen, "%s: another process has it open for writing "
+		    "(it holds HDF5's lock on the file); not clearing", path);
+	else
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	close(*fd);
+	*fd = -1;
+	return held ? 1 : -1;
+}
+
+/* Replaces fc->err with file_lock's message if another process locks the file. */
+static void
+unlocked_or_say(struct filecheck *fc)
+{
+	char msg[sizeof(fc->err)];
+	int fd;
+
+	if (file_lock(fc->path, &fd, msg, sizeof(msg)) == 1)
+		memcpy(fc->err, msg, sizeof(msg));
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
  * Reads the file with SWMR, which accepts the writer flags (and follows a
  * writer that is still appending). Closed again before any clearing: HDF5
  * would hand a read-write open in this process the same open file.
@@ -234,6 +275,8 @@ inspect(struct filecheck *fc)
 	if (file < 0) {
 		sw_h5_fail(fc->err, sizeof(fc->err), "%s: cannot open it for SWMR reading",
 		    fc->path);
+		/* a plain writer's lock refuses the open: say that, not errno 11 */
+		unlocked_or_say(fc);
 		goto done;
 	}
 	if (sw_h5_attr_num(file, "layout_version", H5T_NATIVE_INT32, &fc->layout) < 0 ||
@@ -304,14 +347,15 @@ daemon_lock(const char *path, int *fd, char *err, size_t errlen)
 static void
 clear(struct filecheck *fc)
 {
-	int fd, held;
+	int fd, ffd = -1, held;
 
 	held = daemon_lock(fc->path, &fd, fc->clear_err, sizeof(fc->clear_err));
 	if (held == 1)
 		fc->daemon = 1;
 	if (held != 0)
 		return;
-	if (sw_runfile_clear(fc->path, fc->clear_err, sizeof(fc->clear_err)) == 0) {
+	if (file_lock(fc->path, &ffd, fc->clear_err, sizeof(fc->clear_err)) == 0 &&
+	    sw_runfile_clear(fc->path, fc->clear_err, sizeof(fc->clear_err)) == 0) {
 		/* read back: the flags on disk are what every reader meets */
 		fc->flags_now = sw_runfile_writer_flags(fc->path, fc->clear_err,
 		    sizeof(fc->clear_err));
@@ -321,6 +365,8 @@ clear(struct filecheck *fc)
 			snprintf(fc->clear_err, sizeof(fc->clear_err),
 			    "%s: the writer flags are still set after clearing", fc->path);
 	}
+	if (ffd >= 0)
+		close(ffd);
 	if (fd >= 0)
 		close(fd);
 }
