@@ -658,6 +658,49 @@ fail:
 	return -1;
 }
 
+/*
+ * The access list of a writer that takes over a file a killed writer may
+ * have left: writer flags cleared, and no HDF5 file lock (a dashboard's
+ * SWMR reader holds a shared flock, which would refuse the exclusive one; a
+ * SWMR writer drops it at once anyway). The caller makes sure one process
+ * at most writes the file (sinkwatchd's lock on its data directory).
+ */
+static hid_t
+takeover_fapl(void)
+{
+	hid_t fapl = make_fapl(1);
+
+	if (fapl >= 0 && H5Pset_file_locking(fapl, 0, 1) < 0) {
+		H5Pclose(fapl);
+		return -1;
+	}
+	return fapl;
+}
+
+/*
+ * A killed writer may have written past the end of allocation its last
+ * flush recorded, and metadata it evicted since may point there: new
+ * allocations must start past the end of the file, as h5clear --increment
+ * does. file is open read-write.
+ */
+static int
+fix_eoa(hid_t file, const char *path, char *err, size_t errlen)
+{
+	haddr_t eoa;
+	struct stat sb;
+
+	if (H5Fget_eoa(file, &eoa) < 0 || stat(path, &sb) != 0) {
+		sw_h5_fail(err, errlen, "%s: reading the end of allocation failed", path);
+		return -1;
+	}
+	if ((haddr_t)sb.st_size > eoa && H5Fincrement_filesize(file, 0) < 0) {
+		sw_h5_fail(err, errlen, "%s: moving the end of allocation past the end of file failed",
+		    path);
+		return -1;
+	}
+	return 0;
+}
+
 static int
 check_meta(const sw_runmeta *m, char *err, size_t errlen)
 {
@@ -900,17 +943,12 @@ static int
 resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 {
 	hid_t fapl = -1;
-	haddr_t eoa;
-	struct stat sb;
 	int rc = -1;
 
 	int e = check_existing(f->path, m, err, errlen);
 	if (e < 0)
 		return e;
-	if ((fapl = make_fapl(1)) < 0 ||
-	    /* a dashboard's SWMR reader holds a shared flock: don't ask for
-	     * the exclusive one (a SWMR writer drops it at once anyway) */
-	    H5Pset_file_locking(fapl, 0, 1) < 0) {
+	if ((fapl = takeover_fapl()) < 0) {
 		sw_h5_fail(err, errlen, "%s: making the file access list failed", f->path);
 		goto done;
 	}
@@ -919,18 +957,8 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 		sw_h5_fail(err, errlen, "%s: cannot open the run file for SWMR writing", f->path);
 		goto done;
 	}
-	/*
-	 * A killed SWMR writer may have written past the end of allocation
-	 * its last flush recorded, and metadata it evicted since may point
-	 * there: new allocations must start past the end of the file, as
-	 * h5clear --increment does.
-	 */
-	if (H5Fget_eoa(f->file, &eoa) >= 0 && stat(f->path, &sb) == 0 &&
-	    (haddr_t)sb.st_size > eoa && H5Fincrement_filesize(f->file, 0) < 0) {
-		sw_h5_fail(err, errlen, "%s: moving the end of allocation past the end of file failed",
-		    f->path);
+	if (fix_eoa(f->file, f->path, err, errlen) < 0)
 		goto done;
-	}
 	if (open_datasets(f, m->row_stats, err, errlen) < 0)
 		goto done;
 	if (f->ext[D_ENDED] > 0) {
@@ -945,6 +973,87 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 done:
 	if (fapl >= 0)
 		H5Pclose(fapl);
+	return rc;
+}
+
+int
+sw_runfile_clear(const char *path, char *err, size_t errlen)
+{
+	hid_t fapl, file;
+	int rc = -1;
+
+	quiet();
+	if (H5Fis_hdf5(path) <= 0) {
+		H5Eclear2(H5E_DEFAULT);
+		snprintf(err, errlen, "%s: not an HDF5 file", path);
+		return -1;
+	}
+	if ((fapl = takeover_fapl()) < 0) {
+		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
+		return -1;
+	}
+	/*
+	 * A plain read-write open, as h5clear's: the flags are zeroed when it
+	 * opens, set to "open for write" (not SWMR) while it is open, and
+	 * zeroed on disk again by the close.
+	 */
+	file = H5Fopen(path, H5F_ACC_RDWR, fapl);
+	H5Pclose(fapl);
+	if (file < 0) {
+		sw_h5_fail(err, errlen, "%s: cannot open the file read-write", path);
+		return -1;
+	}
+	rc = fix_eoa(file, path, err, errlen);
+	if (H5Fclose(file) < 0 && rc == 0) {
+		sw_h5_fail(err, errlen, "%s: closing the file failed", path);
+		rc = -1;
+	}
+	return rc;
+}
+
+/* Superblock signature, and where the file consistency flags of a version
+ * 2 or 3 superblock are: after signature, version and the two size bytes. */
+static const unsigned char h5sig[8] = { 0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n' };
+#define SB_FLAGS_OFF 11
+#define SB_WRITE_ACCESS 0x01	/* H5F_SUPER_WRITE_ACCESS */
+#define SB_SWMR_WRITE_ACCESS 0x04	/* H5F_SUPER_SWMR_WRITE_ACCESS */
+
+/*
+ * HDF5 1.10 has no public call that returns the flags, and a plain open
+ * that fails says little (a held file lock or damaged metadata fail it
+ * too), so the superblock is read as the file format defines it: at offset
+ * 0, or 512, 1024, 2048, ... after a user block.
+ */
+int
+sw_runfile_writer_flags(const char *path, char *err, size_t errlen)
+{
+	unsigned char sb[SB_FLAGS_OFF + 1];
+	struct stat st;
+	int fd, rc = -1;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) != 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	for (off_t at = 0; at + (off_t)sizeof(sb) <= st.st_size; at = at ? 2 * at : 512) {
+		if (pread(fd, sb, sizeof(sb), at) != (ssize_t)sizeof(sb))
+			break;
+		if (memcmp(sb, h5sig, sizeof(h5sig)) != 0)
+			continue;
+		/*
+		 * Version 3 (the latest format, which SWMR needs) is the first
+		 * whose writers set the flags; before it the library neither
+		 * sets nor checks them.
+		 */
+		rc = sb[8] >= 3 &&
+		    (sb[SB_FLAGS_OFF] & (SB_WRITE_ACCESS | SB_SWMR_WRITE_ACCESS)) != 0;
+		break;
+	}
+	if (rc < 0)
+		snprintf(err, errlen, "%s: not an HDF5 file (no superblock)", path);
+	close(fd);
 	return rc;
 }
 

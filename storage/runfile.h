@@ -196,6 +196,25 @@ void sw_rows_free(sw_rows *r);
 /* Flushes and closes *f (NULL is fine), sets it NULL. 0 or -1. */
 int sw_runfile_close(sw_runfile **f);
 
+/*
+ * Whether the superblock of the HDF5 file at path has its writer flags set
+ * (a writer has it open, or was killed: every open but a SWMR read then
+ * fails with "file is already open for write"): 1 set, 0 clear, -1 with a
+ * message if the file cannot be read or holds no HDF5 superblock.
+ */
+int sw_runfile_writer_flags(const char *path, char *err, size_t errlen);
+
+/*
+ * What a writer resuming a killed writer's file does to it, without
+ * writing a step: zeroes the superblock's writer flags (h5clear -s) and
+ * moves the end of allocation to the end of the file if the file is longer
+ * (h5clear --increment=0), so that any HDF5 reader opens it again. Opens
+ * without HDF5's file lock, like a resume: the caller makes sure no process
+ * writes the file (no sinkwatchd holds its data directory's lock).
+ * Returns 0, or -1 with a message in err.
+ */
+int sw_runfile_clear(const char *path, char *err, size_t errlen);
+
 /* ---- reading, with SWMR, while a writer appends --------------------------- */
 
 typedef struct sw_reader sw_reader;

@@ -1,0 +1,576 @@
+/*
+ * check.c: `sinkwatch check`: is a run file whole, and can every HDF5
+ * reader open it? After sinkwatchd is killed (SIGKILL, a crash) a run file
+ * keeps the SWMR writer flags in its superblock, and h5ls, h5dump and a
+ * plain h5py open refuse it until they are cleared (h5clear -s). check
+ * reports what the file holds by the commit protocol of storage/LAYOUT.md
+ * and clears the flags when no daemon writes the file.
+ *
+ * Exit status: 0 when every file is whole and closed (any reader opens it),
+ * 1 when a file is unreadable or inconsistent or its flags stay set, 2 on
+ * a usage error. Rows beyond /step are what a crash (or an append in
+ * progress) leaves: never part of the run, overwritten by the next writer,
+ * so they are reported and do not make a file damaged.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "storage/h5util.h"
+#include "storage/runfile.h"
+#include "tools/json.h"
+#include "tools/tools.h"
+
+#define REFRESH_TRIES 100	/* about 100 ms of 1 ms waits, as the reader */
+
+/* A dataset indexed by step whose extent is not /step's. */
+struct odd {
+	char name[128];
+	int64_t rows;		/* its extent minus /step's */
+};
+
+struct oddlist {
+	struct odd *v;
+	size_t n, cap;
+};
+
+struct filecheck {
+	const char *path;
+	char err[512];		/* why the file could not be read */
+	int readable;
+	int32_t layout;
+	char run[129];
+	int64_t steps, first, last;	/* committed steps, first/last step value */
+	int ended;
+	long long beyond_eoa;	/* bytes a killed writer left past the end of allocation */
+	int flags;		/* writer flags set when check came */
+	int daemon;		/* a sinkwatchd holds the data directory */
+	int cleared;
+	int flags_now;		/* after clearing: what any reader now meets */
+	char clear_err[512];
+	struct oddlist over;	/* rows beyond /step: left by a crash */
+	struct oddlist under;	/* shorter than /step: damage */
+};
+
+static const char hint[] = "to read a run file while sinkwatchd writes it: "
+    "h5py.File(FILE, \"r\", libver=\"latest\", swmr=True), refresh step and size "
+    "every read by it (README.md), or sinkwatch tail FILE";
+
+static int
+odd_add(struct oddlist *l, const char *name, int64_t rows)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		struct odd *v = realloc(l->v, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		l->v = v;
+		l->cap = cap;
+	}
+	snprintf(l->v[l->n].name, sizeof(l->v[l->n].name), "%s", name);
+	l->v[l->n++].rows = rows;
+	return 0;
+}
+
+/* Extent of the first axis, or -1. */
+static int64_t
+extent0(hid_t ds)
+{
+	hsize_t dims[H5S_MAX_RANK];
+	hid_t sp = H5Dget_space(ds);
+	int rank = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+
+	if (sp >= 0)
+		H5Sclose(sp);
+	return rank < 1 ? -1 : (int64_t)dims[0];
+}
+
+/* Element i of a one-dimensional dataset, as int64. 0 or -1. */
+static int
+read_at(hid_t ds, int64_t i, int64_t *v)
+{
+	hsize_t start = (hsize_t)i, count = 1;
+	hid_t fsp = H5Dget_space(ds), msp = H5Screate_simple(1, &count, NULL);
+	int rc = -1;
+
+	if (fsp >= 0 && msp >= 0 &&
+	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &start, NULL, &count, NULL) >= 0 &&
+	    H5Dread(ds, H5T_NATIVE_INT64, msp, fsp, H5P_DEFAULT, v) >= 0)
+		rc = 0;
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return rc;
+}
+
+/* Whether a dims attribute names step as the first axis. */
+static int
+step_indexed(const char *dims)
+{
+	return !strncmp(dims, "step", 4) && (dims[4] == '\0' || dims[4] == ',');
+}
+
+/*
+ * A dataset shorter than /step in a file a writer may still be flushing:
+ * one flush writes the datasets' headers one after another, so refresh it
+ * for a while before calling it short (LAYOUT.md, commit protocol 3).
+ */
+static int64_t
+settled_extent(hid_t ds, int64_t steps)
+{
+	int64_t n = extent0(ds);
+
+	for (int i = 0; n >= 0 && n < steps && i < REFRESH_TRIES; i++) {
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+		if (H5Drefresh(ds) < 0)
+			break;
+		n = extent0(ds);
+	}
+	return n;
+}
+
+/*
+ * Each dataset of the root group whose first axis is step, against /step.
+ * The list is not hard-coded: a later layout adds datasets, and the dims
+ * attribute says which are indexed by step.
+ */
+static herr_t
+visit(hid_t root, const char *name, const H5L_info_t *info, void *data)
+{
+	struct filecheck *fc = data;
+	H5O_info_t oi;
+	char dims[256];
+	hid_t ds;
+	int64_t n;
+
+	if (info->type != H5L_TYPE_HARD || !strcmp(name, "step"))
+		return 0;
+	if (H5Oget_info_by_name2(root, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+	    oi.type != H5O_TYPE_DATASET)
+		return 0;
+	if ((ds = H5Dopen2(root, name, H5P_DEFAULT)) < 0)
+		return 0;
+	if (sw_h5_attr_str(ds, "dims", dims, sizeof(dims)) == 0 && step_indexed(dims) &&
+	    (n = settled_extent(ds, fc->steps)) >= 0 && n != fc->steps &&
+	    odd_add(n > fc->steps ? &fc->over : &fc->under, name, n - fc->steps) < 0) {
+		H5Dclose(ds);
+		return -1;
+	}
+	H5Dclose(ds);
+	return 0;
+}
+
+/* The last /ended entry is 1. */
+static int
+read_ended(hid_t file, struct filecheck *fc)
+{
+	hid_t ds = H5Dopen2(file, "ended", H5P_DEFAULT);
+	int64_t n, last = 0;
+	int rc = -1;
+
+	if (ds < 0)
+		return -1;
+	if ((n = extent0(ds)) >= 0 && (n == 0 || read_at(ds, n - 1, &last) == 0)) {
+		fc->ended = n > 0 && last == 1;
+		rc = 0;
+	}
+	H5Dclose(ds);
+	return rc;
+}
+
+/* What the committed part of the file is: /step's extent and values. */
+static int
+read_steps(hid_t file, struct filecheck *fc)
+{
+	hid_t ds = H5Dopen2(file, "step", H5P_DEFAULT);
+	int rc = -1;
+
+	if (ds < 0)
+		return -1;
+	fc->steps = extent0(ds);
+	if (fc->steps == 0 || (fc->steps > 0 && read_at(ds, 0, &fc->first) == 0 &&
+	    read_at(ds, fc->steps - 1, &fc->last) == 0))
+		rc = 0;
+	H5Dclose(ds);
+	return rc;
+}
+
+/*
+ * Whether another process has the file open through HDF5 for plain
+ * (not SWMR) writing: it holds HDF5's exclusive flock on the file, where
+ * SWMR readers hold shared ones and a SWMR writer none. Clearing opens
+ * without HDF5's lock, so it asks here. Returns 1 if held, with a message;
+ * 0 if not (then *fd holds our shared lock until the clearing is done); -1
+ * with a message.
+ */
+static int
+file_lock(const char *path, int *fd, char *err, size_t errlen)
+{
+	if ((*fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(*fd, LOCK_SH | LOCK_NB) == 0)
+		return 0;
+	int held = errno == EWOULDBLOCK;
+	if (held)
+		snprintf(err, errlen, "%s: another process has it open for writing "
+		    "(it holds HDF5's lock on the file); not clearing", path);
+	else
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	close(*fd);
+	*fd = -1;
+	return held ? 1 : -1;
+}
+
+/* Replaces fc->err with file_lock's message if another process locks the file. */
+static void
+unlocked_or_say(struct filecheck *fc)
+{
+	char msg[sizeof(fc->err)];
+	int fd;
+
+	if (file_lock(fc->path, &fd, msg, sizeof(msg)) == 1)
+		memcpy(fc->err, msg, sizeof(msg));
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * Reads the file with SWMR, which accepts the writer flags (and follows a
+ * writer that is still appending). Closed again before any clearing: HDF5
+ * would hand a read-write open in this process the same open file.
+ */
+static int
+inspect(struct filecheck *fc)
+{
+	hid_t fapl = -1, file = -1;
+	haddr_t eoa;
+	struct stat sb;
+	int rc = -1;
+
+	if (H5Fis_hdf5(fc->path) <= 0) {
+		H5Eclear2(H5E_DEFAULT);
+		snprintf(fc->err, sizeof(fc->err), "%s: not an HDF5 file", fc->path);
+		return -1;
+	}
+	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+	    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: making the file access list failed",
+		    fc->path);
+		goto done;
+	}
+	file = H5Fopen(fc->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+	if (file < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: cannot open it for SWMR reading",
+		    fc->path);
+		/* a plain writer's lock refuses the open: say that, not errno 11 */
+		unlocked_or_say(fc);
+		goto done;
+	}
+	if (sw_h5_attr_num(file, "layout_version", H5T_NATIVE_INT32, &fc->layout) < 0 ||
+	    sw_h5_attr_str(file, "run", fc->run, sizeof(fc->run)) < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: not a sinkwatch run file "
+		    "(no layout_version or run attribute)", fc->path);
+		goto done;
+	}
+	if (read_steps(file, fc) < 0 || read_ended(file, fc) < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: /step or /ended missing or unreadable",
+		    fc->path);
+		goto done;
+	}
+	if (H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, NULL, visit, fc) < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: reading the datasets failed", fc->path);
+		goto done;
+	}
+	if (H5Fget_eoa(file, &eoa) >= 0 && stat(fc->path, &sb) == 0 &&
+	    (haddr_t)sb.st_size > eoa)
+		fc->beyond_eoa = (long long)(sb.st_size - (off_t)eoa);
+	fc->readable = 1;
+	rc = 0;
+done:
+	if (file >= 0)
+		H5Fclose(file);
+	if (fapl >= 0)
+		H5Pclose(fapl);
+	H5Eclear2(H5E_DEFAULT);
+	return rc;
+}
+
+/*
+ * Whether a sinkwatchd writes the file's directory: it holds an exclusive
+ * flock on DATADIR/.sinkwatchd.lock for as long as it runs. Returns 1 if
+ * held, 0 if not (then *fd, unless -1, holds our shared lock: a daemon
+ * that starts meanwhile cannot take the directory while we clear), -1 with
+ * a message. No lock file: no daemon ever ran there (it never removes it).
+ */
+static int
+daemon_lock(const char *path, int *fd, char *err, size_t errlen)
+{
+	char *copy = strdup(path), lockp[4096];
+
+	*fd = -1;
+	if (!copy) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	snprintf(lockp, sizeof(lockp), "%s/.sinkwatchd.lock", dirname(copy));
+	free(copy);
+	if ((*fd = open(lockp, O_RDONLY | O_CLOEXEC)) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(err, errlen, "%.400s: %s", lockp, strerror(errno));
+		return -1;
+	}
+	if (flock(*fd, LOCK_SH | LOCK_NB) == 0)
+		return 0;
+	int held = errno == EWOULDBLOCK;
+	if (!held)
+		snprintf(err, errlen, "%.400s: %s", lockp, strerror(errno));
+	close(*fd);
+	*fd = -1;
+	return held ? 1 : -1;
+}
+
+/* Clears the writer flags if no daemon holds the directory. */
+static void
+clear(struct filecheck *fc)
+{
+	int fd, ffd = -1, held;
+
+	held = daemon_lock(fc->path, &fd, fc->clear_err, sizeof(fc->clear_err));
+	if (held == 1)
+		fc->daemon = 1;
+	if (held != 0)
+		return;
+	if (file_lock(fc->path, &ffd, fc->clear_err, sizeof(fc->clear_err)) == 0 &&
+	    sw_runfile_clear(fc->path, fc->clear_err, sizeof(fc->clear_err)) == 0) {
+		/* read back: the flags on disk are what every reader meets */
+		fc->flags_now = sw_runfile_writer_flags(fc->path, fc->clear_err,
+		    sizeof(fc->clear_err));
+		if (fc->flags_now == 0)
+			fc->cleared = 1;
+		else if (fc->flags_now == 1)
+			snprintf(fc->clear_err, sizeof(fc->clear_err),
+			    "%s: the writer flags are still set after clearing", fc->path);
+	}
+	if (ffd >= 0)
+		close(ffd);
+	if (fd >= 0)
+		close(fd);
+}
+
+static void
+check_file(struct filecheck *fc, int noclear)
+{
+	fc->flags = sw_runfile_writer_flags(fc->path, fc->err, sizeof(fc->err));
+	if (fc->flags < 0)
+		return;
+	fc->flags_now = fc->flags;
+	if (inspect(fc) < 0)
+		return;
+	if (fc->flags && !noclear)
+		clear(fc);
+}
+
+static int
+whole(const struct filecheck *fc)
+{
+	return fc->readable && fc->under.n == 0 && fc->flags_now == 0;
+}
+
+/* ---- output ------------------------------------------------------------------- */
+
+static void
+text_odd(const char *label, const struct oddlist *l, const char *why)
+{
+	if (!l->n)
+		return;
+	printf("  %-15s", label);
+	for (size_t i = 0; i < l->n; i++)
+		printf("%s %s %+lld", i ? "," : "", l->v[i].name, (long long)l->v[i].rows);
+	printf(" (rows against step; %s)\n", why);
+}
+
+static void
+text_flags(const struct filecheck *fc)
+{
+	printf("  %-15s", "writer flags:");
+	if (!fc->flags)
+		printf("clear (closed cleanly)\n");
+	else if (fc->cleared)
+		printf("were set (not closed cleanly: the writer was killed); cleared\n");
+	else if (fc->daemon)
+		printf("set; a sinkwatchd is writing this directory (it holds "
+		    ".sinkwatchd.lock): not cleared; SWMR readers work meanwhile\n");
+	else if (fc->clear_err[0])
+		printf("set; clearing failed: %s\n", fc->clear_err);
+	else
+		printf("set (not closed cleanly: a writer runs or was killed); "
+		    "not cleared (--no-clear)\n");
+}
+
+static void
+text_report(const struct filecheck *fc)
+{
+	printf("%s\n", fc->path);
+	if (!fc->readable) {
+		printf("  %-15s%s\n", "error:", fc->err);
+		return;
+	}
+	printf("  %-15s%s\n", "run:", fc->run);
+	printf("  %-15s%d\n", "layout:", (int)fc->layout);
+	printf("  %-15s%lld committed", "steps:", (long long)fc->steps);
+	if (fc->steps > 0)
+		printf(", step %lld .. %lld", (long long)fc->first, (long long)fc->last);
+	printf("\n  %-15s%s\n", "ended:", fc->ended ? "yes" : "no");
+	text_flags(fc);
+	if (fc->beyond_eoa > 0)
+		printf("  %-15s%lld bytes past the end of allocation (a killed writer's "
+		    "unflushed data)%s\n", "tail:", fc->beyond_eoa,
+		    fc->cleared ? "; allocation moved past them" : "");
+	text_odd("leftovers:", &fc->over, "rows beyond step are not part of the run, "
+	    "the next writer overwrites them");
+	text_odd("short:", &fc->under, "rows of committed steps are missing");
+	printf("  %-15s%s\n", "verdict:", whole(fc) ? "whole" :
+	    fc->under.n ? "damaged" : "not closed");
+}
+
+static void
+json_odd(sw_json *j, const char *key, const struct oddlist *l)
+{
+	sw_json_begin_arr(j, key);
+	for (size_t i = 0; i < l->n; i++) {
+		sw_json_begin_obj(j, NULL);
+		sw_json_str(j, "dataset", l->v[i].name);
+		sw_json_int(j, "rows", l->v[i].rows);
+		sw_json_end_obj(j);
+	}
+	sw_json_end_arr(j);
+}
+
+static void
+json_report(sw_json *j, const struct filecheck *fc)
+{
+	sw_json_begin_obj(j, NULL);
+	sw_json_str(j, "file", fc->path);
+	sw_json_bool(j, "whole", whole(fc));
+	if (!fc->readable) {
+		sw_json_str(j, "error", fc->err);
+		sw_json_end_obj(j);
+		return;
+	}
+	sw_json_int(j, "layout_version", fc->layout);
+	sw_json_str(j, "run", fc->run);
+	sw_json_int(j, "steps", fc->steps);
+	if (fc->steps > 0) {
+		sw_json_int(j, "first_step", fc->first);
+		sw_json_int(j, "last_step", fc->last);
+	}
+	sw_json_bool(j, "ended", fc->ended);
+	sw_json_bool(j, "writer_flags", fc->flags);
+	sw_json_bool(j, "daemon_writing", fc->daemon);
+	sw_json_bool(j, "cleared", fc->cleared);
+	if (fc->clear_err[0])
+		sw_json_str(j, "clear_error", fc->clear_err);
+	sw_json_int(j, "bytes_beyond_eoa", fc->beyond_eoa);
+	json_odd(j, "leftovers", &fc->over);
+	json_odd(j, "short", &fc->under);
+	sw_json_end_obj(j);
+}
+
+/* Problems also go to stderr, so that a script sees why it got 1. */
+static void
+complain(const struct filecheck *fc)
+{
+	if (!fc->readable)
+		fprintf(stderr, "sinkwatch check: %s\n", fc->err);
+	else if (fc->under.n)
+		fprintf(stderr, "sinkwatch check: %s: %zu dataset(s) shorter than step\n",
+		    fc->path, fc->under.n);
+	else if (fc->daemon)
+		fprintf(stderr, "sinkwatch check: %s: a sinkwatchd is writing this directory; "
+		    "not clearing the writer flags (SWMR readers work meanwhile)\n", fc->path);
+	else if (fc->clear_err[0])
+		fprintf(stderr, "sinkwatch check: %s\n", fc->clear_err);
+	else if (fc->flags_now)
+		fprintf(stderr, "sinkwatch check: %s: the writer flags are set "
+		    "(--no-clear): plain HDF5 readers refuse it\n", fc->path);
+}
+
+int
+sw_check_main(int argc, char **argv)
+{
+	int json = 0, noclear = 0, nfiles = 0, bad = 0;
+	const char **files = calloc((size_t)argc, sizeof(*files));
+
+	if (!files)
+		return sw_tool_fail("check", "out of memory");
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+			const char *f = argv[++i];
+			if (!strcmp(f, "json"))
+				json = 1;
+			else if (strcmp(f, "text")) {
+				free(files);
+				return sw_tool_fail("check", "--format: '%s' is not text or json", f);
+			}
+		} else if (!strcmp(argv[i], "--no-clear"))
+			noclear = 1;
+		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: sinkwatch check [--no-clear] [--format text|json] RUN.h5...\n");
+			free(files);
+			return 0;
+		} else if (argv[i][0] == '-') {
+			free(files);
+			return sw_tool_fail("check", "unknown option '%s'", argv[i]);
+		} else
+			files[nfiles++] = argv[i];
+	}
+	if (!nfiles) {
+		free(files);
+		return sw_tool_fail("check", "missing RUN.h5");
+	}
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+	sw_json j;
+	if (json) {
+		sw_json_init(&j, stdout);
+		sw_json_begin_obj(&j, NULL);
+		sw_json_int(&j, "schema", 1);
+		sw_json_begin_arr(&j, "files");
+	}
+	for (int i = 0; i < nfiles; i++) {
+		struct filecheck fc;
+		memset(&fc, 0, sizeof(fc));
+		fc.path = files[i];
+		check_file(&fc, noclear);
+		if (json)
+			json_report(&j, &fc);
+		else
+			text_report(&fc);
+		complain(&fc);
+		bad |= !whole(&fc);
+		free(fc.over.v);
+		free(fc.under.v);
+	}
+	if (json) {
+		sw_json_end_arr(&j);
+		sw_json_str(&j, "hint", hint);
+		sw_json_end_obj(&j);
+		sw_json_finish(&j);
+	} else
+		printf("%s\n", hint);
+	free(files);
+	return bad ? 1 : 0;
+}
