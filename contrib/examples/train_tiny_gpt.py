@@ -24,6 +24,7 @@ can replay the checkpoints later (saving draws no random numbers: the
 training is the same bit for bit).
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -116,18 +117,19 @@ def build_model(hparams):
 
 
 def save_probe_file(dirname, probe_x, hparams, model_name, params, args, positions):
-    """DIR/probe.pt: everything sinkwatch.sweep needs besides the checkpoints."""
-    meta = {"format": "sinkwatch-sweep-probe/1",
-            "probe": probe_x.clone(),
-            "hparams": dict(hparams),
-            "factory_file": os.path.abspath(__file__),
-            "factory": "build_model",
+    """DIR/probe.pt: everything sinkwatch.sweep needs besides the checkpoints:
+    {"format", "probe": the batch (tensor), "meta": a JSON string} (JSON, so
+    that torch.load(weights_only=True) of any torch version reads it)."""
+    meta = {"hparams": dict(hparams),
+            "factory_file": os.path.abspath(__file__), "factory": "build_model",
             "model": model_name, "params": int(params),
             "layers": int(hparams["layers"]), "heads": int(hparams["heads"]),
             "sink": 0, "capture": "mha", "causal": True,
             "query_positions": positions, "cast": args.cast, "rowstats": bool(args.rowstats),
             "seed": args.seed, "steps": args.steps, "save_every": args.save_every}
-    torch.save(meta, os.path.join(dirname, "probe.pt"))
+    torch.save({"format": "sinkwatch-sweep-probe/1", "probe": probe_x.clone(),
+                "meta": json.dumps(meta, sort_keys=True)},
+               os.path.join(dirname, "probe.pt"))
 
 
 def save_checkpoint(dirname, model, step):
