@@ -10,6 +10,8 @@ and shuffled by 3 workers (the command line). Checked:
   dropped or lost, the run was ended once, after the daemon had every message;
 - the stored per-step head values of the two sweeps (and of the training
   probe) agree to 1e-12 when matched by step, whatever their order in the file;
+- the same with 2 forked workers in descending order, ended after a wait
+  when the control socket does not answer;
 - the shuffled sweep really reached the daemon out of step order;
 - `sinkwatch report --format json` of the ordered sweep equals the training
   probe's (both in step order), every attribution number to 1e-9;
@@ -246,6 +248,28 @@ def case_sweep_shuffled():
     d.wait_ended("sweep-shuf")
 
 
+def case_sweep_fork():
+    """2 workers, descending, the fork start method, a control endpoint that
+    does not answer (the sweep waits `settle` seconds before the end)."""
+    import sinkwatch.sweep as sws
+    from swharness import free_port
+    d = STATE["daemon"]
+    meta = sws.load_probe_file(STATE["ck"])
+    factory = sws.FileFactory(meta["factory_file"], meta["factory"], meta["hparams"])
+    st = sws.sweep(STATE["ck"], factory, meta["probe"], "sweep-fork", endpoint=d.listen,
+                   control="tcp://127.0.0.1:%d" % free_port(), workers=2, order="desc",
+                   start_method="fork", model=meta["model"])
+    assert [w["steps"] for w in st["workers"]] == [CKPT_STEPS[::-1][0::2],
+                                                   CKPT_STEPS[::-1][1::2]], st
+    assert st["received"] is None and st["confirmed"] is None, st
+    st = dict(st, confirmed=True, received=st["sent"])
+    check_stats(st, "sweep-fork")
+    d.wait_ended("sweep-fork")
+    _, steps, lost, missing = read_steps(d.run_file("sweep-fork"))
+    assert sorted(steps) == CKPT_STEPS and not lost.any() and not missing.any(), steps
+    same_by_step(d.run_file("sweep-asc"), d.run_file("sweep-fork"), "fork vs ordered")
+
+
 def check_stats(st, run):
     assert st["run"] == run and st["checkpoints"] == len(CKPT_STEPS), st
     assert sorted(sum((w["steps"] for w in st["workers"]), [])) == CKPT_STEPS, st
@@ -327,7 +351,7 @@ def case_report_shuffled():
 
 CASES = [("helpers", case_helpers), ("train", case_train),
          ("sweep_ordered", case_sweep_ordered), ("sweep_shuffled", case_sweep_shuffled),
-         ("stored_once", case_stored_once), ("values_by_step", case_values_by_step),
+         ("sweep_fork", case_sweep_fork), ("stored_once", case_stored_once), ("values_by_step", case_values_by_step),
          ("report_ordered", case_report_ordered), ("report_shuffled", case_report_shuffled)]
 
 

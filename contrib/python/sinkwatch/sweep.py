@@ -341,22 +341,21 @@ def _run_messages(control, run, timeout_ms=1000):
 
 def _wait_received(control, run, want, timeout):
     """Polls the control socket until the daemon counts at least `want`
-    messages of the run. (received, True) when it does, (last count,
-    False) at the timeout, (None, None) when the control socket never
-    answered."""
+    messages of the run. (received, True) when it does, (last count, False)
+    at the timeout (-1: the run is not open there), (None, None) when the
+    control socket does not answer the first request (within a second)."""
     deadline = time.monotonic() + timeout
-    last, answered = None, False
+    last = None
     while True:
         n = _run_messages(control, run)
+        if n is None and last is None:
+            return None, None
         if n is not None:
-            answered = True
             last = n
             if n >= want:
                 return n, True
-        elif not answered and time.monotonic() + 1.0 > deadline:
-            return None, None
         if time.monotonic() >= deadline:
-            return (last, False) if answered else (None, None)
+            return last, False
         time.sleep(0.05)
 
 
