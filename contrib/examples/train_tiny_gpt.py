@@ -14,8 +14,17 @@ steps (and after the last step when it falls on the cadence).
 
 Deterministic with --seed (and --threads); the probe does not change the
 training: --no-probe gives the same parameters and losses bit for bit.
+
+With --save-every K --checkpoint-dir DIR it also saves the model's state_dict
+(torch.save) at step 0, every K steps and after the last step, as
+DIR/step_%08d.pt (the weights a probe at that step sees), and once
+DIR/probe.pt: the fixed probe batch, the model's hyper-parameters and where
+build_model() lives, so that `python3 -m sinkwatch.sweep --checkpoint-dir DIR`
+can replay the checkpoints later (saving draws no random numbers: the
+training is the same bit for bit).
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -100,6 +109,38 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
+def build_model(hparams):
+    """The model of a hyper-parameter dict (layers, heads, d, context,
+    dropout): what a checkpoint sweep calls to rebuild it (probe.pt names
+    this file and this function)."""
+    return TinyGPT(**hparams)
+
+
+def save_probe_file(dirname, probe_x, hparams, model_name, params, args, positions):
+    """DIR/probe.pt: everything sinkwatch.sweep needs besides the checkpoints:
+    {"format", "probe": the batch (tensor), "meta": a JSON string} (JSON, so
+    that torch.load(weights_only=True) of any torch version reads it)."""
+    meta = {"hparams": dict(hparams),
+            "factory_file": os.path.abspath(__file__), "factory": "build_model",
+            "model": model_name, "params": int(params),
+            "layers": int(hparams["layers"]), "heads": int(hparams["heads"]),
+            "sink": 0, "capture": "mha", "causal": True,
+            "query_positions": positions, "cast": args.cast, "rowstats": bool(args.rowstats),
+            "seed": args.seed, "steps": args.steps, "save_every": args.save_every}
+    torch.save({"format": "sinkwatch-sweep-probe/1", "probe": probe_x.clone(),
+                "meta": json.dumps(meta, sort_keys=True)},
+               os.path.join(dirname, "probe.pt"))
+
+
+def save_checkpoint(dirname, model, step):
+    """DIR/step_%08d.pt: the state_dict (draws no random numbers)."""
+    path = os.path.join(dirname, "step_%08d.pt" % step)
+    tmp = path + ".tmp"
+    torch.save(model.state_dict(), tmp)
+    os.replace(tmp, path)           # a sweep never sees a half-written file
+    return path
+
+
 def batch_from(data, offsets, context):
     """Inputs [BOS, t0 .. t_{C-2}] and targets [t0 .. t_{C-1}] at offsets."""
     w = torch.stack([data[o:o + context] for o in offsets.tolist()])
@@ -136,11 +177,21 @@ def parse(argv):
     p.add_argument("--no-probe", action="store_true", help="train without the probe")
     p.add_argument("--save-final", metavar="FILE", default=None,
                    help="save the final parameters and the losses (.npz)")
+    p.add_argument("--save-every", type=int, default=0, metavar="K",
+                   help="save a checkpoint at step 0, every K steps and after the last "
+                   "step (needs --checkpoint-dir)")
+    p.add_argument("--checkpoint-dir", metavar="DIR", default=None,
+                   help="where --save-every writes step_%%08d.pt and probe.pt")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--flush-timeout", type=float, default=5.0,
                    help="seconds to wait at the end for queued messages")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if a.save_every < 0:
+        p.error("--save-every must be >= 0")
+    if a.save_every and not a.checkpoint_dir:
+        p.error("--save-every needs --checkpoint-dir")
+    return a
 
 
 def dump(dirname, last):
@@ -162,23 +213,29 @@ def main(argv=None):
     run = a.run or "tiny-gpt/seed%d-%d" % (a.seed, int(time.time()))
 
     data = load_text()
-    model = TinyGPT(a.layers, a.heads, a.d_model, a.context, a.dropout)
+    hparams = {"layers": a.layers, "heads": a.heads, "d": a.d_model, "context": a.context,
+               "dropout": a.dropout}
+    model = build_model(hparams)
     params = sum(p.numel() for p in model.parameters())
+    model_name = "tiny-gpt-L%dH%dD%d" % (a.layers, a.heads, a.d_model)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
     # a fixed probe batch, evenly spread over the text, drawn from no RNG
     starts = torch.linspace(0, len(data) - a.context - 1, a.probe_batch + 2)[1:-1].long()
     probe_x, _ = batch_from(data, starts, a.context)
 
+    positions = a.probe_rows
+    if a.probe_positions:
+        positions = [int(q) for q in a.probe_positions.split(",")]
+    if a.save_every:
+        os.makedirs(a.checkpoint_dir, exist_ok=True)
+        save_probe_file(a.checkpoint_dir, probe_x, hparams, model_name, params, a, positions)
+
     client = probe = None
     if not a.no_probe:
         import sinkwatch
         import sinkwatch.torch as swt
-        positions = a.probe_rows
-        if a.probe_positions:
-            positions = [int(q) for q in a.probe_positions.split(",")]
         client = sinkwatch.Client(run, a.layers, a.heads, endpoint=a.connect,
-                                  model="tiny-gpt-L%dH%dD%d" % (a.layers, a.heads, a.d_model),
-                                  params=params, sink=0, fixed_probe=True)
+                                  model=model_name, params=params, sink=0, fixed_probe=True)
         probe = swt.AttentionProbe(model, probe_x, client, every=a.every, capture="mha",
                                    query_positions=positions, cast=a.cast,
                                    rowstats=a.rowstats, causal=True,
@@ -198,8 +255,12 @@ def main(argv=None):
     losses = []
     t0 = time.time()
     model.train()
+    saved = 0
     for step in range(a.steps):
         maybe_probe(step)
+        if a.save_every and step % a.save_every == 0:
+            save_checkpoint(a.checkpoint_dir, model, step)
+            saved += 1
         ix = torch.randint(0, len(data) - a.context, (a.batch,))
         x, y = batch_from(data, ix, a.context)
         logits = model(x)
@@ -213,12 +274,19 @@ def main(argv=None):
                   losses[-1] / math.log(2)), flush=True)
     if a.steps > 0 and a.every > 0 and a.steps % a.every == 0:
         maybe_probe(a.steps)          # the final weights, on the cadence
+    if a.save_every:
+        save_checkpoint(a.checkpoint_dir, model, a.steps)   # the final weights, always
+        saved += 1
     elapsed = time.time() - t0
 
     if a.save_final:
         arrays = {"param/" + k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         arrays["losses"] = np.array(losses, dtype=np.float64)
         np.savez(a.save_final, **arrays)
+
+    if a.save_every:
+        print("checkpoints: %d in %s (step_%%08d.pt, probe.pt)" % (saved, a.checkpoint_dir),
+              flush=True)
 
     if client is not None:
         client.end()
