@@ -1321,8 +1321,10 @@ START_TEST(test_block_and_pairs)
 				rows[h][r][i] = data[h][r][i];
 		}
 	data[1][3][2] = NAN;
+	uint32_t every[R];
 	swm_block blk = { .data = data, .dtype = SWM_F32, .kind = SWM_PROBS, .heads = H,
-	    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K, .nvalid = nvalid };
+	    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K, .nvalid = nvalid,
+	    .pair_pick = every, .npair = swm_pick_all(R, every) };
 	void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
 	swm_head_acc acc[H];
 	swm_pair_acc pairs[H * H];
@@ -1372,19 +1374,33 @@ START_TEST(test_block_and_pairs)
 	swm_block_add(&blk, &o, scratch, acc2, NULL);
 	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
 
-	/* pair work on the first rows only; row stats and ln parts out */
-	swm_row rows_out[H * R];
-	float ln_out[H * 3 * K];
+	/* no pick list: no pair work */
 	swm_pair_acc p2[H * H];
 	memset(acc2, 0, sizeof(acc2));
 	memset(p2, 0, sizeof(p2));
-	blk.pair_rows = 3;
-	blk.rows_out = rows_out;
-	blk.ln_out = ln_out;
-	blk.nln = 3;
+	blk.pair_pick = NULL;
+	blk.npair = 0;
 	swm_block_add(&blk, &o, scratch, acc2, p2);
 	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
-	ck_assert_uint_eq(p2[0 * H + 2].rows, 2);	/* rows 1 and 2 (row 0 is short) */
+	for (int i = 0; i < H * H; i++)
+		ck_assert_uint_eq(p2[i].rows, 0);
+
+	/* pair work on rows 0, 2, 4 only; row stats out, ln parts of rows 1, 4 */
+	static const uint32_t ppick[] = { 0, 2, 4 }, lpick[] = { 1, 4 };
+	swm_row rows_out[H * R];
+	float ln_out[H * 2 * K];
+	memset(acc2, 0, sizeof(acc2));
+	memset(p2, 0, sizeof(p2));
+	blk.pair_pick = ppick;
+	blk.npair = 3;
+	blk.rows_out = rows_out;
+	blk.ln_pick = lpick;
+	blk.nln = 2;
+	blk.ln_out = ln_out;
+	swm_block_add(&blk, &o, scratch, acc2, p2);
+	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
+	ck_assert_uint_eq(p2[0 * H + 2].rows, 2);	/* rows 2 and 4 (row 0 is short) */
+	ck_assert_uint_eq(p2[0 * H + 1].rows, 2);	/* row 3 (NaN in head 1) is not picked */
 	ck_assert_int_eq(rows_out[1 * R + 3].status, SWM_REJ_NONFINITE);
 	ck_assert_int_eq(rows_out[0 * R + 0].status, SWM_REJ_SHORT);
 	for (int h = 0; h < H; h++)
@@ -1394,18 +1410,21 @@ START_TEST(test_block_and_pairs)
 			ck_assert_int_eq(rows_out[h * R + r].status, want.status);
 			if (want.status == SWM_OK)
 				ck_assert(rows_out[h * R + r].H == want.H && rows_out[h * R + r].b == want.b);
-			if (r < 3 && want.status == SWM_OK) {
+			/* ln parts at their position in the pick list, not at the row */
+			ptrdiff_t p = swm_pick_find(lpick, 2, (size_t)r);
+			ck_assert_int_eq(p, r == 1 ? 0 : r == 4 ? 1 : -1);
+			if (p >= 0 && want.status == SWM_OK) {
 				double lw[K];
 				swm_row_expand(data[h][r], SWM_F32, SWM_PROBS, &want, NULL, lw);
 				for (uint32_t i = 0; i < nvalid[r]; i++)
-					ck_assert(ln_out[(h * 3 + r) * K + i] == (float)lw[i]);
+					ck_assert(ln_out[(h * 2 + p) * K + i] == (float)lw[i]);
 				/* the float distance is the double one to float precision */
 				double lw0[K];
 				swm_row w0;
 				swm_row_stats(data[0][r], SWM_F32, SWM_PROBS, nvalid[r], 0, &o, &w0);
 				swm_row_expand(data[0][r], SWM_F32, SWM_PROBS, &w0, NULL, lw0);
-				ck_close(swm_content_dist2_f32(&ln_out[(h * 3 + r) * K],
-				    &ln_out[(0 * 3 + r) * K], nvalid[r], 0),
+				ck_close(swm_content_dist2_f32(&ln_out[(h * 2 + p) * K],
+				    &ln_out[(0 * 2 + p) * K], nvalid[r], 0),
 				    swm_content_dist2(lw, lw0, nvalid[r], 0), 1e-5, 1e-6);
 			}
 		}
@@ -1471,9 +1490,11 @@ START_TEST(test_block_pairs_ref)
 					xs[h][r][i] = (double)(kind == SWM_LOGITS ?
 					    expl(v[i] - mx) / S : v[i] / S);
 			}
+		uint32_t every[R];
 		swm_block blk = { .data = data, .dtype = dt, .kind = kind, .heads = H,
 		    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K,
-		    .nvalid = nvalid, .sink = KS };
+		    .nvalid = nvalid, .sink = KS, .pair_pick = every,
+		    .npair = swm_pick_all(R, every) };
 		void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
 		swm_head_acc acc[H];
 		swm_pair_acc pairs[H * H];
