@@ -228,10 +228,13 @@ pairs_bench(size_t H, size_t R, size_t K, int reps)
 	void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
 	swm_head_acc *acc = calloc(H, sizeof(*acc));
 	swm_pair_acc *pairs = calloc(H * H, sizeof(*pairs));
+	uint32_t *pick = malloc(R * sizeof(uint32_t));
 	double t[64], tn[64];
 	reps = reps > 64 ? 64 : reps;
+	/* pairs on every row: the caller picks R (the daemon's pair_rows) */
 	swm_block b = { .data = x, .dtype = SWM_F32, .kind = SWM_PROBS, .heads = H, .rows = R,
-	    .keys = K, .head_stride = R * K, .row_stride = K };
+	    .keys = K, .head_stride = R * K, .row_stride = K, .pair_pick = pick,
+	    .npair = swm_pick_all(R, pick) };
 	for (int r = 0; r < reps; r++) {
 		memset(acc, 0, H * sizeof(*acc));
 		memset(pairs, 0, H * H * sizeof(*pairs));
@@ -249,6 +252,7 @@ pairs_bench(size_t H, size_t R, size_t K, int reps)
 	free(scratch);
 	free(acc);
 	free(pairs);
+	free(pick);
 	return 0;
 }
 

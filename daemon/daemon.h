@@ -25,6 +25,7 @@ typedef struct swd_layer {
 	swm_pair_acc *pairs;	/* [heads * heads] or NULL */
 	swm_row *rows_st;	/* [heads * rows] or NULL */
 	float *ln;		/* [heads * nln * keys] or NULL */
+	uint32_t *ln_rows;	/* [nln] the rows of ln, ascending; inside ln's allocation */
 	uint32_t nln;
 	size_t bytes;		/* held against the budget until freed */
 } swd_layer;

@@ -138,8 +138,13 @@ work_cb(uv_work_t *req)
 	size_t nln = 0;
 	if (fixed && m->kind != SWP_ROWSTATS && D.cfg.drift_rows > 0) {
 		nln = (size_t)D.cfg.drift_rows < R ? (size_t)D.cfg.drift_rows : R;
-		ly->ln = malloc((size_t)H * nln * K * sizeof(float));
-		ly->nln = (uint32_t)nln;
+		ly->ln = malloc((size_t)H * nln * K * sizeof(float) + nln * sizeof(uint32_t));
+		if (ly->ln) {
+			/* METRICS.md §5: which rows, from qpos; fewer when rows are short */
+			ly->ln_rows = (uint32_t *)(ly->ln + (size_t)H * nln * K);
+			nln = swm_pick_rows(m->qpos, R, K, nln, ly->ln_rows);
+			ly->nln = (uint32_t)nln;
+		}
 	}
 	if (!ly->acc || (pairs && !ly->pairs) || (fixed && !ly->rows_st) || (nln && !ly->ln)) {
 		swd_layer_free(ly, NULL);
@@ -169,9 +174,16 @@ work_cb(uv_work_t *req)
 				nvalid[r] = m->qpos[r] >= K ? K : m->qpos[r] + 1;
 		size_t sb = (swm_block_scratch(H, K) + 63) & ~(size_t)63;
 		void *scratch = aligned_alloc(64, sb);
-		if (!scratch || (m->qpos && !nvalid)) {
+		uint32_t *pick = pairs ? malloc(R * sizeof(uint32_t)) : NULL;
+		size_t npair = 0;
+		if (pick && D.cfg.pair_rows > 0)
+			npair = swm_pick_rows(m->qpos, R, K, (size_t)D.cfg.pair_rows, pick);
+		else if (pick)
+			npair = swm_pick_all(R, pick);
+		if (!scratch || (m->qpos && !nvalid) || (pairs && !pick)) {
 			free(scratch);
 			free(nvalid);
+			free(pick);
 			swd_layer_free(ly, NULL);
 			return;
 		}
@@ -181,13 +193,13 @@ work_cb(uv_work_t *req)
 			.heads = H, .rows = R, .keys = K,
 			.head_stride = (size_t)R * K, .row_stride = K,
 			.nvalid = nvalid, .sink = m->sink,
-			.pair_rows = D.cfg.pair_rows > 0 && (size_t)D.cfg.pair_rows < R ?
-			    (size_t)D.cfg.pair_rows : R,
-			.rows_out = ly->rows_st, .ln_out = ly->ln, .nln = nln,
+			.pair_pick = pick, .npair = npair, .rows_out = ly->rows_st,
+			.ln_pick = ly->ln_rows, .nln = nln, .ln_out = ly->ln,
 		};
 		swm_block_add(&blk, &o, scratch, ly->acc, ly->pairs);
 		free(scratch);
 		free(nvalid);
+		free(pick);
 	}
 	for (uint32_t h = 0; h < H; h++) {
 		j->rows_counted += (int64_t)ly->acc[h].rows;
@@ -230,10 +242,10 @@ result_bytes(const swp_msg *m, int fixed)
 	size_t b = sizeof(swd_layer) + H * sizeof(swm_head_acc) + H * H * sizeof(swm_pair_acc);
 	if (fixed) {
 		size_t nln = (size_t)D.cfg.drift_rows < R ? (size_t)D.cfg.drift_rows : R;
-		b += H * R * sizeof(swm_row) + H * nln * K * sizeof(float);
+		b += H * R * sizeof(swm_row) + H * nln * K * sizeof(float) + nln * sizeof(uint32_t);
 	}
-	/* a worker's scratch, while it runs */
-	return b + swm_block_scratch(H, K) + 64 + R * sizeof(uint32_t);
+	/* a worker's scratch, nvalid and pair rows, while it runs */
+	return b + swm_block_scratch(H, K) + 64 + 2 * R * sizeof(uint32_t);
 }
 
 static void

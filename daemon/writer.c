@@ -318,7 +318,6 @@ drift(const swd_layer *a, const swd_layer *b, uint32_t h, uint32_t sink,
 	if (!a || !b || !a->rows_st || !b->rows_st || a->rows != b->rows || a->keys != b->keys)
 		return;
 	uint32_t R = a->rows, K = a->keys;
-	uint32_t nln = a->ln && b->ln && a->nln == b->nln ? a->nln : 0;
 	uint64_t nc = 0;
 	for (uint32_t r = 0; r < R; r++) {
 		const swm_row *x = &a->rows_st[(size_t)h * R + r], *y = &b->rows_st[(size_t)h * R + r];
@@ -326,9 +325,12 @@ drift(const swd_layer *a, const swd_layer *b, uint32_t h, uint32_t sink,
 			continue;
 		n++;
 		s2 += (x->b - y->b) * (x->b - y->b);
-		if (r < nln && x->n == y->n) {
-			c2 += swm_content_dist2_f32(a->ln + ((size_t)h * nln + r) * K,
-			    b->ln + ((size_t)h * nln + r) * K, x->n, sink);
+		/* the ln parts are kept for the rows of ln_rows only (METRICS.md §5) */
+		ptrdiff_t ia = a->ln ? swm_pick_find(a->ln_rows, a->nln, r) : -1;
+		ptrdiff_t ib = b->ln ? swm_pick_find(b->ln_rows, b->nln, r) : -1;
+		if (ia >= 0 && ib >= 0 && x->n == y->n) {
+			c2 += swm_content_dist2_f32(a->ln + ((size_t)h * a->nln + (size_t)ia) * K,
+			    b->ln + ((size_t)h * b->nln + (size_t)ib) * K, x->n, sink);
 			nc++;
 		}
 	}

@@ -406,7 +406,6 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 	double *buf = (double *)((char *)scratch + rows_bytes(H));
 	const char *base = blk->data;
 
-	size_t prows = blk->pair_rows ? blk->pair_rows : blk->rows;
 	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
 	for (size_t h = 0; h < H; h++) {
 		pp[h].a = buf + (3 * h) * K8;
@@ -414,9 +413,16 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 		pp[h].l = buf + (3 * h + 2) * K8;
 	}
 
+	/* the pick lists are ascending: one cursor each, moved along with r */
+	size_t ip = 0, il = 0;
 	for (size_t r = 0; r < blk->rows; r++) {
 		size_t n = blk->nvalid ? blk->nvalid[r] : K;
-		int want_pairs = pairs && r < prows, want_ln = blk->ln_out && r < blk->nln;
+		while (ip < blk->npair && blk->pair_pick[ip] < r)
+			ip++;
+		while (il < blk->nln && blk->ln_pick[il] < r)
+			il++;
+		int want_pairs = pairs && ip < blk->npair && blk->pair_pick[ip] == r;
+		int want_ln = blk->ln_out && il < blk->nln && blk->ln_pick[il] == r;
 		if (n > K)
 			n = K;
 		for (size_t h = 0; h < H; h++) {
@@ -428,7 +434,7 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 			if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
 				swm_row_expand(row, blk->dtype, blk->kind, &st[h], pp[h].a, pp[h].l);
 				if (want_ln) {
-					float *dst = blk->ln_out + (h * blk->nln + r) * K;
+					float *dst = blk->ln_out + (h * blk->nln + il) * K;
 					for (size_t i = 0; i < n; i++)
 						dst[i] = (float)pp[h].l[i];
 				}

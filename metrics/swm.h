@@ -188,9 +188,43 @@ typedef struct swm_pair_acc {
 } swm_pair_acc;
 
 /*
+ * §5 "Rows for pair, drift and flip statistics": the rows of a block that
+ * represent it, at most n of them, as ascending row indices in out (room
+ * for min(n, rows)). Returns how many were chosen. Rows with fewer than two
+ * valid keys are never chosen.
+ *
+ * Without qpos every row has all `keys` keys: min(n, rows) rows spread
+ * evenly over [0, rows), row i * (rows - 1) / (n - 1) for n >= 2 (the first
+ * and the last included), the middle row (rows - 1) / 2 for n = 1.
+ *
+ * With qpos (a causal probe: row r has min(keys, qpos[r] + 1) valid keys)
+ * the rows fall into sequences, a new one starting where qpos does not
+ * increase (qpos[r] <= qpos[r - 1]). The picks go round-robin over the
+ * sequences, in their order, so that each gets as many as the others (one
+ * more for the first ones when n does not divide), or all its rows when it
+ * has fewer; within a sequence the longest rows (most valid keys) first,
+ * ties to the lower index. Returns min(n, rows with two valid keys or more).
+ *
+ * Deterministic, no scratch, O(rows log rows). Rows past UINT32_MAX are
+ * not supported (the indices are uint32_t).
+ */
+size_t swm_pick_rows(const uint32_t *qpos, size_t rows, size_t keys, size_t n,
+    uint32_t *out);
+/* Every row: out[r] = r for r < rows. Returns rows. */
+size_t swm_pick_all(size_t rows, uint32_t *out);
+/* The position of row in an ascending pick list, or -1 when it is not in it. */
+ptrdiff_t swm_pick_find(const uint32_t *pick, size_t npick, size_t row);
+
+/*
  * One block of rows of one layer, `heads` heads of `rows` rows each, laid
  * out at data + h * head_stride + r * row_stride (strides in elements).
  * nvalid[r] is the number of valid keys of row r (NULL: all `keys`).
+ *
+ * Head sums take every row. The pair work and the ln parts are taken on
+ * the rows of two lists of ascending, distinct row indices (< rows), from
+ * swm_pick_rows() or swm_pick_all(); a NULL list with count 0 means none.
+ * Two lists because the daemon keeps a count of each (pair_rows,
+ * drift_rows); with equal counts they are the same list.
  */
 typedef struct swm_block {
 	const void *data;
@@ -201,10 +235,12 @@ typedef struct swm_block {
 	const uint32_t *nvalid;
 	size_t sink;
 	/* optional, zero for none */
-	size_t pair_rows;	/* pair work on rows [0, pair_rows) only; 0: all rows */
+	const uint32_t *pair_pick;	/* [npair] rows that get the pair work */
+	size_t npair;
 	swm_row *rows_out;	/* [heads * rows] row stats, index h * rows + r */
-	float *ln_out;		/* [heads * nln * keys] ln parts of rows [0, nln) */
-	size_t nln;		/* rows whose ln parts go to ln_out */
+	const uint32_t *ln_pick;	/* [nln] rows whose ln parts go to ln_out */
+	size_t nln;
+	float *ln_out;		/* [heads * nln * keys], row ln_pick[i] at (h * nln + i) * keys */
 } swm_block;
 
 /* Scratch bytes that swm_block_add() needs for `heads` heads of `keys` keys. */
@@ -212,8 +248,8 @@ size_t swm_block_scratch(size_t heads, size_t keys);
 
 /*
  * Adds every row of the block to the head sums acc[heads] and, when pairs is
- * not NULL, every head pair over common valid rows to pairs[heads * heads]
- * (entry [i * heads + j], i < j). scratch holds swm_block_scratch() bytes,
+ * not NULL, every head pair over the valid rows of pair_pick they have in
+ * common to pairs[heads * heads] (entry [i * heads + j], i < j). scratch holds swm_block_scratch() bytes,
  * aligned for double.
  */
 void swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,

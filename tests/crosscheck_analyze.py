@@ -236,7 +236,7 @@ def build_cases():
             delta=None, tol=None, dset="/attn"):
         cases.append(dict(name=name, x=reshape(x, rank), dtype=dtype,
                           kind=kind, sink=sink, causal=causal, delta=delta,
-                          tol=tol, dset=dset))
+                          tol=tol, dset=dset, pair_rows=0))
 
     # 1. float32, rank 3, non-causal, exact zeros, bad rows
     rng = np.random.default_rng(101)
@@ -403,6 +403,15 @@ def build_cases():
     x[0, 0, 1, 9, :] *= 0.9998              # ... rejected
     add("f64_reject_order", x, "float64", 3)
 
+    # 17. pairs on --pair-rows N rows of each block (METRICS.md §5): spread
+    # (non-causal), the longest rows (causal, offset, short rows), one row
+    for base, n in (("f32_rank3_zeros_bad", 4), ("f64_rank4_causal_garbage", 8),
+                    ("bf16_rank4_causal", 1), ("f32_keys2_causal_short", 3),
+                    ("f16_causal_sink3_nosink", 5), ("logits_f32_rank5_causal", 6),
+                    ("f32_rank5_causal_6heads", 100)):
+        c = next(c for c in cases if c["name"] == base)
+        cases.append(dict(c, name="%s_pairs%d" % (base, n), pair_rows=n))
+
     return cases
 
 
@@ -541,12 +550,14 @@ def run_case(binary, tmp, c, verbose):
         args += ["--delta", repr(c["delta"])]
     if c["tol"] is not None:
         args += ["--tol", repr(c["tol"])]
+    if c["pair_rows"]:
+        args += ["--pair-rows", str(c["pair_rows"])]
     t0 = time.time()
     ref = metrics_ref.analyze(vals, kind=c["kind"], sink=c["sink"],
                               causal=c["causal"],
                               delta=1e-10 if c["delta"] is None else c["delta"],
                               tol=c["tol"], dtype=c["dtype"], file=path,
-                              dataset=c["dset"])
+                              dataset=c["dset"], pair_rows=c["pair_rows"])
     t_ref = time.time() - t0
     notes = []
     ties = near_ties(ref)

@@ -8,7 +8,9 @@ so that tests/crosscheck_analyze.py can compare two independent readings of
 the contract.
 
     analyze(x, kind="probs", sink=0, causal=False, delta=1e-10, tol=None,
-            dtype=None)  ->  dict with the JSON layout of `sinkwatch analyze`
+            dtype=None, pair_rows=0)  ->  dict with the JSON layout of
+                                           `sinkwatch analyze`
+    pick_rows(qpos, rows, keys, n)  ->  the rows for pair statistics (§5)
 
 Run `python3 tests/metrics_ref.py` (with an interpreter that has numpy) for
 the self-test: the worked example of METRICS.md section 7 and a few
@@ -70,6 +72,41 @@ def valid_keys(q, queries, keys, causal):
     if not causal:
         return keys
     return min(keys, q + keys - queries + 1)
+
+
+def pick_rows(qpos, rows, keys, n):
+    """METRICS.md §5, "Rows for pair, drift and flip statistics", dealt out
+    literally: the rows (ascending) that represent a block of `rows` rows.
+    qpos None: n rows spread evenly, first and last included (the middle one
+    for n = 1). Otherwise each sequence (a new one where qpos does not
+    increase) ranks its rows of two valid keys or more by valid keys, most
+    first, ties to the lower index, and the sequences take turns, in order,
+    one row each, until n rows are taken or none is left."""
+    if n <= 0 or rows == 0 or keys < 2:
+        return []
+    if qpos is None:
+        m = min(n, rows)
+        if m == 1:
+            return [(rows - 1) // 2]
+        return [i * (rows - 1) // (m - 1) for i in range(m)]
+    seqs = []
+    for r in range(rows):
+        if r == 0 or qpos[r] <= qpos[r - 1]:
+            seqs.append([])
+        seqs[-1].append(r)
+    ranked = []
+    for rs in seqs:
+        nv = {r: min(keys, qpos[r] + 1) for r in rs}
+        ranked.append(sorted((r for r in rs if nv[r] >= 2),
+                             key=lambda r: (-nv[r], r)))
+    taken = []
+    turn = 0
+    while len(taken) < n and any(turn < len(rk) for rk in ranked):
+        for rk in ranked:
+            if turn < len(rk) and len(taken) < n:
+                taken.append(rk[turn])
+        turn += 1
+    return sorted(taken)
 
 
 def reject_reason(v, n, k, kind, tol):
@@ -153,8 +190,12 @@ def row_metrics(v, k, kind, delta):
 
 
 def analyze(x, kind="probs", sink=0, causal=False, delta=1e-10, tol=None,
-            dtype=None, file=None, dataset=None):
+            dtype=None, file=None, dataset=None, pair_rows=0):
     """Reference of `sinkwatch analyze` (README JSON layout).
+
+    pair_rows: the head-pair matrices take the rows pick_rows() chooses of
+    each [queries, keys] block (with causal, query q is at position
+    q + keys - queries); 0 takes every row.
 
     x: numpy array of rank 3, 4 or 5 ([heads, q, k], [layers, heads, q, k],
     [layers, batch, heads, q, k]) holding the stored values (for bfloat16
@@ -185,6 +226,12 @@ def analyze(x, kind="probs", sink=0, causal=False, delta=1e-10, tol=None,
                 "layers": L, "batch": B, "heads": NH, "queries": Q, "keys": K,
                 "sink": k, "causal": bool(causal), "delta": float(delta),
                 "tolerance": float(tol)})
+    if pair_rows > 0:
+        qpos = [max(0, q + K - Q) for q in range(Q)] if causal else None
+        picked = pick_rows(qpos, Q, K, pair_rows)
+    else:
+        picked = list(range(Q))
+    out["pair_row_index"] = picked
 
     total_rej = {r: 0 for r in REASONS}
     rows_used = 0
@@ -226,7 +273,10 @@ def analyze(x, kind="probs", sink=0, causal=False, delta=1e-10, tol=None,
             hs["content_entropy_mw"] = mw
             hs["sink_balance"] = bal
             head_stats.append(hs)
-        layer_stats.append(layer_pairs(l, rows, head_stats[l * NH:(l + 1) * NH]))
+        pair_keys = set(picked)
+        layer_stats.append(layer_pairs(
+            l, [{key: rm for key, rm in rh.items() if key[1] in pair_keys}
+                for rh in rows], head_stats[l * NH:(l + 1) * NH]))
 
     out["rows_used"] = rows_used
     out["rows_rejected"] = total_rej
@@ -236,22 +286,26 @@ def analyze(x, kind="probs", sink=0, causal=False, delta=1e-10, tol=None,
 
 
 def layer_pairs(l, rows, hstats):
-    """Head-by-head matrices and flip rates of one layer."""
+    """Head-by-head matrices and flip rates of one layer, over the rows
+    given (the picked ones); the entropy flip rate takes the head values."""
     NH = len(rows)
     mats = {m: [[NAN] * NH for _ in range(NH)] for m in MATRICES}
     pair_rows = [[0] * NH for _ in range(NH)]
     for i in range(NH):
         for j in range(NH):
+            if i == j:
+                # the head itself: all its valid rows, picked or not
+                pair_rows[i][i] = hstats[i]["rows"]
+                if hstats[i]["rows"]:
+                    for m, d in (("cosine_keep", 1.0), ("cosine_drop", 1.0),
+                                 ("js_keep", 0.0), ("js_drop", 0.0),
+                                 ("pair_sink", 0.0), ("pair_content", 0.0)):
+                        mats[m][i][j] = d
+                continue
             common = sorted(set(rows[i]) & set(rows[j]))
             pair_rows[i][j] = len(common)
             if not common:
                 continue                       # stays NaN
-            if i == j:
-                for m, d in (("cosine_keep", 1.0), ("cosine_drop", 1.0),
-                             ("js_keep", 0.0), ("js_drop", 0.0),
-                             ("pair_sink", 0.0), ("pair_content", 0.0)):
-                    mats[m][i][j] = d
-                continue
             ck, jk, cd, jd, ds, dc = [], [], [], [], [], []
             for key in common:
                 ri, rj = rows[i][key], rows[j][key]
@@ -416,6 +470,26 @@ def selftest():
     # anchor 0: 1-2 vs 2-1 flip; anchor 1: (0,2): 1-1=0 tie; anchor 2: (0,1): 2-1 vs 1-1=0 tie
     _close("flip rate", rate, 1 / 3, 1e-15, failures)
     _close("flip comparisons", comp, 3, 0, failures)
+
+    # §5 rows for pairs: the hand-made cases of tests/test_metrics.c
+    picks = [
+        (None, 10, 8, 4, [0, 3, 6, 9]), (None, 10, 8, 3, [0, 4, 9]),
+        (None, 10, 8, 1, [4]), (None, 4, 8, 100, [0, 1, 2, 3]),
+        (None, 10, 8, 0, []), (None, 10, 1, 4, []),
+        ([0, 1, 2, 3, 4, 5, 0, 1, 2], 9, 16, 3, [4, 5, 8]),
+        ([0, 1, 2, 3, 4, 5, 0, 1, 2], 9, 16, 6, [2, 3, 4, 5, 7, 8]),
+        ([0, 1, 2, 3, 4, 5, 0, 1, 2], 9, 16, 100, [1, 2, 3, 4, 5, 7, 8]),
+        ([0, 1, 2, 3, 4, 5, 2, 3, 0, 1, 2], 11, 4, 3, [3, 7, 10]),
+        ([0, 1, 2, 3, 4, 5, 2, 3, 0, 1, 2], 11, 4, 8, [2, 3, 4, 5, 6, 7, 9, 10]),
+        ([1, 1, 2, 3, 1, 2, 3], 7, 8, 4, [0, 2, 3, 6]),
+        ([3, 3, 3, 2], 4, 8, 2, [0, 1]), ([0, 0, 0], 3, 8, 2, []),
+    ]
+    for qpos, rows, keys, n, want in picks:
+        got = pick_rows(qpos, rows, keys, n)
+        if got != want:
+            print("pick_rows(%r, %d, %d, %d) = %r, want %r"
+                  % (qpos, rows, keys, n, got, want))
+            failures.append("pick_rows")
 
     print("%d failed" % len(failures))
     return not failures

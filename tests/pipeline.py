@@ -138,6 +138,54 @@ def case_roundtrip():
         assert d.stop() == 0
 
 
+def case_pick_rows():
+    """pair_rows and drift_rows below the row count: the daemon takes the
+    pair matrices and drift_content on the rows METRICS.md §5 chooses (two
+    causal sequences, the longest rows, shared out), not on the first
+    rows; metrics_ref.pick_rows says which, independently."""
+    d = Daemon(extra=["--pair-rows", "3", "--drift-rows", "4"]).start()
+    try:
+        rng = np.random.default_rng(17)
+        H, K = 3, 12
+        qpos = list(range(7)) + list(range(5))       # sequences of 7 and 5 rows
+        R = len(qpos)
+        ppick, dpick = ref.pick_rows(qpos, R, K, 3), ref.pick_rows(qpos, R, K, 4)
+        assert ppick == [5, 6, 11] and dpick == [5, 6, 10, 11], (ppick, dpick)
+        snd = Sender(d.listen, "pick", 1, H, model="m", params=1)
+        xs = []
+        for t in range(2):
+            x = random_probs(rng, H, R, K, qpos, sink_strength=1.0 + t)
+            xs.append(x)
+            snd.snapshot(t * 10, 0, x, qpos=qpos)
+        snd.end()
+        path = wait_ended(d, "pick")
+        snd.close()
+
+        def rm(x, h, r):
+            return ref.row_metrics(x[h, r, :qpos[r] + 1].astype(np.float64), 0, "probs", 1e-10)
+
+        with h5py.File(path, "r") as f:
+            for t in range(2):
+                rows = [{(0, r): rm(xs[t], h, r) for r in ppick} for h in range(H)]
+                hstats = [{"rows": R, "entropy": 0.0, "content_entropy": 0.0}] * H
+                want = ref.layer_pairs(0, rows, hstats)
+                for name in PAIRS:
+                    got = f[name][t, 0]
+                    for i in range(H):
+                        for j in range(H):
+                            if i != j:
+                                assert near(float(got[i, j]), want[name][i][j], 1e-9), \
+                                    (name, t, i, j, float(got[i, j]), want[name][i][j])
+            for h in range(H):
+                dc = sum(float(np.sum((rm(xs[1], h, r)["clr_c"] - rm(xs[0], h, r)["clr_c"]) ** 2))
+                         for r in dpick)
+                got = float(f["drift_content"][1, 0, h])
+                assert near(got, math.sqrt(dc / len(dpick)), 1e-5 * math.sqrt(dc / len(dpick))), \
+                    (h, got, math.sqrt(dc / len(dpick)))
+    finally:
+        assert d.stop() == 0
+
+
 def case_pure_modes():
     """sim's pure modes: sink_share 1 in sink mode and 0 in content mode."""
     d = Daemon().start()

@@ -1321,8 +1321,10 @@ START_TEST(test_block_and_pairs)
 				rows[h][r][i] = data[h][r][i];
 		}
 	data[1][3][2] = NAN;
+	uint32_t every[R];
 	swm_block blk = { .data = data, .dtype = SWM_F32, .kind = SWM_PROBS, .heads = H,
-	    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K, .nvalid = nvalid };
+	    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K, .nvalid = nvalid,
+	    .pair_pick = every, .npair = swm_pick_all(R, every) };
 	void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
 	swm_head_acc acc[H];
 	swm_pair_acc pairs[H * H];
@@ -1372,19 +1374,33 @@ START_TEST(test_block_and_pairs)
 	swm_block_add(&blk, &o, scratch, acc2, NULL);
 	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
 
-	/* pair work on the first rows only; row stats and ln parts out */
-	swm_row rows_out[H * R];
-	float ln_out[H * 3 * K];
+	/* no pick list: no pair work */
 	swm_pair_acc p2[H * H];
 	memset(acc2, 0, sizeof(acc2));
 	memset(p2, 0, sizeof(p2));
-	blk.pair_rows = 3;
-	blk.rows_out = rows_out;
-	blk.ln_out = ln_out;
-	blk.nln = 3;
+	blk.pair_pick = NULL;
+	blk.npair = 0;
 	swm_block_add(&blk, &o, scratch, acc2, p2);
 	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
-	ck_assert_uint_eq(p2[0 * H + 2].rows, 2);	/* rows 1 and 2 (row 0 is short) */
+	for (int i = 0; i < H * H; i++)
+		ck_assert_uint_eq(p2[i].rows, 0);
+
+	/* pair work on rows 0, 2, 4 only; row stats out, ln parts of rows 1, 4 */
+	static const uint32_t ppick[] = { 0, 2, 4 }, lpick[] = { 1, 4 };
+	swm_row rows_out[H * R];
+	float ln_out[H * 2 * K];
+	memset(acc2, 0, sizeof(acc2));
+	memset(p2, 0, sizeof(p2));
+	blk.pair_pick = ppick;
+	blk.npair = 3;
+	blk.rows_out = rows_out;
+	blk.ln_pick = lpick;
+	blk.nln = 2;
+	blk.ln_out = ln_out;
+	swm_block_add(&blk, &o, scratch, acc2, p2);
+	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
+	ck_assert_uint_eq(p2[0 * H + 2].rows, 2);	/* rows 2 and 4 (row 0 is short) */
+	ck_assert_uint_eq(p2[0 * H + 1].rows, 2);	/* row 3 (NaN in head 1) is not picked */
 	ck_assert_int_eq(rows_out[1 * R + 3].status, SWM_REJ_NONFINITE);
 	ck_assert_int_eq(rows_out[0 * R + 0].status, SWM_REJ_SHORT);
 	for (int h = 0; h < H; h++)
@@ -1394,18 +1410,21 @@ START_TEST(test_block_and_pairs)
 			ck_assert_int_eq(rows_out[h * R + r].status, want.status);
 			if (want.status == SWM_OK)
 				ck_assert(rows_out[h * R + r].H == want.H && rows_out[h * R + r].b == want.b);
-			if (r < 3 && want.status == SWM_OK) {
+			/* ln parts at their position in the pick list, not at the row */
+			ptrdiff_t p = swm_pick_find(lpick, 2, (size_t)r);
+			ck_assert_int_eq(p, r == 1 ? 0 : r == 4 ? 1 : -1);
+			if (p >= 0 && want.status == SWM_OK) {
 				double lw[K];
 				swm_row_expand(data[h][r], SWM_F32, SWM_PROBS, &want, NULL, lw);
 				for (uint32_t i = 0; i < nvalid[r]; i++)
-					ck_assert(ln_out[(h * 3 + r) * K + i] == (float)lw[i]);
+					ck_assert(ln_out[(h * 2 + p) * K + i] == (float)lw[i]);
 				/* the float distance is the double one to float precision */
 				double lw0[K];
 				swm_row w0;
 				swm_row_stats(data[0][r], SWM_F32, SWM_PROBS, nvalid[r], 0, &o, &w0);
 				swm_row_expand(data[0][r], SWM_F32, SWM_PROBS, &w0, NULL, lw0);
-				ck_close(swm_content_dist2_f32(&ln_out[(h * 3 + r) * K],
-				    &ln_out[(0 * 3 + r) * K], nvalid[r], 0),
+				ck_close(swm_content_dist2_f32(&ln_out[(h * 2 + p) * K],
+				    &ln_out[(0 * 2 + p) * K], nvalid[r], 0),
 				    swm_content_dist2(lw, lw0, nvalid[r], 0), 1e-5, 1e-6);
 			}
 		}
@@ -1471,9 +1490,11 @@ START_TEST(test_block_pairs_ref)
 					xs[h][r][i] = (double)(kind == SWM_LOGITS ?
 					    expl(v[i] - mx) / S : v[i] / S);
 			}
+		uint32_t every[R];
 		swm_block blk = { .data = data, .dtype = dt, .kind = kind, .heads = H,
 		    .rows = R, .keys = K, .head_stride = R * K, .row_stride = K,
-		    .nvalid = nvalid, .sink = KS };
+		    .nvalid = nvalid, .sink = KS, .pair_pick = every,
+		    .npair = swm_pick_all(R, every) };
 		void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
 		swm_head_acc acc[H];
 		swm_pair_acc pairs[H * H];
@@ -1526,6 +1547,206 @@ START_TEST(test_block_pairs_ref)
 				ck_close(a->sink2, w[4], 1e-10, 1e-12);
 				ck_close(a->content2, w[5], 1e-10, 1e-12);
 			}
+	}
+}
+END_TEST
+
+/* ---- rows for pair, drift and flip statistics (METRICS.md §5) ------------ */
+
+/* swm_pick_rows into a guarded buffer: exactly the rows want[nwant]. */
+static void
+pick_is(const uint32_t *qpos, size_t rows, size_t keys, size_t n,
+    const uint32_t *want, size_t nwant, int line)
+{
+	uint32_t out[64];
+	for (size_t i = 0; i < 64; i++)
+		out[i] = 0xdeadbeef;
+	size_t got = swm_pick_rows(qpos, rows, keys, n, out);
+	ck_assert_msg(got == nwant, "line %d: %zu rows picked, want %zu", line, got, nwant);
+	for (size_t i = 0; i < nwant; i++)
+		ck_assert_msg(out[i] == want[i], "line %d: pick[%zu] = %u, want %u", line, i,
+		    out[i], want[i]);
+	for (size_t i = nwant; i < 64; i++)
+		ck_assert_msg(out[i] == 0xdeadbeef, "line %d: wrote past %zu", line, nwant);
+}
+
+#define PICK(q, rows, keys, n, ...) do { \
+	static const uint32_t w_[] = { __VA_ARGS__ }; \
+	pick_is((q), (rows), (keys), (n), w_, sizeof(w_) / sizeof(w_[0]), __LINE__); \
+} while (0)
+#define PICK_NONE(q, rows, keys, n) pick_is((q), (rows), (keys), (n), NULL, 0, __LINE__)
+
+START_TEST(test_pick_rows)
+{
+	/* no qpos: evenly spread, first and last included */
+	PICK(NULL, 10, 8, 4, 0, 3, 6, 9);
+	PICK(NULL, 10, 8, 3, 0, 4, 9);
+	PICK(NULL, 10, 8, 2, 0, 9);
+	PICK(NULL, 10, 8, 1, 4);
+	PICK(NULL, 10, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 9);
+	PICK(NULL, 10, 8, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9);
+	PICK(NULL, 4, 8, 100, 0, 1, 2, 3);
+	PICK(NULL, 1, 8, 3, 0);
+	PICK_NONE(NULL, 10, 8, 0);
+	PICK_NONE(NULL, 0, 8, 4);
+	PICK_NONE(NULL, 10, 1, 4);	/* one key: every row is short */
+
+	/*
+	 * Two causal sequences, 6 and 3 rows: qpos 0 is a one-key row (skipped).
+	 * Round-robin, longest first: 5, 8, then 4, 7, then 3, (B is done), ...
+	 */
+	static const uint32_t q2[] = { 0, 1, 2, 3, 4, 5, 0, 1, 2 };
+	PICK(q2, 9, 16, 1, 5);
+	PICK(q2, 9, 16, 2, 5, 8);
+	PICK(q2, 9, 16, 3, 4, 5, 8);
+	PICK(q2, 9, 16, 4, 4, 5, 7, 8);
+	PICK(q2, 9, 16, 6, 2, 3, 4, 5, 7, 8);
+	PICK(q2, 9, 16, 7, 1, 2, 3, 4, 5, 7, 8);
+	PICK(q2, 9, 16, 9, 1, 2, 3, 4, 5, 7, 8);	/* n >= rows: the 7 eligible */
+	PICK(q2, 9, 16, 100, 1, 2, 3, 4, 5, 7, 8);
+	PICK_NONE(q2, 9, 16, 0);
+	PICK_NONE(q2, 9, 1, 4);
+
+	/*
+	 * Three sequences over 4 keys (qpos >= 3 is a full row): A = rows 0-5,
+	 * valid keys 1 2 3 4 4 4; B = rows 6-7 (qpos 2 <= 5 starts it), 3 4;
+	 * C = rows 8-10, 1 2 3. Full rows tie: the lower index first (3, 4, 5),
+	 * then the shorter ones from the longest down (2, 1).
+	 */
+	static const uint32_t q3[] = { 0, 1, 2, 3, 4, 5, 2, 3, 0, 1, 2 };
+	PICK(q3, 11, 4, 3, 3, 7, 10);
+	PICK(q3, 11, 4, 4, 3, 4, 7, 10);
+	PICK(q3, 11, 4, 5, 3, 4, 6, 7, 10);
+	PICK(q3, 11, 4, 6, 3, 4, 6, 7, 9, 10);
+	PICK(q3, 11, 4, 7, 3, 4, 5, 6, 7, 9, 10);
+	PICK(q3, 11, 4, 8, 2, 3, 4, 5, 6, 7, 9, 10);
+	PICK(q3, 11, 4, 11, 1, 2, 3, 4, 5, 6, 7, 9, 10);
+
+	/* the remainder goes to the first sequences that still have rows */
+	static const uint32_t q4[] = { 1, 1, 2, 3, 1, 2, 3 };
+	PICK(q4, 7, 8, 4, 0, 2, 3, 6);
+	PICK(q4, 7, 8, 5, 0, 2, 3, 5, 6);
+
+	/* qpos that does not increase: each row a sequence of its own */
+	static const uint32_t q5[] = { 3, 3, 3, 2 };
+	PICK(q5, 4, 8, 2, 0, 1);
+	PICK(q5, 4, 8, 4, 0, 1, 2, 3);
+
+	/* nothing but short rows */
+	static const uint32_t q6[] = { 0, 0, 0 };
+	PICK_NONE(q6, 3, 8, 2);
+
+	/* every row: the identity, and the lookup of a row's position */
+	uint32_t all[5], l[] = { 2, 5, 9 };
+	ck_assert_uint_eq(swm_pick_all(5, all), 5);
+	for (uint32_t i = 0; i < 5; i++)
+		ck_assert_uint_eq(all[i], i);
+	ck_assert_int_eq(swm_pick_find(l, 3, 2), 0);
+	ck_assert_int_eq(swm_pick_find(l, 3, 5), 1);
+	ck_assert_int_eq(swm_pick_find(l, 3, 9), 2);
+	ck_assert_int_eq(swm_pick_find(l, 3, 0), -1);
+	ck_assert_int_eq(swm_pick_find(l, 3, 6), -1);
+	ck_assert_int_eq(swm_pick_find(l, 3, 10), -1);
+	ck_assert_int_eq(swm_pick_find(NULL, 0, 0), -1);
+}
+END_TEST
+
+/*
+ * The pair sums over a pick list are those of a block made of the picked
+ * rows alone, copied out, with every row picked: on every kernel path and
+ * input type, two causal sequences (the rows from swm_pick_rows), and the
+ * ln parts land at the row's position in the list.
+ */
+START_TEST(test_block_pick)
+{
+	if (!use_isa(_i))
+		return;
+	enum { H = 4, R = 12, K = 19, KS = 1, N = 5 };
+	static const struct { swm_dtype dt; swm_kind kind; } cases[] = {
+		{ SWM_F64, SWM_PROBS }, { SWM_F32, SWM_PROBS }, { SWM_BF16, SWM_PROBS },
+		{ SWM_F32, SWM_LOGITS },
+	};
+	/* sequences of 7 and 5 rows, the first with a full row past the keys */
+	static const uint32_t qpos[R] = { 13, 14, 15, 16, 17, 18, 19, 0, 1, 2, 3, 4 };
+	uint32_t nvalid[R], pick[R], every[R];
+	for (int r = 0; r < R; r++)
+		nvalid[r] = qpos[r] >= K ? K : qpos[r] + 1;
+	size_t np = swm_pick_rows(qpos, R, K, N, pick);
+	ck_assert_uint_eq(np, N);
+	/*
+	 * 3 + 2: rows 5 and 6 (qpos 18, 19) both have every key, then row 4;
+	 * rows 11 and 10 of the second
+	 */
+	static const uint32_t want[N] = { 4, 5, 6, 10, 11 };
+	ck_assert(memcmp(pick, want, sizeof(want)) == 0);
+	swm_opts o = dflt();
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		swm_dtype dt = cases[c].dt;
+		size_t es = swm_dtype_size(dt);
+		static char data[H * R * K * 8], sub[H * N * K * 8];
+		static double src[K];
+		uint32_t subvalid[N];
+		rng_state = 101 + c;
+		for (int h = 0; h < H; h++)
+			for (int r = 0; r < R; r++) {
+				size_t n = nvalid[r];
+				memset(src, 0, sizeof(src));
+				if (cases[c].kind == SWM_LOGITS) {
+					for (size_t i = 0; i < n; i++)
+						src[i] = 2 * nrand() + (i == KS ? 3 : 0);
+				} else {
+					make_row(src, n, KS, 0.15 + 0.1 * h, 0.5 + h);
+				}
+				store_row(data + ((size_t)h * R + r) * K * es, dt, src, K);
+			}
+		for (int h = 0; h < H; h++)
+			for (size_t i = 0; i < np; i++)
+				memcpy(sub + ((size_t)h * N + i) * K * es,
+				    data + ((size_t)h * R + pick[i]) * K * es, K * es);
+		for (size_t i = 0; i < np; i++)
+			subvalid[i] = nvalid[pick[i]];
+
+		void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
+		static float ln[H * N * K], lnsub[H * N * K];
+		swm_head_acc acc[H], accsub[H];
+		swm_pair_acc pairs[H * H], psub[H * H];
+		memset(acc, 0, sizeof(acc));
+		memset(accsub, 0, sizeof(accsub));
+		memset(pairs, 0, sizeof(pairs));
+		memset(psub, 0, sizeof(psub));
+		memset(ln, 0, sizeof(ln));
+		memset(lnsub, 0, sizeof(lnsub));
+		swm_block blk = { .data = data, .dtype = dt, .kind = cases[c].kind,
+		    .heads = H, .rows = R, .keys = K, .head_stride = R * K, .row_stride = K,
+		    .nvalid = nvalid, .sink = KS, .pair_pick = pick, .npair = np,
+		    .ln_pick = pick, .nln = np, .ln_out = ln };
+		swm_block_add(&blk, &o, scratch, acc, pairs);
+		swm_block bs = { .data = sub, .dtype = dt, .kind = cases[c].kind,
+		    .heads = H, .rows = np, .keys = K, .head_stride = N * K, .row_stride = K,
+		    .nvalid = subvalid, .sink = KS, .pair_pick = every,
+		    .npair = swm_pick_all(np, every), .ln_pick = every, .nln = np,
+		    .ln_out = lnsub };
+		swm_block_add(&bs, &o, scratch, accsub, psub);
+		free(scratch);
+		for (int h = 0; h < H; h++)
+			ck_assert_uint_eq(acc[h].rows, R - 1);	/* row 7 has one key */
+		for (int i = 0; i < H; i++)
+			for (int j = i + 1; j < H; j++) {
+				const swm_pair_acc *a = &pairs[i * H + j], *b = &psub[i * H + j];
+				ck_assert_uint_eq(a->rows, np);
+				ck_assert_uint_eq(a->rows, b->rows);
+				ck_assert_uint_eq(a->rows_drop, b->rows_drop);
+				/* the same rows in the same order: the same sums, to the bit */
+				ck_assert_msg(a->cos_keep == b->cos_keep && a->cos_drop == b->cos_drop &&
+				    a->js_keep == b->js_keep && a->js_drop == b->js_drop &&
+				    a->sink2 == b->sink2 && a->content2 == b->content2,
+				    "case %zu pair %d,%d: %.17g %.17g", c, i, j, a->cos_keep, b->cos_keep);
+			}
+		for (int h = 0; h < H; h++)
+			for (size_t i = 0; i < np; i++)
+				for (size_t k = 0; k < subvalid[i]; k++)
+					ck_assert(ln[((size_t)h * np + i) * K + k] ==
+					    lnsub[((size_t)h * np + i) * K + k]);
 	}
 }
 END_TEST
@@ -1634,6 +1855,8 @@ metrics_suite(void)
 	tcase_add_test(tc, test_head_acc);
 	tcase_add_loop_test(tc, test_row_pair, 0, NISA);
 	tcase_add_loop_test(tc, test_block_and_pairs, 0, NISA);
+	tcase_add_test(tc, test_pick_rows);
+	tcase_add_loop_test(tc, test_block_pick, 0, NISA);
 	tcase_add_test(tc, test_flip_rate);
 	tcase_add_test(tc, test_row_from_stats);
 	suite_add_tcase(s, tc);

@@ -21,6 +21,7 @@ struct opts {
 	const char *dset;
 	int logits, causal;
 	long sink;
+	long pair_rows;		/* rows of each [queries, keys] block with pairs; 0: all */
 	swm_opts m;
 	enum fmt fmt;
 };
@@ -44,6 +45,8 @@ struct run {
 	int rank;
 	swm_dtype dtype;
 	size_t L, B, H, Q, K;
+	uint32_t *pick;		/* [npick] the rows of each block with pairs (§5) */
+	size_t npick;
 	swm_head_acc *acc;	/* [L * H] */
 	swm_head *head;		/* [L * H] */
 	struct layer *layer;	/* [L] */
@@ -89,7 +92,8 @@ static void
 usage(FILE *f)
 {
 	fputs("usage: sinkwatch analyze FILE.h5:/dataset [--logits] [--sink K] [--causal]\n"
-	    "                         [--delta D] [--tol T] [--format json|csv|text]\n", f);
+	    "                         [--delta D] [--tol T] [--pair-rows N]\n"
+	    "                         [--format json|csv|text]\n", f);
 }
 
 /* Value of option `name` given as --name V or --name=V; NULL if not this option. */
@@ -131,6 +135,10 @@ parse_args(int argc, char **argv, struct opts *o)
 		} else if ((v = optval(argc, argv, &i, "--sink", &missing))) {
 			if (sw_parse_long(v, &o->sink) || o->sink < 0)
 				return fail("--sink: '%s' is not a non-negative integer", v);
+		} else if ((v = optval(argc, argv, &i, "--pair-rows", &missing))) {
+			if (sw_parse_long(v, &o->pair_rows) || o->pair_rows < 0 ||
+			    o->pair_rows > UINT32_MAX)
+				return fail("--pair-rows: '%s' is not a non-negative integer", v);
 		} else if ((v = optval(argc, argv, &i, "--delta", &missing))) {
 			if (sw_parse_double(v, &o->m.delta) || !(o->m.delta > 0 && o->m.delta < 1))
 				return fail("--delta: '%s' is not a number in (0, 1)", v);
@@ -192,6 +200,7 @@ free_run(struct run *r)
 			free(r->layer[l].rows);
 		}
 	free(r->layer);
+	free(r->pick);
 	free(r->acc);
 	free(r->head);
 	free(r->o.file);
@@ -215,6 +224,8 @@ compute(struct run *r, sw_tensor *t)
 		    r->o.file, r->o.dset, layer_elems);
 	void *slab = malloc(layer_elems * es + 1);
 	uint32_t *nvalid = malloc(Q * sizeof(uint32_t) + 1);
+	uint32_t *qpos = malloc(Q * sizeof(uint32_t) + 1);
+	r->pick = malloc(Q * sizeof(uint32_t) + 1);
 	size_t sbytes = (swm_block_scratch(H, K) + 63) & ~(size_t)63;
 	void *scratch = aligned_alloc(64, sbytes ? sbytes : 64);
 	swm_pair_acc *pairs = calloc(H * H + 1, sizeof(*pairs));
@@ -223,15 +234,23 @@ compute(struct run *r, sw_tensor *t)
 	r->acc = calloc(L * H + 1, sizeof(*r->acc));
 	r->head = calloc(L * H + 1, sizeof(*r->head));
 	r->layer = calloc(L + 1, sizeof(*r->layer));
-	if (!slab || !nvalid || !scratch || !pairs || !hrows || !ent || !r->acc ||
-	    !r->head || !r->layer) {
+	if (!slab || !nvalid || !qpos || !r->pick || !scratch || !pairs || !hrows ||
+	    !ent || !r->acc || !r->head || !r->layer) {
 		fail("out of memory (a layer is %zu bytes)", layer_elems * es);
 		goto out;
 	}
 	for (size_t q = 0; q < Q; q++) {
 		long long n = r->o.causal ? (long long)q + (long long)K - (long long)Q + 1 : (long long)K;
 		nvalid[q] = (uint32_t)(n < 0 ? 0 : n > (long long)K ? (long long)K : n);
+		/* the position that gives n keys; rows with none start at 0 (short) */
+		qpos[q] = n > 0 ? (uint32_t)(n - 1) : 0;
 	}
+	/* METRICS.md §5: the same rows of every block; every row by default */
+	if (r->o.pair_rows > 0)
+		r->npick = swm_pick_rows(r->o.causal ? qpos : NULL, Q, K,
+		    (size_t)r->o.pair_rows, r->pick);
+	else
+		r->npick = swm_pick_all(Q, r->pick);
 	for (size_t l = 0; l < L; l++) {
 		struct layer *ly = &r->layer[l];
 		for (int m = 0; m < 6; m++)
@@ -263,6 +282,7 @@ compute(struct run *r, sw_tensor *t)
 				.heads = H, .rows = Q, .keys = K,
 				.head_stride = Q * K, .row_stride = K,
 				.nvalid = nvalid, .sink = (size_t)r->o.sink,
+				.pair_pick = r->pick, .npair = r->npick,
 			};
 			swm_block_add(&blk, &r->o.m, scratch, &r->acc[l * H], pairs);
 		}
@@ -285,6 +305,7 @@ compute(struct run *r, sw_tensor *t)
 out:
 	free(slab);
 	free(nvalid);
+	free(qpos);
 	free(scratch);
 	free(pairs);
 	free(hrows);
@@ -356,6 +377,10 @@ print_json(const struct run *r)
 	sw_json_bool(&j, "causal", r->o.causal);
 	sw_json_num(&j, "delta", r->o.m.delta);
 	sw_json_num(&j, "tolerance", swm_opts_tol(&r->o.m, r->dtype));
+	sw_json_begin_arr(&j, "pair_row_index");
+	for (size_t i = 0; i < r->npick; i++)
+		sw_json_int(&j, NULL, (int64_t)r->pick[i]);
+	sw_json_end_arr(&j);
 	sw_json_int(&j, "rows_used", (int64_t)used);
 	json_rejected(&j, "rows_rejected", rej);
 
