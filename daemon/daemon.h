@@ -26,6 +26,8 @@ typedef struct swd_layer {
 	swm_row *rows_st;	/* [heads * rows] or NULL */
 	float *ln;		/* [heads * nln * keys] or NULL */
 	uint32_t *ln_rows;	/* [nln] the rows of ln, ascending; inside ln's allocation */
+	uint32_t *pair_idx;	/* [npair] the rows that got pair work, ascending */
+	uint32_t npair;
 	uint32_t nln;
 	size_t bytes;		/* held against the budget until freed */
 } swd_layer;

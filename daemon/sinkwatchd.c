@@ -140,7 +140,7 @@ work_cb(uv_work_t *req)
 		nln = (size_t)D.cfg.drift_rows < R ? (size_t)D.cfg.drift_rows : R;
 		ly->ln = malloc((size_t)H * nln * K * sizeof(float) + nln * sizeof(uint32_t));
 		if (ly->ln) {
-			/* METRICS.md §5: which rows, from qpos; fewer when rows are short */
+			/* storage/LAYOUT.md (row_use): which rows, from qpos; fewer when rows are short */
 			ly->ln_rows = (uint32_t *)(ly->ln + (size_t)H * nln * K);
 			nln = swm_pick_rows(m->qpos, R, K, nln, ly->ln_rows);
 			ly->nln = (uint32_t)nln;
@@ -199,7 +199,8 @@ work_cb(uv_work_t *req)
 		swm_block_add(&blk, &o, scratch, ly->acc, ly->pairs);
 		free(scratch);
 		free(nvalid);
-		free(pick);
+		ly->pair_idx = pick;	/* recorded in the run file (row_use) */
+		ly->npair = (uint32_t)npair;
 	}
 	for (uint32_t h = 0; h < H; h++) {
 		j->rows_counted += (int64_t)ly->acc[h].rows;

@@ -79,6 +79,7 @@ swd_layer_free(swd_layer *l, atomic_llong *inflight)
 	free(l->pairs);
 	free(l->rows_st);
 	free(l->ln);
+	free(l->pair_idx);
 	free(l);
 }
 
@@ -325,7 +326,7 @@ drift(const swd_layer *a, const swd_layer *b, uint32_t h, uint32_t sink,
 			continue;
 		n++;
 		s2 += (x->b - y->b) * (x->b - y->b);
-		/* the ln parts are kept for the rows of ln_rows only (METRICS.md §5) */
+		/* the ln parts are kept for the rows of ln_rows only (storage/LAYOUT.md, row_use) */
 		ptrdiff_t ia = a->ln ? swm_pick_find(a->ln_rows, a->nln, r) : -1;
 		ptrdiff_t ib = b->ln ? swm_pick_find(b->ln_rows, b->nln, r) : -1;
 		if (ia >= 0 && ib >= 0 && x->n == y->n) {
@@ -390,7 +391,8 @@ write_step(swd_writer *w, swd_witem *it)
 	swm_head *cur = calloc(LH, sizeof(*cur));
 	uint64_t *hrows = calloc(H, sizeof(uint64_t));
 	const swm_row **rs = calloc(L, sizeof(*rs));
-	int ok = rows && rej && missing && cur && hrows && rs;
+	uint8_t *use = calloc((size_t)m->rows + 1, 1);
+	int ok = rows && rej && missing && cur && hrows && rs && use;
 	for (int i = 0; i < SW_HEAD_FIELDS; i++)
 		ok = ok && (hv[i] = malloc(LH * sizeof(double)));
 	for (int i = 0; i < SW_PAIR_FIELDS; i++)
@@ -491,6 +493,19 @@ write_step(swd_writer *w, swd_witem *it)
 	for (uint32_t l = 0; l < L; l++)
 		rs[l] = it->layers[l] ? it->layers[l]->rows_st : NULL;
 	st.row_stats = m->fixed_probe ? (const swm_row *const *)rs : NULL;
+	/* which probe rows got pair and drift work: the first layer's picks
+	 * (they follow qpos, the same for every layer of a probe) */
+	for (uint32_t l = 0; l < L; l++) {
+		const swd_layer *ly = it->layers[l];
+		if (!ly || ly->rows != m->rows)
+			continue;
+		for (uint32_t i = 0; i < ly->npair; i++)
+			use[ly->pair_idx[i]] |= SW_USE_PAIR;
+		for (uint32_t i = 0; ly->ln && i < ly->nln; i++)
+			use[ly->ln_rows[i]] |= SW_USE_DRIFT;
+		break;
+	}
+	st.row_use = use;
 	int64_t row = sw_runfile_steps(r->f);
 	char err[512];
 	if (sw_runfile_append(r->f, &st, err, sizeof(err)) != 0) {
@@ -530,6 +545,7 @@ out:
 	free(cur);
 	free(hrows);
 	free(rs);
+	free(use);
 	return rc;
 }
 

@@ -1,6 +1,6 @@
 /*
  * pick.c: which rows of a block get the pair work and keep their ln parts
- * for drift (METRICS.md §5, "Rows for pair, drift and flip statistics").
+ * for drift (LAYOUT.md, "Which probe rows the pair, drift and flip statistics use").
  *
  * No scratch: the choice within a causal sequence is a contiguous range of
  * rows (see seq_top), so the picks come out ascending without a sort, and

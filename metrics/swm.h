@@ -188,7 +188,8 @@ typedef struct swm_pair_acc {
 } swm_pair_acc;
 
 /*
- * §5 "Rows for pair, drift and flip statistics": the rows of a block that
+ * LAYOUT.md "Which probe rows the pair, drift and flip statistics use" (§4,
+ * §5 values on fewer rows): the rows of a block that
  * represent it, at most n of them, as ascending row indices in out (room
  * for min(n, rows)). Returns how many were chosen. Rows with fewer than two
  * valid keys are never chosen.

@@ -23,7 +23,7 @@
 static const char *const other_names[] = {
 	"step", "time", "rows", "rejected", "flip_rate", "missing", "lost",
 	"incomplete", "inc", "seq_next", "prev_row", "row_status",
-	"resume_inc", "resume_step"
+	"resume_inc", "resume_step", "row_use"
 };
 #define NOTHER (sizeof(other_names) / sizeof(other_names[0]))
 #define NNAMES (SW_HEAD_FIELDS + SW_PAIR_FIELDS + NOTHER + SW_ROWSTAT_FIELDS)

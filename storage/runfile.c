@@ -73,6 +73,7 @@ enum {
 	D_PREV_ROW,
 	D_ROWSTAT,			/* SW_ROWSTAT_FIELDS of them, row_stats files only */
 	D_ROW_STATUS = D_ROWSTAT + SW_ROWSTAT_FIELDS,
+	D_ROW_USE,
 	D_STEP,				/* the commit marker, written last */
 	D_ENDED,
 	D_RES_INC,
@@ -86,7 +87,7 @@ enum {
 #define D_ROWWISE(d) ((d) >= D_ROWSTAT && (d) <= D_ROW_STATUS)
 
 /* Shapes after the first axis (P: the probe's rows). */
-enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3, SH_TLHP };
+enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3, SH_TLHP, SH_TP };
 enum etype { E_F64, E_I64, E_U8, E_I8, E_U64 };
 
 const char *const sw_rowstat_field_names[SW_ROWSTAT_FIELDS] = {
@@ -105,13 +106,15 @@ struct sw_runfile {
 	hid_t dset[D__N];	/* -1 for a dataset the file does not have */
 	hsize_t ext[D__N];	/* extent along the first axis, as we set it */
 	char *path;
-	uint32_t layers, heads, rows;
+	uint32_t layers, heads, rows;	/* rows: the probe's */
+	int row_stats;		/* the per-row statistics datasets exist */
 	int64_t steps;		/* committed: the extent of /step */
 	int ended;		/* the last /ended entry is 1 */
 	double *nan;		/* layers * heads * heads NaNs, for NULL arrays */
 	int64_t *rej;		/* layers * heads * NREASONS, repacked rejected */
 	double *rs;		/* layers * heads * rows, one row-stat field repacked */
 	uint8_t *rst;		/* layers * heads * rows statuses */
+	uint8_t *use;		/* rows zeros, for a step without row_use */
 };
 
 static void
@@ -135,6 +138,7 @@ spec(int d, struct dspec *s)
 		[D_SEQ_NEXT] = { "seq_next", E_U64, SH_T },
 		[D_PREV_ROW] = { "prev_row", E_I64, SH_T },
 		[D_ROW_STATUS] = { "row_status", E_U8, SH_TLHP },
+		[D_ROW_USE] = { "row_use", E_U8, SH_TP },
 		[D_STEP] = { "step", E_I64, SH_T },
 		[D_ENDED] = { "ended", E_I8, SH_T },
 		[D_RES_INC] = { "resume_inc", E_U64, SH_T },
@@ -190,6 +194,9 @@ shape_dims(enum shape sh, uint32_t layers, uint32_t heads, uint32_t rows, hsize_
 		dims[2] = heads;
 		dims[3] = rows;
 		return 4;
+	case SH_TP:
+		dims[1] = rows;
+		return 2;
 	}
 	return 1;
 }
@@ -209,6 +216,7 @@ shape_axes(int d, enum shape sh)
 	case SH_TLHH: return "step,layer,head,head";
 	case SH_TL3: return "step,layer,metric";
 	case SH_TLHP: return "step,layer,head,row";
+	case SH_TP: return "step,row";
 	}
 	return "step";
 }
@@ -1069,6 +1077,7 @@ runfile_free(sw_runfile *f)
 	free(f->rej);
 	free(f->rs);
 	free(f->rst);
+	free(f->use);
 	free(f->path);
 	free(f);
 }
@@ -1105,17 +1114,19 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 		f->dset[d] = -1;
 	f->layers = meta->layers;
 	f->heads = meta->heads;
-	f->rows = meta->row_stats ? meta->rows : 0;
+	f->rows = meta->rows;
+	f->row_stats = meta->row_stats;
 	size_t lh = (size_t)meta->layers * meta->heads;
 	size_t plen = strlen(dir) + strlen(name) + 2;
 	f->path = malloc(plen);
 	f->nan = malloc(lh * meta->heads * sizeof(double));
 	f->rej = malloc(lh * NREASONS * sizeof(int64_t));
-	if (f->rows) {
+	if (f->row_stats) {
 		f->rs = malloc(lh * f->rows * sizeof(double));
 		f->rst = malloc(lh * f->rows);
 	}
-	if (!f->path || !f->nan || !f->rej || (f->rows && (!f->rs || !f->rst))) {
+	f->use = calloc(f->rows + 1, 1);
+	if (!f->path || !f->nan || !f->rej || !f->use || (f->row_stats && (!f->rs || !f->rst))) {
 		snprintf(err, errlen, "run %s: out of memory", meta->run);
 		goto fail;
 	}
@@ -1355,7 +1366,10 @@ sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 	    write_row(f, D_SEQ_NEXT, t, H5T_NATIVE_UINT64, &s->seq_next, err, errlen) < 0 ||
 	    write_row(f, D_PREV_ROW, t, H5T_NATIVE_INT64, &s->prev_row, err, errlen) < 0)
 		return -1;
-	if (f->rows && append_row_stats(f, t, s->row_stats, err, errlen) < 0)
+	if (f->row_stats && append_row_stats(f, t, s->row_stats, err, errlen) < 0)
+		return -1;
+	if (write_row(f, D_ROW_USE, t, H5T_NATIVE_UINT8, s->row_use ? s->row_use : f->use,
+	    err, errlen) < 0)
 		return -1;
 	/* the commit: a reader sizes everything by /step */
 	if (write_row(f, D_STEP, t, H5T_NATIVE_INT64, &s->step, err, errlen) < 0)

@@ -78,6 +78,7 @@ typedef struct sw_step {
 	int64_t prev_row;		/* the row dH and drift were taken against, -1 none */
 	const swm_row *const *row_stats;	/* [layers] of [heads * rows], NULL where
 					 * missing; NULL: none (files without row stats) */
+	const uint8_t *row_use;		/* [rows]: SW_USE_PAIR | SW_USE_DRIFT, NULL zeros */
 } sw_step;
 
 typedef struct sw_runfile_opts {
@@ -270,6 +271,10 @@ int sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errl
  * err (also when the file has none).
  */
 #define SW_ROW_ABSENT 255
+
+/* Bits of /row_use: the probe rows that got pair and drift work. */
+#define SW_USE_PAIR 1
+#define SW_USE_DRIFT 2
 int sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n,
     char *err, size_t errlen);
 

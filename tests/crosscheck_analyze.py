@@ -403,7 +403,7 @@ def build_cases():
     x[0, 0, 1, 9, :] *= 0.9998              # ... rejected
     add("f64_reject_order", x, "float64", 3)
 
-    # 17. pairs on --pair-rows N rows of each block (METRICS.md §5): spread
+    # 17. pairs on --pair-rows N rows of each block (storage/LAYOUT.md, row_use): spread
     # (non-causal), the longest rows (causal, offset, short rows), one row
     for base, n in (("f32_rank3_zeros_bad", 4), ("f64_rank4_causal_garbage", 8),
                     ("bf16_rank4_causal", 1), ("f32_keys2_causal_short", 3),

@@ -155,8 +155,10 @@ def main():
         send(d, "resume2", STEPS, 4000, data, end=False)
         received(sent + 16 * L)
         send(d, "resume2", STEPS[12:], 4001, other, resume=STEPS[11])
+        paths = {}
         for run in ("inorder", "reverse", "shuffled", "sweep", "resume", "resume2"):
-            reps[run] = report(d.wait_ended(run))
+            paths[run] = d.wait_ended(run)
+            reps[run] = report(paths[run])
         dup_before = d.status()["drops"]["duplicate"]
         snd = send(d, "dups", STEPS[:3], 5000, data, end=False)
         d.wait(lambda s: s["writer"]["steps_written"] >= 6 * 16 + 8 + 3,
@@ -203,6 +205,17 @@ def main():
         assert reps["dups"]["rows_stored"] == 3, reps["dups"]["rows_stored"]
         assert dup_after - dup_before >= 1, (dup_before, dup_after)
 
+    def rows_recorded():
+        import h5py
+        with h5py.File(paths["inorder"], "r") as f:
+            use = f["row_use"][:]
+        assert use.shape == (16, SEQ * ROWS), use.shape
+        # default pair_rows = drift_rows = 8: the 4 longest rows of each sequence
+        want = [r for r in range(SEQ * ROWS) if QPOS[r] >= ROWS - 4]
+        for t in range(16):
+            assert list(np.flatnonzero(use[t] & 1)) == want, (t, use[t])
+            assert list(np.flatnonzero(use[t] & 2)) == want, (t, use[t])
+
     def clean_log():
         bad = [ln for ln in log.splitlines() if " error:" in ln or "Sanitizer" in ln]
         assert not bad, bad
@@ -212,6 +225,7 @@ def main():
     c.check("report_says_how", labelled)
     c.check("resume_with_other_data", resume_other)
     c.check("duplicates_counted", duplicates)
+    c.check("rows_recorded", rows_recorded)
     c.check("daemon_log_clean", clean_log)
     return c.finish()
 

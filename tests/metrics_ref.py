@@ -75,7 +75,7 @@ def valid_keys(q, queries, keys, causal):
 
 
 def pick_rows(qpos, rows, keys, n):
-    """METRICS.md §5, "Rows for pair, drift and flip statistics", dealt out
+    """LAYOUT.md, "Which probe rows the pair, drift and flip statistics use", dealt out
     literally: the rows (ascending) that represent a block of `rows` rows.
     qpos None: n rows spread evenly, first and last included (the middle one
     for n = 1). Otherwise each sequence (a new one where qpos does not

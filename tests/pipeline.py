@@ -140,7 +140,7 @@ def case_roundtrip():
 
 def case_pick_rows():
     """pair_rows and drift_rows below the row count: the daemon takes the
-    pair matrices and drift_content on the rows METRICS.md §5 chooses (two
+    pair matrices and drift_content on the rows storage/LAYOUT.md (row_use) names (two
     causal sequences, the longest rows, shared out), not on the first
     rows; metrics_ref.pick_rows says which, independently."""
     d = Daemon(extra=["--pair-rows", "3", "--drift-rows", "4"]).start()

@@ -1551,7 +1551,7 @@ START_TEST(test_block_pairs_ref)
 }
 END_TEST
 
-/* ---- rows for pair, drift and flip statistics (METRICS.md §5) ------------ */
+/* ---- rows for pair, drift and flip statistics (storage/LAYOUT.md, row_use) ------------ */
 
 /* swm_pick_rows into a guarded buffer: exactly the rows want[nwant]. */
 static void

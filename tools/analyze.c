@@ -245,7 +245,7 @@ compute(struct run *r, sw_tensor *t)
 		/* the position that gives n keys; rows with none start at 0 (short) */
 		qpos[q] = n > 0 ? (uint32_t)(n - 1) : 0;
 	}
-	/* METRICS.md §5: the same rows of every block; every row by default */
+	/* storage/LAYOUT.md (row_use): the same rows of every block; every row by default */
 	if (r->o.pair_rows > 0)
 		r->npick = swm_pick_rows(r->o.causal ? qpos : NULL, Q, K,
 		    (size_t)r->o.pair_rows, r->pick);
