@@ -208,6 +208,87 @@ read_all(sw_reader *r, const char *name, int64_t T, size_t LH, char *err, size_t
 	return v;
 }
 
+/* The mean over a layer's heads of x[h] (stride 1), finite heads only. */
+static double
+layer_mean(const double *x, size_t H)
+{
+	double sum = 0;
+	size_t n = 0;
+	for (size_t h = 0; h < H; h++)
+		if (isfinite(x[h])) {
+			sum += x[h];
+			n++;
+		}
+	return n ? sum / (double)n : NAN;
+}
+
+static void
+json_nums(sw_json *j, const char *key, const double *x, size_t n)
+{
+	sw_json_begin_arr(j, key);
+	for (size_t i = 0; i < n; i++)
+		sw_json_num(j, NULL, x[i]);
+	sw_json_end_arr(j);
+}
+
+/*
+ * Per view step, per layer (and the model, over all heads): the head means
+ * of sink_mass and entropy, and the running sums of the interval parts
+ * (§3), an interval without a value counted as 0. What a chart shows, so
+ * that no reader computes it again.
+ */
+static void
+json_series(sw_json *j, const sw_runmeta *m, double *const *v, const sw_view *view,
+    const double *ivl)
+{
+	size_t L = m->layers, H = m->heads, LH = L * H, n = (size_t)view->n;
+	double *col = malloc((4 * n + 1) * sizeof(double)), *hs = malloc((2 * LH + 1) * sizeof(double));
+	if (!col || !hs) {
+		free(col);
+		free(hs);
+		return;
+	}
+	sw_json_begin_obj(j, "series");
+	sw_json_begin_arr(j, "step");
+	for (size_t k = 0; k < n; k++)
+		sw_json_int(j, NULL, view->step[k]);
+	sw_json_end_arr(j);
+	sw_json_begin_arr(j, "layers");
+	for (size_t l = 0; l <= L; l++) {	/* l == L: the model */
+		size_t h0 = l < L ? l * H : 0, nh = l < L ? H : LH;
+		memset(hs, 0, 2 * LH * sizeof(double));
+		for (size_t k = 0; k < n; k++) {
+			size_t t = (size_t)view->row[k];
+			col[k] = layer_mean(v[4] + t * LH + h0, nh);
+			col[n + k] = layer_mean(v[2] + t * LH + h0, nh);
+			double s = 0, c = 0;
+			for (size_t i = h0; i < h0 + nh; i++) {
+				double a = ivl[(k * LH + i) * 2], b = ivl[(k * LH + i) * 2 + 1];
+				hs[2 * i] += isfinite(a) ? a : 0;
+				hs[2 * i + 1] += isfinite(b) ? b : 0;
+				s += hs[2 * i];
+				c += hs[2 * i + 1];
+			}
+			col[2 * n + k] = s / (double)nh;
+			col[3 * n + k] = c / (double)nh;
+		}
+		sw_json_begin_obj(j, NULL);
+		if (l < L)
+			sw_json_int(j, "layer", (int64_t)l);
+		else
+			sw_json_str(j, "layer", "model");
+		json_nums(j, "sink_mass", col, n);
+		json_nums(j, "entropy", col + n, n);
+		json_nums(j, "cum_sink", col + 2 * n, n);
+		json_nums(j, "cum_content", col + 3 * n, n);
+		sw_json_end_obj(j);
+	}
+	sw_json_end_arr(j);
+	sw_json_end_obj(j);
+	free(col);
+	free(hs);
+}
+
 /* Head values of stored row t, head i, from the columns read (report order). */
 static void
 head_at(double *const *v, size_t LH, int64_t t, size_t i, swm_head *h)
@@ -247,7 +328,7 @@ split_rows(double *const *v, size_t LH, size_t R, const swm_row *ra, const swm_r
  */
 static int
 attribute(sw_reader *r, const sw_runmeta *m, double *const *v, const sw_view *view,
-    int paired, struct attrib *head, char *err, size_t errlen)
+    int paired, struct attrib *head, double *ivl, char *err, size_t errlen)
 {
 	size_t LH = (size_t)m->layers * m->heads, R = paired ? m->rows : 0, n = LH * R;
 	swm_row *first = NULL, *prev = NULL, *cur = NULL;
@@ -268,6 +349,10 @@ attribute(sw_reader *r, const sw_runmeta *m, double *const *v, const sw_view *vi
 		for (size_t i = 0; i < LH; i++) {
 			swm_split sp;
 			split_rows(v, LH, R, prev, cur, view->row[k - 1], view->row[k], i, &sp);
+			if (ivl) {	/* the interval into step k, for the series */
+				ivl[((size_t)k * LH + i) * 2] = sp.sink;
+				ivl[((size_t)k * LH + i) * 2 + 1] = sp.content;
+			}
 			if (!isfinite(sp.dH) || !isfinite(sp.sink) || !isfinite(sp.content))
 				continue;
 			swm_split_add(&head[i].path, &sp);
@@ -292,16 +377,18 @@ int
 sw_report_main(int argc, char **argv)
 {
 	const char *path = NULL;
-	int json = 0;
+	int json = 0, series = 0;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+		if (!strcmp(argv[i], "--series")) {
+			series = 1;
+		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
 			const char *f = argv[++i];
 			if (!strcmp(f, "json"))
 				json = 1;
 			else if (strcmp(f, "text"))
 				return sw_tool_fail("report", "--format: '%s' is not text or json", f);
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: sinkwatch report RUN.h5 [--format text|json]\n");
+			printf("usage: sinkwatch report RUN.h5 [--format text|json] [--series]\n");
 			return 0;
 		} else if (argv[i][0] == '-')
 			return sw_tool_fail("report", "unknown option '%s'", argv[i]);
@@ -312,6 +399,8 @@ sw_report_main(int argc, char **argv)
 	}
 	if (!path)
 		return sw_tool_fail("report", "missing RUN.h5");
+	if (series && !json)
+		return sw_tool_fail("report", "--series needs --format json");
 	char err[512];
 	sw_reader *r;
 	sw_runmeta meta;
@@ -322,7 +411,7 @@ sw_report_main(int argc, char **argv)
 		sw_reader_close(&r);
 		return sw_tool_fail("report", "%s", err);
 	}
-	if (T < 2) {
+	if (T < (series ? 1 : 2)) {
 		sw_reader_close(&r);
 		return sw_tool_fail("report", "%s has %lld stored step(s): an attribution needs two",
 		    path, (long long)T);
@@ -345,7 +434,7 @@ sw_report_main(int argc, char **argv)
 		sw_tool_fail("report", "%s: %s", path, err);
 		goto out;
 	}
-	if (view.n < 2) {
+	if (view.n < (series ? 1 : 2)) {
 		sw_tool_fail("report", "%s has %lld stored step(s) (%lld rows): an attribution "
 		    "needs two", path, (long long)view.n, (long long)T);
 		goto out;
@@ -354,8 +443,16 @@ sw_report_main(int argc, char **argv)
 	int paired = meta.row_stats;
 	struct attrib *head = calloc(LH, sizeof(*head)), *layer = calloc(L, sizeof(*layer)), model;
 	memset(&model, 0, sizeof(model));
-	if (!head || !layer || attribute(r, &meta, v, &view, paired, head, err,
+	double *ivl = NULL;
+	if (series && view.n > 0 && !(ivl = malloc((size_t)view.n * LH * 2 * sizeof(double)))) {
+		sw_tool_fail("report", "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; ivl && i < (size_t)view.n * LH * 2; i++)
+		ivl[i] = NAN;
+	if (!head || !layer || attribute(r, &meta, v, &view, paired, head, ivl, err,
 	    sizeof(err)) != 0) {
+		free(ivl);
 		free(head);
 		free(layer);
 		sw_tool_fail("report", "%s: %s", path, head && layer ? err : "out of memory");
@@ -438,6 +535,8 @@ sw_report_main(int argc, char **argv)
 			sw_json_end_obj(&j);
 		}
 		sw_json_end_arr(&j);
+		if (series)
+			json_series(&j, &meta, v, &view, ivl);
 		sw_json_end_obj(&j);
 		sw_json_finish(&j);
 	} else {
@@ -470,6 +569,7 @@ sw_report_main(int argc, char **argv)
 	rc = 0;
 	free(head);
 	free(layer);
+	free(ivl);
 out:
 	for (int i = 0; i < 9; i++)
 		free(v[i]);
