@@ -385,20 +385,21 @@ write_step(swd_writer *w, swd_witem *it)
 	int adjacent = r->has_prev && r->prev_step == r->max_step && it->step > r->prev_step;
 	size_t LH = (size_t)L * H, LHH = LH * H;
 	int rc = -1;
-	double *hv[SW_HEAD_FIELDS] = { 0 }, *pv[SW_PAIR_FIELDS] = { 0 }, *flip = NULL, *ent = NULL;
+	double *hv[SW_HEAD_FIELDS] = { 0 }, *pv[SW_PAIR_FIELDS] = { 0 }, *flip = NULL;
+	void *scratch = NULL;
 	int64_t *rows = calloc(LH, sizeof(int64_t)), *rej = calloc(LH * SWM_STATUS__N, sizeof(int64_t));
 	uint8_t *missing = calloc(L, 1);
 	swm_head *cur = calloc(LH, sizeof(*cur));
-	uint64_t *hrows = calloc(H, sizeof(uint64_t));
+	swm_head_acc *zacc = calloc(H, sizeof(*zacc));	/* a missing layer's sums */
 	const swm_row **rs = calloc(L, sizeof(*rs));
 	uint8_t *use = calloc((size_t)m->rows + 1, 1);
-	int ok = rows && rej && missing && cur && hrows && rs && use;
+	int ok = rows && rej && missing && cur && zacc && rs && use;
 	for (int i = 0; i < SW_HEAD_FIELDS; i++)
 		ok = ok && (hv[i] = malloc(LH * sizeof(double)));
 	for (int i = 0; i < SW_PAIR_FIELDS; i++)
 		ok = ok && (pv[i] = malloc(LHH * sizeof(double)));
 	ok = ok && (flip = malloc((size_t)L * 3 * sizeof(double))) &&
-	    (ent = malloc((2 * (size_t)H * H + 2 * H) * sizeof(double)));
+	    (scratch = malloc(swm_layer_scratch(H)));
 	if (!ok) {
 		log_err("run %s: out of memory writing step %lld", m->run, (long long)it->step);
 		goto out;
@@ -407,11 +408,20 @@ write_step(swd_writer *w, swd_witem *it)
 		swd_layer *ly = it->layers[l];
 		swd_layer *py = r->prev_layers ? r->prev_layers[l] : NULL;
 		missing[l] = ly == NULL;
+		/* head values, pair matrices and flip rates (metrics/, shared with analyze) */
+		swm_layer_values lv = { .head = cur + (size_t)l * H };
+		double *mat[SW_PAIR_FIELDS];
+		for (int f = 0; f < SW_PAIR_FIELDS; f++)
+			mat[f] = pv[f] + (size_t)l * H * H;
+		lv.pm = (swm_pair_matrices){ mat[SW_P_COSINE_KEEP], mat[SW_P_COSINE_DROP],
+		    mat[SW_P_JS_KEEP], mat[SW_P_JS_DROP], mat[SW_P_PAIR_SINK],
+		    mat[SW_P_PAIR_CONTENT], NULL };
+		swm_layer_finish(ly ? ly->acc : zacc, ly ? ly->pairs : NULL, H, scratch, &lv);
+		flip[l * 3 + 0] = lv.flip[0];
+		flip[l * 3 + 1] = lv.flip[1];
+		flip[l * 3 + 2] = ly ? lv.flip[2] : NAN;
 		for (uint32_t h = 0; h < H; h++) {
 			size_t i = (size_t)l * H + h;
-			swm_head_acc zero;
-			memset(&zero, 0, sizeof(zero));
-			swm_head_finish(ly ? &ly->acc[h] : &zero, &cur[i]);
 			const swm_head *c = &cur[i];
 			rows[i] = (int64_t)c->rows;
 			for (int s = 0; s < SWM_STATUS__N; s++)
@@ -441,37 +451,7 @@ write_step(swd_writer *w, swd_witem *it)
 			if (adjacent)
 				drift(ly, py, h, m->sink, &hv[SW_F_DRIFT_SINK][i],
 				    &hv[SW_F_DRIFT_CONTENT][i]);
-			hrows[h] = c->rows;
 		}
-		/* pair matrices and flip rates of the layer */
-		double *mat[SW_PAIR_FIELDS];
-		for (int f = 0; f < SW_PAIR_FIELDS; f++)
-			mat[f] = pv[f] + (size_t)l * H * H;
-		if (ly && ly->pairs) {
-			uint64_t *mr = calloc((size_t)H * H, sizeof(uint64_t));
-			if (!mr)
-				goto out;
-			swm_pair_matrices pm = { mat[SW_P_COSINE_KEEP], mat[SW_P_COSINE_DROP],
-			    mat[SW_P_JS_KEEP], mat[SW_P_JS_DROP], mat[SW_P_PAIR_SINK],
-			    mat[SW_P_PAIR_CONTENT], mr };
-			swm_pairs_finish(ly->pairs, hrows, H, &pm);
-			free(mr);
-			uint64_t cmp;
-			flip[l * 3 + 0] = swm_flip_rate(mat[SW_P_COSINE_KEEP], mat[SW_P_COSINE_DROP], H, &cmp);
-			flip[l * 3 + 1] = swm_flip_rate(mat[SW_P_JS_KEEP], mat[SW_P_JS_DROP], H, &cmp);
-		} else {
-			for (int f = 0; f < SW_PAIR_FIELDS; f++)
-				for (size_t i = 0; i < (size_t)H * H; i++)
-					mat[f][i] = NAN;
-			flip[l * 3 + 0] = flip[l * 3 + 1] = NAN;
-		}
-		double *Hk = ent + 2 * (size_t)H * H, *Hd = Hk + H;
-		for (uint32_t h = 0; h < H; h++) {
-			Hk[h] = cur[(size_t)l * H + h].H;
-			Hd[h] = cur[(size_t)l * H + h].Hc;
-		}
-		uint64_t cmp;
-		flip[l * 3 + 2] = ly ? swm_flip_rate_entropy(Hk, Hd, H, ent, &cmp) : NAN;
 	}
 	sw_step st;
 	memset(&st, 0, sizeof(st));
@@ -538,12 +518,12 @@ out:
 	for (int i = 0; i < SW_PAIR_FIELDS; i++)
 		free(pv[i]);
 	free(flip);
-	free(ent);
+	free(scratch);
 	free(rows);
 	free(rej);
 	free(missing);
 	free(cur);
-	free(hrows);
+	free(zacc);
 	free(rs);
 	free(use);
 	return rc;

@@ -526,3 +526,46 @@ swm_flip_rate_entropy(const double *Hkeep, const double *Hdrop, size_t heads,
 		}
 	return swm_flip_rate(dk, dd, heads, comparisons);
 }
+
+size_t
+swm_layer_scratch(size_t heads)
+{
+	/* head rows, the pair row counts when the caller has none, entropies */
+	return heads * sizeof(uint64_t) + heads * heads * sizeof(uint64_t) +
+	    (2 * heads * heads + 2 * heads) * sizeof(double);
+}
+
+void
+swm_layer_finish(const swm_head_acc *acc, const swm_pair_acc *pairs, size_t heads,
+    void *scratch, swm_layer_values *out)
+{
+	size_t H = heads;
+	double *ent = scratch, *Hk = ent + 2 * H * H, *Hd = Hk + H;
+	uint64_t *hrows = (uint64_t *)(Hd + H), *prows = hrows + H;
+
+	for (size_t h = 0; h < H; h++) {
+		swm_head_finish(&acc[h], &out->head[h]);
+		hrows[h] = out->head[h].rows;
+		Hk[h] = out->head[h].H;
+		Hd[h] = out->head[h].Hc;
+	}
+	swm_pair_matrices pm = out->pm;
+	if (!pm.rows)
+		pm.rows = prows;
+	if (pairs) {
+		swm_pairs_finish(pairs, hrows, H, &pm);
+		out->flip[0] = swm_flip_rate(pm.cos_keep, pm.cos_drop, H, &out->comps[0]);
+		out->flip[1] = swm_flip_rate(pm.js_keep, pm.js_drop, H, &out->comps[1]);
+	} else {
+		double *m[6] = { pm.cos_keep, pm.cos_drop, pm.js_keep, pm.js_drop,
+		    pm.pair_sink, pm.pair_content };
+		for (int f = 0; f < 6; f++)
+			for (size_t i = 0; i < H * H; i++)
+				m[f][i] = NAN;
+		for (size_t i = 0; i < H * H; i++)
+			pm.rows[i] = 0;
+		out->flip[0] = out->flip[1] = NAN;
+		out->comps[0] = out->comps[1] = 0;
+	}
+	out->flip[2] = swm_flip_rate_entropy(Hk, Hd, H, ent, &out->comps[2]);
+}

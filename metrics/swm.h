@@ -286,6 +286,24 @@ double swm_flip_rate(const double *keep, const double *drop, size_t heads,
 double swm_flip_rate_entropy(const double *Hkeep, const double *Hdrop,
     size_t heads, double *scratch, uint64_t *comparisons);
 
+/*
+ * The values of one layer at one step, from its sums: head values (§2),
+ * the pair matrices (§4, §5, NaN when pairs is NULL) and the three flip
+ * rates (§5: cosine, JS, entropy; comparisons in comps). The one
+ * computation the daemon's writer and `sinkwatch analyze` share. head[heads]
+ * and the matrices are the caller's; scratch holds
+ * swm_layer_scratch(heads) bytes, aligned for double.
+ */
+typedef struct swm_layer_values {
+	swm_head *head;			/* [heads] */
+	swm_pair_matrices pm;		/* each [heads * heads]; rows may be NULL */
+	double flip[3];
+	uint64_t comps[3];
+} swm_layer_values;
+size_t swm_layer_scratch(size_t heads);
+void swm_layer_finish(const swm_head_acc *acc, const swm_pair_acc *pairs,
+    size_t heads, void *scratch, swm_layer_values *out);
+
 /* §3: an entropy change split into sink growth and content sharpening. */
 typedef struct swm_split {
 	double dH;	/* H(t1) - H(t0) */

@@ -1300,6 +1300,72 @@ START_TEST(test_row_pair)
 }
 END_TEST
 
+/*
+ * swm_layer_finish: the layer values the writer and analyze share equal
+ * their parts (head values, pair matrices, flip rates), and without pair
+ * sums the matrices and two flip rates are NaN while the entropy one stays.
+ * Checked by hand on a 3-head layer whose rankings are known.
+ */
+START_TEST(test_layer_finish)
+{
+	enum { H = 3 };
+	swm_head_acc acc[H];
+	swm_pair_acc pairs[H * H];
+	memset(acc, 0, sizeof(acc));
+	memset(pairs, 0, sizeof(pairs));
+	swm_opts o = dflt();
+	/* one row per head: sink masses 0.5, 0.3, 0.1 over 3 keys */
+	double x[H][3] = { { 0.5, 0.25, 0.25 }, { 0.3, 0.5, 0.2 }, { 0.1, 0.6, 0.3 } };
+	for (int h = 0; h < H; h++) {
+		swm_row r;
+		swm_row_stats(x[h], SWM_F64, SWM_PROBS, 3, 0, &o, &r);
+		swm_head_add(&acc[h], &r);
+	}
+	/* hand-made pair sums: cosine keep 0.9 / 0.8 / 0.7, drop the other order */
+	double ck[H][H] = { { 0, 0.9, 0.8 }, { 0, 0, 0.7 } }, cd[H][H] = { { 0, 0.7, 0.8 }, { 0, 0, 0.9 } };
+	for (int i = 0; i < H; i++)
+		for (int j = i + 1; j < H; j++) {
+			swm_pair_acc *p = &pairs[i * H + j];
+			p->rows = p->rows_drop = 1;
+			p->cos_keep = ck[i][j];
+			p->cos_drop = cd[i][j];
+			p->js_keep = p->js_drop = 0.1 * (i + j);
+		}
+	double m[6][H * H];
+	uint64_t mr[H * H];
+	swm_head head[H];
+	swm_layer_values lv = { .head = head, .pm = { m[0], m[1], m[2], m[3], m[4], m[5], mr } };
+	void *scratch = malloc(swm_layer_scratch(H));
+	swm_layer_finish(acc, pairs, H, scratch, &lv);
+	ck_assert_double_eq_tol(head[0].s, 0.5, 1e-15);
+	ck_assert_double_eq_tol(head[0].H, 1.0397207708, 1e-9);
+	ck_assert_double_eq_tol(m[0][0 * H + 1], 0.9, 1e-15);
+	ck_assert_double_eq_tol(m[0][1 * H + 0], 0.9, 1e-15);
+	ck_assert_double_eq_tol(m[1][1 * H + 2], 0.9, 1e-15);
+	ck_assert_double_eq(m[0][0], 1.0);
+	/*
+	 * Cosine: anchor 0 prefers 1 (0.9 > 0.8) keeping, 2 (0.8 > 0.7) dropping:
+	 * a flip; anchor 1: 0 vs 2, 0.9 > 0.7 keep, 0.7 < 0.9 drop: a flip;
+	 * anchor 2: 0 vs 1, 0.8 > 0.7 keep, 0.8 < 0.9 drop: a flip. 3 of 3.
+	 */
+	ck_assert_uint_eq(lv.comps[0], 3);
+	ck_assert_double_eq(lv.flip[0], 1.0);
+	/* JS keep and drop are equal: no flip */
+	ck_assert_double_eq(lv.flip[1], 0.0);
+	ck_assert_uint_eq(lv.comps[2], 3);
+	double ent_flip = lv.flip[2];
+	ck_assert(isfinite(ent_flip));
+	/* no pair sums: matrices NaN, cosine and JS flips NaN, entropy kept */
+	swm_layer_finish(acc, NULL, H, scratch, &lv);
+	for (int f = 0; f < 6; f++)
+		for (int i = 0; i < H * H; i++)
+			ck_assert(isnan(m[f][i]));
+	ck_assert(isnan(lv.flip[0]) && isnan(lv.flip[1]));
+	ck_assert_double_eq(lv.flip[2], ent_flip);
+	free(scratch);
+}
+END_TEST
+
 START_TEST(test_block_and_pairs)
 {
 	if (!use_isa(_i))
@@ -1854,6 +1920,7 @@ metrics_suite(void)
 	tcase_add_test(tc, test_split_sums_shares);
 	tcase_add_test(tc, test_head_acc);
 	tcase_add_loop_test(tc, test_row_pair, 0, NISA);
+	tcase_add_test(tc, test_layer_finish);
 	tcase_add_loop_test(tc, test_block_and_pairs, 0, NISA);
 	tcase_add_test(tc, test_pick_rows);
 	tcase_add_loop_test(tc, test_block_pick, 0, NISA);

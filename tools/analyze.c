@@ -229,12 +229,11 @@ compute(struct run *r, sw_tensor *t)
 	size_t sbytes = (swm_block_scratch(H, K) + 63) & ~(size_t)63;
 	void *scratch = aligned_alloc(64, sbytes ? sbytes : 64);
 	swm_pair_acc *pairs = calloc(H * H + 1, sizeof(*pairs));
-	uint64_t *hrows = calloc(H + 1, sizeof(*hrows));
-	double *ent = calloc(2 * H * H + 2 * H + 1, sizeof(double));
+	double *ent = malloc(swm_layer_scratch(H) + 8);
 	r->acc = calloc(L * H + 1, sizeof(*r->acc));
 	r->head = calloc(L * H + 1, sizeof(*r->head));
 	r->layer = calloc(L + 1, sizeof(*r->layer));
-	if (!slab || !nvalid || !qpos || !r->pick || !scratch || !pairs || !hrows ||
+	if (!slab || !nvalid || !qpos || !r->pick || !scratch || !pairs ||
 	    !ent || !r->acc || !r->head || !r->layer) {
 		fail("out of memory (a layer is %zu bytes)", layer_elems * es);
 		goto out;
@@ -286,20 +285,13 @@ compute(struct run *r, sw_tensor *t)
 			};
 			swm_block_add(&blk, &r->o.m, scratch, &r->acc[l * H], pairs);
 		}
-		double *Hk = ent + 2 * H * H, *Hd = Hk + H;
-		for (size_t h = 0; h < H; h++) {
-			swm_head_finish(&r->acc[l * H + h], &r->head[l * H + h]);
-			hrows[h] = r->head[l * H + h].rows;
-			Hk[h] = r->head[l * H + h].H;
-			Hd[h] = r->head[l * H + h].Hc;
-		}
-		swm_pair_matrices pm = {
-			ly->mat[0], ly->mat[1], ly->mat[2], ly->mat[3], ly->mat[4], ly->mat[5], ly->rows
-		};
-		swm_pairs_finish(pairs, hrows, H, &pm);
-		ly->flip[0] = swm_flip_rate(ly->mat[0], ly->mat[1], H, &ly->comps[0]);
-		ly->flip[1] = swm_flip_rate(ly->mat[2], ly->mat[3], H, &ly->comps[1]);
-		ly->flip[2] = swm_flip_rate_entropy(Hk, Hd, H, ent, &ly->comps[2]);
+		/* head values, pair matrices, flip rates: the daemon's computation */
+		swm_layer_values lv = { .head = &r->head[l * H], .pm = {
+		    ly->mat[0], ly->mat[1], ly->mat[2], ly->mat[3], ly->mat[4], ly->mat[5],
+		    ly->rows } };
+		swm_layer_finish(&r->acc[l * H], pairs, H, ent, &lv);
+		memcpy(ly->flip, lv.flip, sizeof(ly->flip));
+		memcpy(ly->comps, lv.comps, sizeof(ly->comps));
 	}
 	rc = 0;
 out:
@@ -308,7 +300,6 @@ out:
 	free(qpos);
 	free(scratch);
 	free(pairs);
-	free(hrows);
 	free(ent);
 	return rc;
 }
