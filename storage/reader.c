@@ -19,22 +19,23 @@
 
 #define REFRESH_TRIES 100	/* about 100 ms of 1 ms waits */
 
-/* The datasets a reader may read, then /ended. */
-static const char *const other_names[] = {
-	"step", "time", "rows", "rejected", "flip_rate", "missing", "lost",
-	"incomplete", "inc", "seq_next", "prev_row", "row_status",
-	"resume_inc", "resume_step", "row_use"
-};
-#define NOTHER (sizeof(other_names) / sizeof(other_names[0]))
-#define NNAMES (SW_HEAD_FIELDS + SW_PAIR_FIELDS + NOTHER + SW_ROWSTAT_FIELDS)
-#define FIRST_V2 (SW_HEAD_FIELDS + SW_PAIR_FIELDS + 8)	/* "inc" and after */
-#define RES_INC (SW_HEAD_FIELDS + SW_PAIR_FIELDS + 12)
-#define RES_STEP (RES_INC + 1)
-#define ROW_STATUS (SW_HEAD_FIELDS + SW_PAIR_FIELDS + 11)
-#define ROWSTAT0 (SW_HEAD_FIELDS + SW_PAIR_FIELDS + NOTHER)
+/* The datasets are the schema's (runfile.h); a few by name. */
+#define NNAMES 64	/* >= sw_schema_count() */
+static int IDX_STEP, IDX_INC, IDX_SEQ_NEXT, IDX_RES_INC, IDX_RES_STEP, IDX_ROW_STATUS,
+    IDX_ROWSTAT0;
+#define STEP_INDEX ((size_t)IDX_STEP)
 
-/* Where "step" is in the names: /step has one handle for both uses. */
-#define STEP_INDEX (SW_HEAD_FIELDS + SW_PAIR_FIELDS)
+static void
+find_indices(void)
+{
+	IDX_STEP = sw_schema_find("step");
+	IDX_INC = sw_schema_find("inc");
+	IDX_SEQ_NEXT = sw_schema_find("seq_next");
+	IDX_RES_INC = sw_schema_find("resume_inc");
+	IDX_RES_STEP = sw_schema_find("resume_step");
+	IDX_ROW_STATUS = sw_schema_find("row_status");
+	IDX_ROWSTAT0 = sw_schema_find(sw_rowstat_field_names[0]);
+}
 
 /*
  * One handle per dataset: H5Drefresh through one of two handles to the same
@@ -63,15 +64,7 @@ quiet(void)
 static const char *
 name_at(size_t i)
 {
-	if (i < SW_HEAD_FIELDS)
-		return sw_head_field_names[i];
-	i -= SW_HEAD_FIELDS;
-	if (i < SW_PAIR_FIELDS)
-		return sw_pair_field_names[i];
-	i -= SW_PAIR_FIELDS;
-	if (i < NOTHER)
-		return other_names[i];
-	return sw_rowstat_field_names[i - NOTHER];
+	return sw_schema_at(i)->name;
 }
 
 static int
@@ -168,6 +161,7 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 		return -1;
 	}
 	r->file = r->ended = -1;
+	find_indices();
 	for (size_t i = 0; i < NNAMES; i++)
 		r->dset[i] = -1;
 	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
@@ -246,7 +240,7 @@ read_range(sw_reader *r, size_t i, int64_t t0, int64_t t1, int64_t limit, hid_t 
 	const char *name = name_at(i);
 	int rank = -1;
 
-	if (i >= FIRST_V2 && r->version < 2) {
+	if (sw_schema_at(i)->version > r->version) {
 		snprintf(err, errlen, "%s: no /%s in a layout %d file", r->path, name, r->version);
 		return -1;
 	}
@@ -321,17 +315,15 @@ int64_t
 sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
     double *buf, size_t buflen, char *err, size_t errlen)
 {
-	size_t i;
 
 	quiet();
-	for (i = 0; i < NNAMES; i++)
-		if (!strcmp(name, name_at(i)))
-			break;
-	if (i == NNAMES || i == RES_INC || i == RES_STEP) {
+	int k = sw_schema_find(name);
+	/* the end marks and resume records are not indexed by step: their own calls */
+	if (k < 0 || strncmp(sw_schema_at((size_t)k)->dims, "step", 4) != 0) {
 		snprintf(err, errlen, "%s: no series \"%s\"", r->path, name);
 		return -1;
 	}
-	return read_range(r, i, t0, t1, r->committed, H5T_NATIVE_DOUBLE, buf, buflen,
+	return read_range(r, (size_t)k, t0, t1, r->committed, H5T_NATIVE_DOUBLE, buf, buflen,
 	    err, errlen);
 }
 
@@ -356,7 +348,7 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 	memset(out, 0, sizeof(*out));
 	int64_t nr = 0;
 	if (r->version >= 2) {
-		int64_t a = res_extent(r, RES_INC), b = res_extent(r, RES_STEP);
+		int64_t a = res_extent(r, (size_t)IDX_RES_INC), b = res_extent(r, (size_t)IDX_RES_STEP);
 		if (a < 0 || b < 0) {
 			sw_h5_fail(err, errlen, "%s: reading the resume records failed", r->path);
 			return -1;
@@ -378,13 +370,13 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 	if (read_range(r, STEP_INDEX, 0, T, r->committed, H5T_NATIVE_INT64, out->step,
 	    (size_t)T, err, errlen) < 0 ||
 	    (r->version >= 2 &&
-	    (read_range(r, FIRST_V2, 0, T, r->committed, H5T_NATIVE_UINT64, out->inc,
+	    (read_range(r, (size_t)IDX_INC, 0, T, r->committed, H5T_NATIVE_UINT64, out->inc,
 	    (size_t)T, err, errlen) < 0 ||
-	    read_range(r, FIRST_V2 + 1, 0, T, r->committed, H5T_NATIVE_UINT64, out->seq_next,
-	    (size_t)T, err, errlen) < 0 ||
-	    read_range(r, RES_INC, 0, nr, nr, H5T_NATIVE_UINT64, out->res_inc,
+	    read_range(r, (size_t)IDX_SEQ_NEXT, 0, T, r->committed, H5T_NATIVE_UINT64,
+	    out->seq_next, (size_t)T, err, errlen) < 0 ||
+	    read_range(r, (size_t)IDX_RES_INC, 0, nr, nr, H5T_NATIVE_UINT64, out->res_inc,
 	    (size_t)nr, err, errlen) < 0 ||
-	    read_range(r, RES_STEP, 0, nr, nr, H5T_NATIVE_INT64, out->res_step,
+	    read_range(r, (size_t)IDX_RES_STEP, 0, nr, nr, H5T_NATIVE_INT64, out->res_step,
 	    (size_t)nr, err, errlen) < 0))) {
 		sw_rows_free(out);
 		return -1;
@@ -414,7 +406,7 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	if (read_range(r, ROW_STATUS, t, t + 1, r->committed, H5T_NATIVE_UINT8, st, m,
+	if (read_range(r, (size_t)IDX_ROW_STATUS, t, t + 1, r->committed, H5T_NATIVE_UINT8, st, m,
 	    err, errlen) < 0)
 		goto out;
 	for (size_t i = 0; i < m; i++) {
@@ -422,7 +414,7 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 		out[i].status = (swm_status)st[i];
 	}
 	for (int k = 0; k < SW_ROWSTAT_FIELDS; k++) {
-		if (read_range(r, ROWSTAT0 + (size_t)k, t, t + 1, r->committed,
+		if (read_range(r, (size_t)IDX_ROWSTAT0 + (size_t)k, t, t + 1, r->committed,
 		    H5T_NATIVE_DOUBLE, v, m, err, errlen) < 0)
 			goto out;
 		for (size_t i = 0; i < m; i++)

@@ -82,7 +82,7 @@ enum {
 };
 
 /* Datasets that layout 1 does not have (readers skip them there). */
-#define D_V2(d) ((d) >= D_INC && (d) < D_STEP || (d) >= D_RES_INC)
+#define D_V2(d) (((d) >= D_INC && (d) < D_STEP) || (d) >= D_RES_INC)
 /* Datasets only in files with per-row statistics. */
 #define D_ROWWISE(d) ((d) >= D_ROWSTAT && (d) <= D_ROW_STATUS)
 
@@ -245,6 +245,61 @@ mem_type(enum etype t)
 	case E_U64: return H5T_NATIVE_UINT64;
 	}
 	return H5T_NATIVE_DOUBLE;
+}
+
+/* ---- the schema: what LAYOUT.md lists, for the readers and the tests ---- */
+
+static const char *
+type_name(enum etype t)
+{
+	switch (t) {
+	case E_F64: return "float64";
+	case E_I64: return "int64";
+	case E_U8: return "uint8";
+	case E_I8: return "int8";
+	case E_U64: return "uint64";
+	}
+	return "float64";
+}
+
+_Static_assert(D__N <= 64, "reader.c holds 64 dataset handles");
+
+size_t
+sw_schema_count(void)
+{
+	return D__N;
+}
+
+const sw_dataset_info *
+sw_schema_at(size_t i)
+{
+	static sw_dataset_info tab[D__N];
+	static int made;
+
+	if (i >= D__N)
+		return NULL;
+	if (!made) {	/* a constant table: the same on every call, thread or not */
+		for (int d = 0; d < D__N; d++) {
+			struct dspec s;
+			spec(d, &s);
+			tab[d].name = s.name;
+			tab[d].dims = shape_axes(d, s.shape);
+			tab[d].type = type_name(s.type);
+			tab[d].version = D_V2(d) ? 2 : 1;
+			tab[d].row_stats = D_ROWWISE(d);
+		}
+		made = 1;
+	}
+	return &tab[i];
+}
+
+int
+sw_schema_find(const char *name)
+{
+	for (size_t i = 0; i < D__N; i++)
+		if (!strcmp(sw_schema_at(i)->name, name))
+			return (int)i;
+	return -1;
 }
 
 /* ---- errors ------------------------------------------------------------- */

@@ -39,6 +39,22 @@ enum sw_pair_field {
 #define SW_ROWSTAT_FIELDS 5
 extern const char *const sw_rowstat_field_names[SW_ROWSTAT_FIELDS];
 
+/*
+ * The schema: every dataset of a run file, as LAYOUT.md's table lists it
+ * (tests/layout_doc.py holds the two together). The writer creates from it
+ * and the reader reads by it.
+ */
+typedef struct sw_dataset_info {
+	const char *name;
+	const char *dims;	/* its dims attribute: "step,layer,head", "mark", "resume" */
+	const char *type;	/* "float64", "int64", "uint64", "uint8", "int8" */
+	int version;		/* the layout version that added it */
+	int row_stats;		/* only in files with per-row statistics */
+} sw_dataset_info;
+size_t sw_schema_count(void);
+const sw_dataset_info *sw_schema_at(size_t i);	/* NULL past the end */
+int sw_schema_find(const char *name);		/* its index, or -1 */
+
 /* Dataset names, as LAYOUT.md lists them. */
 extern const char *const sw_head_field_names[SW_HEAD_FIELDS];
 extern const char *const sw_pair_field_names[SW_PAIR_FIELDS];
