@@ -17,6 +17,7 @@
 struct ainc {
 	uint64_t inc;
 	uint64_t expect_seq, first_seq;
+	int named;		/* sent by the sender (inc), not inferred */
 	int has_resume;
 	int64_t resume;
 	struct ainc *next;
@@ -245,6 +246,7 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	it->time = wall_now();
 	it->inc = s->inc->inc;
 	it->first_seq = s->inc->first_seq;
+	it->inc_named = s->inc->named;
 	it->has_resume = s->inc->has_resume;
 	it->resume = s->inc->resume;
 	r->steps_done++;
@@ -376,8 +378,15 @@ seq_check(struct arun *r, struct ainc *i, uint64_t seq)
 		i->expect_seq = seq + 1;
 }
 
+/*
+ * An incarnation's seq starts at 0 (PROTOCOL.md 7a): what a named one sent
+ * before its first message here is lost unless the file has it (the writer
+ * takes back what its rows already hold, seq_next). A sender without inc
+ * cannot be matched to its rows after a restart: its count starts at the
+ * first seq seen, as a daemon that starts mid-run cannot know more.
+ */
 static struct ainc *
-get_inc(struct arun *r, uint64_t inc, uint64_t seq)
+get_inc(struct arun *r, uint64_t inc, const swp_msg *m)
 {
 	struct ainc *i = find_inc(r, inc);
 	if (i)
@@ -385,8 +394,9 @@ get_inc(struct arun *r, uint64_t inc, uint64_t seq)
 	if (!(i = calloc(1, sizeof(*i))))
 		return NULL;
 	i->inc = inc;
-	i->expect_seq = seq;	/* a daemon that starts mid-run loses nothing here */
-	i->first_seq = seq;
+	i->expect_seq = m->inc ? 0 : m->seq;
+	i->named = m->inc != 0;
+	i->first_seq = m->seq;
 	i->next = r->incs;
 	r->incs = i;
 	return i;
@@ -512,7 +522,7 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 	uint64_t incv = msg_inc(a, r, m);
 	r->messages++;
 	r->last_ms = now;
-	struct ainc *inc = get_inc(r, incv, m->seq);
+	struct ainc *inc = get_inc(r, incv, m);
 	if (!inc) {
 		snprintf(why, len, "no memory for an incarnation");
 		return SWD_DROP_NOMEM;
@@ -607,7 +617,7 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		r->messages++;
 		r->last_ms = now;
 		uint64_t incv = msg_inc(a, r, m);
-		struct ainc *inc = get_inc(r, incv, m->seq);
+		struct ainc *inc = get_inc(r, incv, m);
 		if (inc)
 			seq_check(r, inc, m->seq);
 		r->ending = 1;

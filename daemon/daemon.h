@@ -56,6 +56,7 @@ typedef struct swd_witem {
 	uint64_t inc;		/* the incarnation that sent the step */
 	uint64_t seq_next;	/* its messages below this seq are stored or counted */
 	uint64_t first_seq;	/* the first seq this daemon saw of the incarnation */
+	int inc_named;		/* the sender named it (inc), not inferred */
 	int has_resume;		/* the incarnation declared a resume from step resume */
 	int64_t resume;
 	struct swd_witem *next;

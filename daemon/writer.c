@@ -362,14 +362,24 @@ write_step(swd_writer *w, swd_witem *it)
 	if (!wi)
 		return -1;
 	if (!wi->seen) {
-		/* messages of it sent while no daemon received them (a restart) */
+		/*
+		 * The assembly counted a named incarnation's first seq as lost
+		 * (its seq starts at 0); what the file's rows hold of it, below
+		 * seq_next, was not: take that back. What is left is what no
+		 * daemon stored (sent while none ran, or received by one that
+		 * was killed before its flush).
+		 */
 		wi->seen = 1;
-		if (wi->seq_next && it->first_seq > wi->seq_next) {
-			int64_t gap = (int64_t)(it->first_seq - wi->seq_next);
-			r->lost_extra += gap;
-			atomic_fetch_add(&w->st.lost_restart, gap);
-			log_warn("run %s: %lld message(s) of incarnation %llu lost while no daemon "
-			    "received them", m->run, (long long)gap, (unsigned long long)it->inc);
+		if (it->inc_named && wi->seq_next) {
+			uint64_t held = it->first_seq < wi->seq_next ? it->first_seq : wi->seq_next;
+			r->lost_extra -= (int64_t)held;
+			if (it->first_seq > wi->seq_next) {
+				int64_t gap = (int64_t)(it->first_seq - wi->seq_next);
+				atomic_fetch_add(&w->st.lost_restart, gap);
+				log_warn("run %s: %lld message(s) of incarnation %llu lost while no "
+				    "daemon stored them", m->run, (long long)gap,
+				    (unsigned long long)it->inc);
+			}
 		}
 	}
 	char rerr[512];
