@@ -49,6 +49,20 @@ def stream(snd, steps, tensors, inc, first=0, qpos=None):
             snd.snapshot(st, lay, x, qpos=qpos, inc=inc)
 
 
+def wait_file_ended(path, timeout=20):
+    """Until the file at path (any name, generations too) has its end mark."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with h5py.File(path, "r") as f:
+                if f["ended"].shape[0] and f["ended"][-1] == 1:
+                    return True
+        except (OSError, KeyError):
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def drops(d):
     return {k: v for k, v in d.status()["drops"].items() if k != "run" and v}
 
@@ -145,10 +159,253 @@ def case_kill_restart():
     assert not final_drops, final_drops
 
 
+# ---------------------------------------------------------------- 2. sim
+
+SIM_RUNS = 50
+
+
+def case_sim_many():
+    """`sinkwatch sim --steps 20` SIM_RUNS times against one daemon on its
+    default options (ports and data dir aside): every run ends with its 20
+    steps used."""
+    d = Daemon(extra=["--flush-ms", "500"]).start()    # the default again
+    bad = []
+    try:
+        for i in range(SIM_RUNS):
+            run = "sim-%02d" % i
+            rc, out, err = run_cmd([SINKWATCH, "sim", "--connect", d.listen, "--run", run,
+                                    "--steps", "20"], timeout=30)
+            assert rc == 0, "sim %s: %s %s" % (run, out, err)
+            rep = report(d.wait_ended(run))
+            if rep["steps_used"] != 20:
+                bad.append((run, rep["steps_used"], err.strip()))
+        dr = drops(d)
+        clean_log(d)
+    finally:
+        assert d.stop() == 0
+    assert not bad, "runs without their 20 steps: %s" % bad
+    assert not dr, dr
+
+
+# ---------------------------------------------------------------- 3. long ids
+
+def case_long_ids():
+    """Run ids up to 128 bytes whose escaped names pass NAME_MAX: every id
+    its own file (also ids equal up to the cut), the `run` attribute the
+    id, every step stored, names <= 255 bytes, no .tmp left."""
+    L, H, R, K, T = 2, 2, 3, 8, 3
+    ids = ["%" * 128, "\u30e9" * 42, "a" * 128, "%" * 84, "%" * 85,
+           "%" * 100 + "A", "%" * 100 + "B", "\u30e9" * 41 + "xy", "\u30e9" * 41 + "xz",
+           "a" * 127 + "b"]
+    for i in ids:
+        assert len(i.encode()) <= 128, (i, len(i.encode()))
+    rng = np.random.default_rng(2)
+    tensors = [random_probs(rng, H, R, K) for _ in range(L)]
+    d = Daemon().start()
+    try:
+        for n, run in enumerate(ids):
+            snd = Sender(d.listen, run, L, H, model="m", params=1)
+            stream(snd, T, tensors, 100 + n)
+            send_end(snd, 100 + n)
+            snd.close()
+        want = {run: True for run in ids}
+        d.wait(lambda s: s["traffic"]["messages"] >= len(ids) * (T * L + 1),
+               what="every message")
+        files = {}
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            files = {}
+            for name in os.listdir(d.data):
+                if name.startswith(".") or not name.endswith(".h5"):
+                    continue
+                try:
+                    with h5py.File(os.path.join(d.data, name), "r") as f:
+                        if f["ended"].shape[0] and f["ended"][-1] == 1:
+                            files[name] = (f.attrs["run"], int(f["step"].shape[0]))
+                except OSError:
+                    pass
+            if len(files) >= len(ids):
+                break
+            time.sleep(0.1)
+        dr = drops(d)
+        names = os.listdir(d.data)
+        clean_log(d)
+    finally:
+        assert d.stop() == 0
+    print("  names: %s" % sorted((len(n.encode()), n[:12] + "..." + n[-24:]) for n in names))
+    long_ = [n for n in names if len(os.fsencode(n)) > 255]
+    assert not long_, long_
+    tmp = [n for n in names if n.endswith(".tmp")]
+    assert not tmp, tmp
+    runs = sorted(v[0] for v in files.values())
+    assert runs == sorted(want), "ids without their own ended file: %s" % (
+        set(want) - set(runs))
+    assert len(files) == len(ids), (len(files), len(ids))
+    short = {n: v for n, v in files.items() if v[1] != T}
+    assert not short, "files without their %d steps: %s" % (T, short)
+    for n, (run, _) in files.items():
+        rep = report(os.path.join(d.data, n))
+        assert rep["steps_used"] == T, (run, rep["steps_used"])
+    assert not dr, dr
+
+
+# ---------------------------------------------------------------- 4. links
+
+def case_planted_links():
+    """A symlink at the temporary name `.NAME.h5.tmp` is removed, never
+    followed: its target keeps its content and the run file is a regular
+    file with the steps. A symlink at the final name is never opened: the
+    target keeps its content and the run goes to `NAME@2.h5`."""
+    L, H, R, K, T = 2, 2, 3, 8, 4
+    rng = np.random.default_rng(4)
+    tensors = [random_probs(rng, H, R, K) for _ in range(L)]
+    d = Daemon()
+    os.makedirs(d.data)
+    outside = os.path.join(d.tmp, "outside")
+    os.makedirs(outside)
+    content = b"not a run file\n" * 10
+    targets = {}
+    for which in ("tmp", "final"):
+        targets[which] = os.path.join(outside, which)
+        with open(targets[which], "wb") as f:
+            f.write(content)
+    tmp_link = os.path.join(d.data, ".plant-tmp.h5.tmp")
+    final_link = os.path.join(d.data, "plant-final.h5")
+    os.symlink(targets["tmp"], tmp_link)
+    os.symlink(targets["final"], final_link)
+    d.start()
+    try:
+        for n, run in enumerate(("plant-tmp", "plant-final")):
+            snd = Sender(d.listen, run, L, H, model="m", params=1)
+            stream(snd, T, tensors, 10 + n)
+            send_end(snd, 10 + n)
+            snd.close()
+        p1 = d.wait_ended("plant-tmp")
+        gen2 = os.path.join(d.data, "plant-final@2.h5")
+        wait_file_ended(gen2)
+        dr = drops(d)
+        log = d.read_log()
+    finally:
+        assert d.stop() == 0
+    for which, t in targets.items():
+        with open(t, "rb") as f:
+            assert f.read() == content, "the %s link's target was written" % which
+    assert not os.path.lexists(tmp_link), "the link at the temporary name is still there"
+    st = os.lstat(p1)
+    assert stat.S_ISREG(st.st_mode), oct(st.st_mode)
+    with h5py.File(p1, "r") as f:
+        assert f["step"].shape[0] == T, f["step"][:]
+    assert os.path.islink(final_link), "the link at the final name was removed or replaced"
+    assert os.path.exists(gen2), "no generation 2: %s\n%s" % (os.listdir(d.data), log)
+    assert stat.S_ISREG(os.lstat(gen2).st_mode)
+    with h5py.File(gen2, "r") as f:
+        assert f["step"].shape[0] == T, f["step"][:]
+        assert int(f.attrs["generation"]) == 2, f.attrs["generation"]
+        assert f.attrs["run"] == "plant-final", f.attrs["run"]
+    assert not dr, dr
+    no_tmp(d)
+
+
+# ---------------------------------------------------------------- 5. re-used id
+
+def case_reuse_shape():
+    """A run id re-used with another key count after the first run ended:
+    two files, `reuse.h5` and `reuse@2.h5` (generation 2), each with its own
+    steps, nothing dropped."""
+    L, H, R = 2, 2, 3
+    rng = np.random.default_rng(6)
+    d = Daemon().start()
+    try:
+        t4 = [random_probs(rng, H, R, 4) for _ in range(L)]
+        snd = Sender(d.listen, "reuse", L, H, model="m", params=1)
+        stream(snd, 3, t4, 1000)
+        send_end(snd, 1000)
+        snd.close()
+        p1 = d.wait_ended("reuse")
+        t5 = [random_probs(rng, H, R, 5) for _ in range(L)]
+        snd = Sender(d.listen, "reuse", L, H, model="m", params=1)
+        stream(snd, 5, t5, 2000, first=100)
+        send_end(snd, 2000)
+        snd.close()
+        gen2 = os.path.join(d.data, "reuse@2.h5")
+        ended = wait_file_ended(gen2)
+        dr = drops(d)
+        names = sorted(n for n in os.listdir(d.data) if not n.startswith("."))
+    finally:
+        assert d.stop() == 0
+    assert names == ["reuse.h5", "reuse@2.h5"], names
+    assert ended, "reuse@2.h5 has no end mark"
+    with h5py.File(p1, "r") as f:
+        assert list(f["step"][:]) == [0, 1, 2], f["step"][:]
+        assert int(f.attrs["keys"]) == 4 and int(f.attrs["generation"]) == 1
+        assert list(f["ended"][:]) == [1], f["ended"][:]
+    with h5py.File(gen2, "r") as f:
+        assert list(f["step"][:]) == [100, 101, 102, 103, 104], f["step"][:]
+        assert int(f.attrs["keys"]) == 5, f.attrs["keys"]
+        assert int(f.attrs["generation"]) == 2, f.attrs["generation"]
+        assert f.attrs["run"] == "reuse"
+    assert not dr, dr
+
+
+# ---------------------------------------------------------------- 6. umask
+
+def case_umask():
+    """--umask 077: the run file is mode 0600."""
+    rng = np.random.default_rng(8)
+    d = Daemon(extra=["--umask", "077"]).start()
+    try:
+        snd = Sender(d.listen, "private", 1, 2, model="m", params=1)
+        stream(snd, 2, [random_probs(rng, 2, 3, 8)], 5)
+        send_end(snd, 5)
+        snd.close()
+        path = d.wait_ended("private")
+    finally:
+        assert d.stop() == 0
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    assert mode == 0o600, "mode %o" % mode
+
+
+# ---------------------------------------------------------------- 7. run table
+
+def case_full_table():
+    """--max-runs 2 and three runs of one step each, none ended: the first
+    is closed when the third arrives (the log says the table is full), all
+    three files hold their step, nothing is dropped as too_many_runs."""
+    L, H, R, K = 2, 2, 3, 8
+    rng = np.random.default_rng(9)
+    tensors = [random_probs(rng, H, R, K) for _ in range(L)]
+    d = Daemon(extra=["--max-runs", "2"]).start()
+    try:
+        for n, run in enumerate(("full-1", "full-2", "full-3")):
+            snd = Sender(d.listen, run, L, H, model="m", params=1)
+            stream(snd, 1, tensors, 50 + n, first=7)
+            snd.close()
+            d.wait(lambda s: s["writer"]["steps_written"] >= n + 1,
+                   what="the step of %s" % run)
+        st = d.status()
+        log = d.read_log()
+    finally:
+        assert d.stop() == 0
+    assert st["drops"]["too_many_runs"] == 0, st["drops"]
+    assert "run full-1: the run table is full" in log, log
+    assert "run full-2: the run table is full" not in log, log
+    for run in ("full-1", "full-2", "full-3"):
+        with h5py.File(d.run_file(run), "r") as f:
+            assert list(f["step"][:]) == [7], (run, f["step"][:])
+            assert f["ended"].shape[0] == 0, (run, f["ended"][:])
+    assert not [k for k, v in st["drops"].items() if k != "run" and v], st["drops"]
+
+
 # ---------------------------------------------------------------- main
 
 CASES = {
     "kill_restart": case_kill_restart,
+    "sim_many": case_sim_many,
+    "long_ids": case_long_ids,
+    "planted_links": case_planted_links,
+    "reuse_shape": case_reuse_shape,
+    "umask": case_umask,
+    "full_table": case_full_table,
 }
 
 
