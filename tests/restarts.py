@@ -30,6 +30,10 @@ if not SINKWATCH or not SINKWATCHD:
     sys.exit(77)
 
 
+class KnownBug(AssertionError):
+    """The failure an EXPECTED_FAIL case names, and no other."""
+
+
 def report(path):
     rc, out, err = run_cmd([SINKWATCH, "report", path, "--format", "json"])
     assert rc == 0, "report %s: %s" % (path, err)
@@ -157,6 +161,45 @@ def case_kill_restart():
     assert int(lost[-1]) == missing, \
         "lost %d, but %d snapshot messages are not in the file" % (int(lost[-1]), missing)
     assert not final_drops, final_drops
+
+
+def case_kill_before_first_flush():
+    """EXPECTED FAILURE (daemon, not fixed here): an incarnation whose
+    messages a daemon received and lost to a SIGKILL before any row of it
+    was flushed. The next daemon first sees it at seq 20 (4 layers x 5
+    steps), but the file holds no row of it, so no seq_next: the writer
+    counts no gap (writer.c counts one only `if (wi->seq_next && ...)`, and
+    assembly starts an unknown incarnation's expected seq at its first
+    seq). Those 20 messages are missing from the file with `lost` 0,
+    though PROTOCOL.md 7a has every incarnation's seq start at 0."""
+    L, H = 4, 2
+    rng = np.random.default_rng(12)
+    tensors = [random_probs(rng, H, 3, 8) for _ in range(L)]
+    d = Daemon(extra=["--flush-ms", "5000"]).start()
+    snd = Sender(d.listen, "early", L, H, model="m", params=1)
+    try:
+        stream(snd, 5, tensors, 77)
+        d.wait(lambda s: s["writer"]["steps_written"] >= 5, what="5 steps written")
+        d.stop(signal.SIGKILL)       # no flush yet: the rows are gone
+        d.start()
+        base = d.status()["traffic"]["messages"]
+        stream(snd, 5, tensors, 77, first=5)
+        d.wait(lambda s: s["traffic"]["messages"] >= base + 5 * L, what="the later steps")
+        send_end(snd, 77)
+        path = d.wait_ended("early")
+    finally:
+        d.stop()
+        snd.close()
+    with h5py.File(path, "r") as f:
+        step, lost = f["step"][:], f["lost"][:]
+    missing = (10 - len(step)) * L
+    assert missing == 20, "steps %s: the kill was expected to lose steps 0-4" % step
+    if int(lost[-1]) != missing:
+        raise KnownBug("lost %d, but %d snapshot messages (steps 0-4) are not in the file"
+                       % (int(lost[-1]), missing))
+
+
+EXPECTED_FAIL = {"kill_before_first_flush"}
 
 
 # ---------------------------------------------------------------- 2. sim
@@ -400,6 +443,7 @@ def case_full_table():
 
 CASES = {
     "kill_restart": case_kill_restart,
+    "kill_before_first_flush": case_kill_before_first_flush,
     "sim_many": case_sim_many,
     "long_ids": case_long_ids,
     "planted_links": case_planted_links,
@@ -409,12 +453,29 @@ CASES = {
 }
 
 
+def expected_failure(fn):
+    """A known daemon bug: its KnownBug passes (printed as XFAIL), any other
+    failure fails; the check fails if the case passes (fixed: take it off
+    EXPECTED_FAIL and make its KnownBug an assert)."""
+    def run():
+        try:
+            fn()
+        except KnownBug as e:
+            print("  XFAIL %s" % e)
+            return
+        raise AssertionError("XPASS: the case passes now; take it off EXPECTED_FAIL")
+    return run
+
+
 def main():
     names = sys.argv[1:] or list(CASES)
     c = Results()
     t0 = time.time()
     for name in names:
-        c.check(name, CASES[name])
+        if name in EXPECTED_FAIL:
+            c.check(name + " (expected failure)", expected_failure(CASES[name]))
+        else:
+            c.check(name, CASES[name])
     print("total %.1fs" % (time.time() - t0))
     return c.finish()
 
