@@ -200,6 +200,12 @@ def main():
         incs = [s["inc"] for s in r["segments"]]
         assert incs == [4000, 4001], r["segments"]
         assert r["segments"][1]["first_step"] == STEPS[12], r["segments"]
+        # sinkwatch check lists the same segments of the file
+        rc, out, err = run_cmd([SINKWATCH, "check", "--format", "json", paths["resume2"]])
+        assert rc == 0, err
+        chk = json.loads(out)["files"][0]
+        assert chk["view_steps"] == 16 and chk["rows_superseded"] == 4, chk
+        assert chk["segments"] == r["segments"], (chk["segments"], r["segments"])
 
     def duplicates():
         assert reps["dups"]["rows_stored"] == 3, reps["dups"]["rows_stored"]

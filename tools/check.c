@@ -59,6 +59,8 @@ struct filecheck {
 	char clear_err[512];
 	struct oddlist over;	/* rows beyond /step: left by a crash */
 	struct oddlist under;	/* shorter than /step: damage */
+	int has_view;		/* the view below could be read */
+	sw_view view;		/* the steps the rows stand for (LAYOUT.md) */
 };
 
 static const char hint[] = "to read a run file while sinkwatchd writes it: "
@@ -371,6 +373,24 @@ clear(struct filecheck *fc)
 		close(fd);
 }
 
+/* The run's view: steps, superseded rows, segments of incarnations. */
+static void
+view_of(struct filecheck *fc)
+{
+	sw_reader *r;
+	sw_rows rows;
+	char err[512];
+
+	if (sw_reader_open(fc->path, &r, NULL, err, sizeof(err)) != 0)
+		return;
+	int64_t T = sw_reader_refresh(r, err, sizeof(err));
+	if (T >= 0 && sw_reader_rows(r, T, &rows, err, sizeof(err)) == 0) {
+		fc->has_view = sw_view_build(&rows, &fc->view) == 0;
+		sw_rows_free(&rows);
+	}
+	sw_reader_close(&r);
+}
+
 static void
 check_file(struct filecheck *fc, int noclear)
 {
@@ -382,6 +402,7 @@ check_file(struct filecheck *fc, int noclear)
 		return;
 	if (fc->flags && !noclear)
 		clear(fc);
+	view_of(fc);
 }
 
 static int
@@ -434,7 +455,17 @@ text_report(const struct filecheck *fc)
 	printf("  %-15s%lld committed", "steps:", (long long)fc->steps);
 	if (fc->steps > 0)
 		printf(", step %lld .. %lld", (long long)fc->first, (long long)fc->last);
-	printf("\n  %-15s%s\n", "ended:", fc->ended ? "yes" : "no");
+	printf("\n");
+	if (fc->has_view) {
+		printf("  %-15s%lld steps, %lld rows superseded\n", "view:",
+		    (long long)fc->view.n, (long long)fc->view.superseded);
+		for (int64_t k = 0; fc->view.nseg > 1 && k < fc->view.nseg; k++)
+			printf("  %-15sincarnation %llu, steps %lld .. %lld (%lld)\n",
+			    k ? "" : "segments:", (unsigned long long)fc->view.seg[k].inc,
+			    (long long)fc->view.seg[k].first_step,
+			    (long long)fc->view.seg[k].last_step, (long long)fc->view.seg[k].steps);
+	}
+	printf("  %-15s%s\n", "ended:", fc->ended ? "yes" : "no");
 	text_flags(fc);
 	if (fc->beyond_eoa > 0)
 		printf("  %-15s%lld bytes past the end of allocation (a killed writer's "
@@ -487,6 +518,20 @@ json_report(sw_json *j, const struct filecheck *fc)
 	sw_json_int(j, "bytes_beyond_eoa", fc->beyond_eoa);
 	json_odd(j, "leftovers", &fc->over);
 	json_odd(j, "short", &fc->under);
+	if (fc->has_view) {
+		sw_json_int(j, "view_steps", fc->view.n);
+		sw_json_int(j, "rows_superseded", fc->view.superseded);
+		sw_json_begin_arr(j, "segments");
+		for (int64_t k = 0; k < fc->view.nseg; k++) {
+			sw_json_begin_obj(j, NULL);
+			sw_json_uint(j, "inc", fc->view.seg[k].inc);
+			sw_json_int(j, "first_step", fc->view.seg[k].first_step);
+			sw_json_int(j, "last_step", fc->view.seg[k].last_step);
+			sw_json_int(j, "steps", fc->view.seg[k].steps);
+			sw_json_end_obj(j);
+		}
+		sw_json_end_arr(j);
+	}
 	sw_json_end_obj(j);
 }
 
@@ -563,6 +608,7 @@ sw_check_main(int argc, char **argv)
 		bad |= !whole(&fc);
 		free(fc.over.v);
 		free(fc.under.v);
+		sw_view_free(&fc.view);
 	}
 	if (json) {
 		sw_json_end_arr(&j);
