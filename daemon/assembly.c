@@ -13,6 +13,7 @@
 
 #define RECENT 64		/* steps written per run remembered, to name late layers */
 #define ENDED_RING 1024		/* incarnations whose run ended, to name after_end */
+#define HOLD_MS 1000		/* whole steps wait this long for an earlier one to move */
 
 struct ainc {
 	uint64_t inc;
@@ -59,6 +60,7 @@ struct swd_asm {
 	int64_t nruns, jobs;
 	uint64_t ended[ENDED_RING];	/* hash of run id ^ incarnation */
 	uint64_t last_implicit;		/* inferred incarnations only grow */
+	uint64_t now;			/* the latest time a call was given, ms */
 	size_t nended;
 	swd_asm_stats st;
 };
@@ -273,18 +275,49 @@ whole(const struct arun *r, const struct astep *s)
 	return s->have == r->meta.layers;
 }
 
+/* The earliest step arrives no more: nothing for it for HOLD_MS. */
+static int
+stalled(const swd_asm *a, const struct astep *t)
+{
+	return t->in_work == 0 && a->now - t->last_ms >= HOLD_MS;
+}
+
+/* A whole step with no earlier open step that is still arriving, or NULL. */
+static struct astep *
+unblocked(const swd_asm *a, struct arun *r)
+{
+	struct astep *best = NULL;
+	for (struct astep *s = r->open; s; s = s->next) {
+		if (!whole(r, s) || s->in_work || (best && best->step < s->step))
+			continue;
+		int ok = 1;
+		for (struct astep *t = r->open; t && ok; t = t->next)
+			ok = t->step >= s->step || stalled(a, t);
+		if (ok)
+			best = s;
+	}
+	return best;
+}
+
 /*
  * Whole steps go out in step order while an earlier step is still
- * arriving; a whole step behind an earlier one that is still open waits
- * for it (bounded by its timeout).
+ * arriving (the live dH and drift then have their neighbour); behind an
+ * earlier step whose input stopped coming they go at once, not after its
+ * timeout, so that a stalled step never holds whole ones in memory.
  */
 static void
 release(swd_asm *a, struct arun *r)
 {
 	struct astep *m;
-	while ((m = min_open(r)) && m->in_work == 0 && (whole(r, m) || (m->have == 0 &&
-	    !memchr(m->state, 1, r->meta.layers))))
-		emit_step(a, r, m);
+	for (;;) {
+		if ((m = min_open(r)) && m->in_work == 0 && (whole(r, m) || (m->have == 0 &&
+		    !memchr(m->state, 1, r->meta.layers))))
+			emit_step(a, r, m);
+		else if (m && (m = unblocked(a, r)))
+			emit_step(a, r, m);
+		else
+			break;
+	}
 }
 
 static void
@@ -510,6 +543,7 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 	swd_meta mm;
 	int reason = SWD_DROP_NOMEM;
 
+	a->now = now;
 	meta_from(&mm, m);
 	struct arun *r = find_run(a, &mm);
 	if (m->inc && was_ended(a, m->run, m->inc)) {
@@ -589,6 +623,7 @@ swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
 	struct arun *r = t->run;
 	struct astep *s = t->step;
 
+	a->now = now;
 	a->jobs--;
 	r->jobs--;
 	s->in_work--;
@@ -634,6 +669,7 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 void
 swd_asm_tick(swd_asm *a, uint64_t now)
 {
+	a->now = now;
 	for (struct arun *r = a->runs, *next; r; r = next) {
 		next = r->next;
 		/* a step is given up only when its input stopped coming */

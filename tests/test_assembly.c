@@ -126,6 +126,32 @@ START_TEST(test_in_order_waits_for_earlier)
 }
 END_TEST
 
+START_TEST(test_stalled_step_does_not_hold)
+{
+	swd_asm_conf c = { 5000, 16, 8, 600, NULL };
+	nout = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	/* step 0 gets one layer and stalls; step 1 is whole behind it */
+	feed(a, msg("r", 0, 0, 7, 0), 0);
+	feed(a, msg("r", 1, 0, 7, 1), 100);
+	feed(a, msg("r", 1, 1, 7, 2), 100);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 999);
+	ck_assert_int_eq(nout, 0);
+	/* a second without input to step 0: step 1 goes, step 0 still waits */
+	swd_asm_tick(a, 1000);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 1);
+	ck_assert_uint_eq(out[0].have, 2);
+	/* step 0's layer arrives: whole, written */
+	feed(a, msg("r", 0, 1, 7, 3), 1500);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[1].step, 0);
+	ck_assert_uint_eq(out[1].have, 2);
+	swd_asm_free(&a);
+}
+END_TEST
+
 START_TEST(test_duplicate_and_late)
 {
 	swd_asm *a = mk(8);
@@ -273,6 +299,7 @@ suite(void)
 	TCase *tc = tcase_create("rules");
 	tcase_add_test(tc, test_reverse_order);
 	tcase_add_test(tc, test_in_order_waits_for_earlier);
+	tcase_add_test(tc, test_stalled_step_does_not_hold);
 	tcase_add_test(tc, test_duplicate_and_late);
 	tcase_add_test(tc, test_incarnations_never_mix);
 	tcase_add_test(tc, test_timeout_from_last_arrival);
