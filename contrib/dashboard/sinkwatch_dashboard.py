@@ -448,7 +448,7 @@ def render(fig, d):
         fig.stale = True
         return
     fig.clf()
-    fig.subplots_adjust(left=0.065, right=0.89, bottom=0.075, top=0.88,
+    fig.subplots_adjust(left=0.065, right=0.89, bottom=0.075, top=0.855,
                         hspace=0.28, wspace=0.22)
     axs = fig.subplots(2, 2, sharex=True).ravel()
     colors, cmap = layer_colors(d.layers)
@@ -491,9 +491,9 @@ def render(fig, d):
         cb.set_label("layer", fontsize=9)
         cb.ax.tick_params(labelsize=8)
     title = fig.suptitle(title_of(d), fontsize=13, y=0.975)
-    subtitle = fig.text(0.5, 0.925, subtitle_of(d), ha="center", va="center", fontsize=9,
+    subtitle = fig.text(0.5, 0.93, subtitle_of(d), ha="center", va="center", fontsize=9,
                         color="0.3")
-    notes = fig.text(0.5, 0.903, notes_of(d), ha="center", va="center", fontsize=9,
+    notes = fig.text(0.5, 0.905, notes_of(d), ha="center", va="center", fontsize=9,
                      color="#8b4513")
     fig._sinkwatch = {"layout": layout, "axes": list(axs), "lines": lines,
                       "title": title, "subtitle": subtitle, "notes": notes}
