@@ -6,8 +6,17 @@ dashboard renders PNGs of the run file being written (--png, and --png
 --follow started before the file exists), then once more after the run
 ended. Each picture is checked to hold the plots (size, share of drawn
 pixels, several line colours, later pictures differ from earlier ones, the
-tEXt entries saying what it shows); the data loading is checked against
-plain h5py reads of the finished file; and the error exits (status 2).
+tEXt entries saying what it shows); and the error exits (status 2).
+
+The dashboard takes its numbers from `sinkwatch report --series`; what it
+plots is checked against an independent numpy computation from the stored
+head values (`reference` below): the view rule of storage/LAYOUT.md
+implemented here from /step, /inc and the resume records, and the split of
+METRICS.md §3, paired from the row_* datasets where the file has row_stats,
+else aggregate from the head values. Besides the in-order sim run, two runs
+whose steps arrive shuffled and are then resumed by a newer incarnation
+(raw protocol sender: `inc` and `resume` header keys), one with a fixed probe
+(paired) and one without (aggregate).
 
     SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd SW_SRCDIR=. /usr/bin/python3 tests/dashboard.py
 """
@@ -20,13 +29,15 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 import zlib
 
 import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swharness import SINKWATCH, SINKWATCHD, Daemon, Results  # noqa: E402
+import msgpack  # noqa: E402
+from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, Sender  # noqa: E402
 
 if not SINKWATCHD or not SINKWATCH:
     print("SINKWATCHD and SINKWATCH must be set: skipped")
@@ -37,6 +48,132 @@ DASHBOARD = os.path.join(SRCDIR, "contrib", "dashboard", "sinkwatch_dashboard.py
 SIZE = (960, 640)           # --size for every render here
 LAYERS, HEADS, STEPS = 3, 4, 60
 RUN = "dash"
+# the shuffled and resumed runs: incarnation A sends SH_STEPS shuffled, B
+# resumes from SH_RESUME and sends SH_B (not the last two: A's stay superseded)
+SH_STEPS = [50 * i for i in range(14)]
+SH_RESUME = 300
+SH_B = [st for st in SH_STEPS if SH_RESUME <= st <= 550]
+SH_INC_A, SH_INC_B = 1000, 2000
+SH_ROWS, SH_KEYS = 6, 24
+
+
+# ---- the independent reference: the view and the split, in numpy -----------
+
+def view_of(step, inc, res_inc, res_step):
+    """LAYOUT.md "the view", from the rows alone: a row is superseded when an
+    incarnation newer than its own resumed from S < its step; of the rest, a
+    step's newest incarnation wins (of one incarnation, the last row).
+    Returns (view steps, winning rows, superseded row count, segments as
+    [inc, first, last, steps])."""
+    best = {}
+    for t in range(len(step)):
+        st, ic = int(step[t]), int(inc[t])
+        if any(int(ri) > ic and st > int(rs) for ri, rs in zip(res_inc, res_step)):
+            continue
+        if st not in best or (ic, t) > best[st]:
+            best[st] = (ic, t)
+    steps = sorted(best)
+    rows = [best[st][1] for st in steps]
+    segs = []
+    for st in steps:
+        ic = best[st][0]
+        if segs and segs[-1][0] == ic:
+            segs[-1][2], segs[-1][3] = st, segs[-1][3] + 1
+        else:
+            segs.append([ic, st, st, 1])
+    return np.array(steps, np.int64), rows, len(step) - len(rows), segs
+
+
+def split_aggregate(f, a, b):
+    """§3 aggregate split per head [L, H] between stored rows a and b, from
+    the head values; NaN where a head has no valid row at either."""
+    g = {n: f[n] for n in ("sink_entropy", "sink_mass", "content_mass",
+                           "content_entropy_mw", "rows")}
+    hb0, hb1 = g["sink_entropy"][a], g["sink_entropy"][b]
+    s0, s1 = g["sink_mass"][a], g["sink_mass"][b]
+    w0, w1 = g["content_mass"][a], g["content_mass"][b]
+    c0, c1 = g["content_entropy_mw"][a], g["content_entropy_mw"][b]
+    ok = (g["rows"][a] > 0) & (g["rows"][b] > 0)
+    sink = (hb1 - hb0) - (s1 - s0) * 0.5 * (c0 + c1)
+    cont = 0.5 * (w0 + w1) * (c1 - c0)
+    return np.where(ok, sink, np.nan), np.where(ok, cont, np.nan)
+
+
+def split_paired(f, a, b):
+    """§3 paired split per head [L, H]: row by row from the row_* datasets,
+    averaged over the rows accepted at both steps; NaN without any."""
+    r = {n: (f["row_" + n][a].astype(np.float64), f["row_" + n][b].astype(np.float64))
+         for n in ("sink_mass", "content_mass", "sink_entropy", "content_entropy")}
+    ok = (f["row_status"][a] == 0) & (f["row_status"][b] == 0)
+    (s0, s1), (w0, w1) = r["sink_mass"], r["content_mass"]
+    (hb0, hb1), (hc0, hc1) = r["sink_entropy"], r["content_entropy"]
+    n = ok.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sink = np.where(ok, (hb1 - hb0) - (s1 - s0) * 0.5 * (hc0 + hc1), 0).sum(-1) / n
+        cont = np.where(ok, 0.5 * (w0 + w1) * (hc1 - hc0), 0).sum(-1) / n
+    return np.where(n > 0, sink, np.nan), np.where(n > 0, cont, np.nan)
+
+
+def _nanmean_heads(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # a layer all NaN
+        return np.nanmean(x, axis=2)
+
+
+def reference(path):
+    """What the dashboard should plot, from the finished file's stored values:
+    dict of steps, sink_mass, entropy, cum_sink, cum_content ([T, L]), rows,
+    superseded, segments, form."""
+    with h5py.File(path, "r") as f:
+        T = f["step"].shape[0]
+        nres = min(f["resume_inc"].shape[0], f["resume_step"].shape[0])
+        steps, rows, superseded, segs = view_of(
+            f["step"][:T], f["inc"][:T], f["resume_inc"][:nres], f["resume_step"][:nres])
+        paired = bool(f.attrs["row_stats"])
+        split = split_paired if paired else split_aggregate
+        n = len(rows)
+        L, H = int(f.attrs["layers"]), int(f.attrs["heads"])
+        parts = np.zeros((2, n, L, H))
+        for k in range(1, n):
+            parts[0, k], parts[1, k] = split(f, rows[k - 1], rows[k])
+        sm = _nanmean_heads(f["sink_mass"][:T][rows])
+        en = _nanmean_heads(f["entropy"][:T][rows])
+    cum = np.nancumsum(parts, axis=1).mean(axis=3)     # a NaN interval counts 0
+    return {"steps": steps, "sink_mass": sm, "entropy": en, "cum_sink": cum[0],
+            "cum_content": cum[1], "rows": T, "superseded": superseded,
+            "segments": segs, "form": "paired" if paired else "aggregate"}
+
+
+def assert_matches(d, ref, what):
+    """The dashboard's data d equal the reference (to the JSON's 17 digits)."""
+    np.testing.assert_array_equal(d.steps, ref["steps"], err_msg=what + ": steps")
+    for n in ("sink_mass", "entropy", "cum_sink", "cum_content"):
+        got = getattr(d, n)
+        assert got.shape == ref[n].shape, (what, n, got.shape, ref[n].shape)
+        np.testing.assert_allclose(got, ref[n], rtol=1e-9, atol=1e-12, equal_nan=True,
+                                   err_msg="%s: %s" % (what, n))
+    assert d.rows == ref["rows"] and d.superseded == ref["superseded"], (
+        what, d.rows, d.superseded, ref["rows"], ref["superseded"])
+    segs = [[s["inc"], s["first_step"], s["last_step"], s["steps"]] for s in d.segments]
+    assert segs == ref["segments"], (what, segs, ref["segments"])
+    assert d.split_form == ref["form"], (what, d.split_form, ref["form"])
+
+
+def probe(step, layer, extra_sink=0.0):
+    """[HEADS, SH_ROWS, SH_KEYS] softmax rows, the same inputs every step (a
+    fixed probe): the sink grows with the step, the content sharpens."""
+    rng = np.random.default_rng(100 + layer)
+    z = rng.normal(size=(HEADS, SH_ROWS, SH_KEYS)) * (1.0 + step / 400.0)
+    z[:, :, 0] += 0.5 + step / 200.0 + extra_sink + np.arange(HEADS)[:, None] * 0.3
+    z -= z.max(-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(-1, keepdims=True)
+    return p.astype(np.float32)
+
+
+def send_end(snd, run, inc):
+    snd.send_frames([msgpack.packb({"v": 1, "type": "end", "run": run, "seq": snd.seq,
+                                    "inc": inc})])
 
 
 def load_dashboard_module():
@@ -204,21 +341,40 @@ def main():
         assert rc == 2 and "--follow needs --png" in err, (rc, err)
         assert not os.path.exists(os.path.join(tmp, "x.png"))
 
+    def t_daemon():
+        live["daemon"] = Daemon(tmp=tmp).start()
+
     def t_few_steps():
-        # 0 and 1 committed steps, NaN values: a picture with a note, no error
+        # 0 committed steps (no report then) and 1, with a layer all NaN: a
+        # picture with a note, no error
         for t in (0, 1):
-            path = os.path.join(tmp, "few%d.h5" % t)
-            with h5py.File(path, "w", libver="latest") as f:
-                f.attrs.update({"run": "few", "model": "m", "layers": LAYERS, "heads": HEADS,
-                                "split_form": "paired"})
-                f.create_dataset("step", data=np.arange(t, dtype=np.int64), maxshape=(None,))
-                f.create_dataset("ended", shape=(0,), dtype=np.int8, maxshape=(None,))
-                for n in ("sink_mass", "entropy", "dH_sink", "dH_content"):
-                    x = np.full((t, LAYERS, HEADS), 0.3)
-                    if n.startswith("dH"):
-                        x[:] = np.nan
-                    x[:, 1, 2] = np.nan
-                    f.create_dataset(n, data=x, maxshape=(None, LAYERS, HEADS))
+            if t == 0:
+                path = os.path.join(tmp, "few0.h5")
+                with h5py.File(path, "w", libver="latest") as f:
+                    f.attrs.update({"run": "few", "model": "m", "layers": LAYERS,
+                                    "heads": HEADS, "split_form": "paired"})
+                    f.create_dataset("step", shape=(0,), dtype=np.int64, maxshape=(None,))
+                    f.create_dataset("ended", shape=(0,), dtype=np.int8, maxshape=(None,))
+                    for n in ("sink_mass", "entropy", "dH_sink", "dH_content"):
+                        f.create_dataset(n, shape=(0, LAYERS, HEADS), dtype=np.float64,
+                                         maxshape=(None, LAYERS, HEADS))
+            else:
+                d = live["daemon"]
+                snd = Sender(d.listen, "few1", LAYERS, HEADS, fixed=False)
+                for lay in range(LAYERS):
+                    x = probe(0, lay)
+                    if lay == 1:
+                        x[:] = np.nan           # every row rejected: the layer is NaN
+                    snd.snapshot(7, lay, x, inc=5)
+                send_end(snd, "few1", 5)
+                path = d.wait_ended("few1")
+                snd.close()
+                m = mod.get("m") or load_dashboard_module()
+                got = m.load_path(path)
+                assert got.T == 1 and int(got.steps[0]) == 7, got.steps
+                assert np.isnan(got.sink_mass[0, 1]) and np.isfinite(got.sink_mass[0, 0])
+                assert (got.cum_sink == 0).all() and (got.cum_content == 0).all()
+                assert_matches(got, reference(path), "1 step")
             out = os.path.join(tmp, "few%d.png" % t)
             rc, so, err = dashboard(path, "--png", out, "--size", "%dx%d" % SIZE)
             assert rc == 0, (rc, so, err)
@@ -230,7 +386,7 @@ def main():
             assert not os.path.exists(out + ".tmp")
 
     def t_live():
-        d = live["daemon"] = Daemon(tmp=tmp).start()
+        d = live["daemon"]
         path = live["path"] = d.run_file(RUN)
         follow_png = os.path.join(tmp, "follow.png")
         sim = subprocess.Popen([SINKWATCH, "sim", "--connect", d.listen, "--run", RUN,
@@ -317,24 +473,16 @@ def main():
     def t_loader():
         m = mod.get("m") or load_dashboard_module()
         d = m.load_path(live["path"])
-        with h5py.File(live["path"], "r", libver="latest", swmr=True) as f:
-            T = f["step"].shape[0]
-            assert d.T == T == STEPS, (d.T, T)
-            assert d.ended and f["ended"][-1] == 1
-            assert (d.steps == f["step"][:]).all()
-            assert d.meta["run"] == RUN and d.layers == LAYERS
-            raw = {n: f[n][:T] for n in ("sink_mass", "entropy", "dH_sink", "dH_content")}
-        for n in ("sink_mass", "entropy"):
-            np.testing.assert_allclose(getattr(d, n), np.nanmean(raw[n], axis=2),
-                                       rtol=0, atol=0, equal_nan=True, err_msg=n)
-        assert np.isnan(raw["dH_sink"][0]).all(), "dH_sink of the first step is not NaN"
-        for attr, n in (("cum_sink", "dH_sink"), ("cum_content", "dH_content")):
-            ref = np.nancumsum(raw[n], axis=0).mean(axis=2)
-            np.testing.assert_allclose(getattr(d, attr), ref, rtol=1e-12, atol=1e-15,
-                                       err_msg=attr)
-            assert np.isfinite(getattr(d, attr)).all(), attr
+        ref = reference(live["path"])
+        assert d.T == STEPS and d.ended and d.meta["run"] == RUN and d.layers == LAYERS, (
+            d.T, d.ended)
+        assert_matches(d, ref, "sim run")
+        assert d.superseded == 0 and len(d.segments) == 1, (d.superseded, d.segments)
+        assert np.isfinite(d.cum_sink).all() and np.isfinite(d.cum_content).all()
         # the two parts add up to the entropy's change since the first step
-        dh = (raw["entropy"] - raw["entropy"][:1]).mean(axis=2)
+        with h5py.File(live["path"], "r") as f:
+            ent = f["entropy"][:]
+        dh = (ent - ent[:1]).mean(axis=2)
         np.testing.assert_allclose(d.cum_sink + d.cum_content, dh, rtol=0, atol=1e-9)
         # what was read while the run was written is what the file kept
         p = live["partial"]
@@ -342,18 +490,112 @@ def main():
         np.testing.assert_allclose(p.cum_sink, d.cum_sink[:p.T], rtol=0, atol=0)
         np.testing.assert_allclose(p.entropy, d.entropy[:p.T], rtol=0, atol=0)
 
+    def shuffled_run(run, fixed):
+        """Incarnation A sends SH_STEPS shuffled (step 100 with a head all
+        NaN); once they are stored, B resumes from SH_RESUME with other data
+        and sends SH_B shuffled, then ends the run. Returns the file."""
+        d = live["daemon"]
+        rng = np.random.default_rng(11 if fixed else 12)
+        a = Sender(d.listen, run, LAYERS, HEADS, fixed=fixed)
+        for st in rng.permutation(SH_STEPS):
+            for lay in range(LAYERS):
+                x = probe(int(st), lay)
+                if st == 100 and lay == 2:
+                    x[1] = np.nan
+                a.snapshot(int(st), lay, x, inc=SH_INC_A)
+        path = d.run_file(run)
+        wait_for(lambda: committed(path)[0] >= len(SH_STEPS), 20,
+                 "A's %d rows of %s" % (len(SH_STEPS), run))
+        b = Sender(d.listen, run, LAYERS, HEADS, fixed=fixed)
+        for st in rng.permutation(SH_B):
+            for lay in range(LAYERS):
+                b.snapshot(int(st), lay, probe(int(st), lay, extra_sink=0.8),
+                           inc=SH_INC_B, resume=SH_RESUME)
+        send_end(b, run, SH_INC_B)
+        path = d.wait_ended(run)
+        a.close()
+        b.close()
+        return path
+
+    def t_shuffled(fixed):
+        run = "shuffled-%s" % ("paired" if fixed else "aggregate")
+        path = shuffled_run(run, fixed)
+        ref = reference(path)
+        # what the view must be, by construction
+        want_steps = [st for st in SH_STEPS if st < SH_RESUME] + SH_B
+        assert list(ref["steps"]) == want_steps, ref["steps"]
+        assert ref["rows"] == len(SH_STEPS) + len(SH_B), ref["rows"]
+        assert ref["superseded"] == ref["rows"] - len(want_steps), ref["superseded"]
+        assert [s[0] for s in ref["segments"]] == [SH_INC_A, SH_INC_B], ref["segments"]
+        assert ref["form"] == ("paired" if fixed else "aggregate"), ref["form"]
+        m = mod.get("m") or load_dashboard_module()
+        d = m.load_path(path)
+        assert_matches(d, ref, run)
+        # the rows' live dH_* in arrival order are not the run's: the same
+        # sums taken from them would be wrong (the reason for the view)
+        with h5py.File(path, "r") as f:
+            naive = np.nancumsum(f["dH_sink"][:], axis=0).mean(axis=2)[-1]
+        assert np.abs(naive - d.cum_sink[-1]).max() > 1e-6, (naive, d.cum_sink[-1])
+        # the notes say so
+        notes = m.notes_of(d)
+        want = "%d of %d rows superseded" % (ref["superseded"], ref["rows"])
+        assert want in notes, notes
+        assert "2 segments: steps 0–250 (incarnation %d), steps 300–550 (incarnation %d)" % (
+            SH_INC_A, SH_INC_B) in notes, notes
+        out = os.path.join(tmp, run + ".png")
+        rc, so, err = dashboard(path, "--png", out, "--size", "%dx%d" % SIZE)
+        assert rc == 0, (rc, so, err)
+        check_picture(out)
+        with open(out, "rb") as fh:
+            meta = png_text(fh.read())
+        assert meta["sinkwatch.steps"] == str(len(want_steps)), meta
+        assert meta["sinkwatch.rows"] == str(ref["rows"]), meta
+        assert meta["sinkwatch.superseded"] == str(ref["superseded"]), meta
+        assert meta["sinkwatch.segments"] == "2" and meta["sinkwatch.ended"] == "1", meta
+        assert meta["sinkwatch.last_step"] == str(SH_B[-1]), meta
+
+    def t_no_tool():
+        # before it waits for the file (there is none): the tool is looked for first
+        path = os.path.join(tmp, "not-yet.h5")
+        out = os.path.join(tmp, "notool.png")
+        env = dict(os.environ, MPLBACKEND="Agg", SINKWATCH=os.path.join(tmp, "no-sinkwatch"))
+        p = subprocess.run([sys.executable, DASHBOARD, path, "--png", out, "--timeout", "5"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "SINKWATCH=" in p.stderr and "sinkwatch tool" in p.stderr, (
+            p.returncode, p.stderr)
+        # a copy outside the tree, no $SINKWATCH, nothing on PATH
+        lone = os.path.join(tmp, "lone")
+        os.makedirs(lone, exist_ok=True)
+        shutil.copy(DASHBOARD, lone)
+        env = {k: v for k, v in os.environ.items() if k != "SINKWATCH"}
+        env.update(MPLBACKEND="Agg", PATH=lone)
+        p = subprocess.run([sys.executable, os.path.join(lone, os.path.basename(DASHBOARD)),
+                            path, "--png", out, "--timeout", "5"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "cannot find the sinkwatch tool" in p.stderr, (
+            p.returncode, p.stderr)
+        assert not os.path.exists(out)
+
     try:
         R.check("dashboard script", t_script)
         R.check("error exits", t_errors)
+        R.check("no sinkwatch tool", t_no_tool)
+        R.check("daemon", t_daemon)
+        if "daemon" not in live:
+            R.failed += 1
+            print("FAIL (no daemon: the other checks not run)")
+            return R.finish()
         R.check("0 and 1 steps, NaN", t_few_steps)
         R.check("live run: renders while written", t_live)
         if "snaps" in live:
             R.check("pictures while written", t_pictures_while_written)
             R.check("picture after the run ended", t_picture_after_end)
-            R.check("loader vs h5py", t_loader)
+            R.check("data vs numpy reference", t_loader)
         else:
             R.failed += 3
             print("FAIL (the live run failed: its 3 picture and loader checks not run)")
+        R.check("shuffled + resumed, paired", lambda: t_shuffled(True))
+        R.check("shuffled + resumed, aggregate", lambda: t_shuffled(False))
     finally:
         d = live.get("daemon")
         if d is not None:

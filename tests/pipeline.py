@@ -271,6 +271,63 @@ def case_swmr_tail():
         assert d.stop() == 0
 
 
+def case_tail_superseded():
+    """tail says when a step it showed is superseded: by a newer
+    incarnation's row of the step, or by its resume record (steps after the
+    resume), live and with --once on the finished file."""
+    d = Daemon().start()
+    run = "tailsup"
+    rng = np.random.default_rng(5)
+    try:
+        a = Sender(d.listen, run, 2, 3, fixed=False)
+        for st in (0, 100, 200, 300):
+            for lay in range(2):
+                a.snapshot(st, lay, random_probs(rng, 3, 4, 16), inc=1000)
+        path = d.run_file(run)
+
+        def rows():
+            try:
+                with h5py.File(path, "r", libver="latest", swmr=True) as f:
+                    return f["step"].shape[0]
+            except (OSError, KeyError):
+                return 0
+        deadline = time.time() + 20
+        while rows() < 4 and time.time() < deadline:
+            time.sleep(0.02)
+        assert rows() == 4, rows()
+        tailp = subprocess.Popen([SINKWATCH, "tail", path, "--interval-ms", "50",
+                                  "--timeout", "30"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)     # it shows A's rows before B's arrive
+        b = Sender(d.listen, run, 2, 3, fixed=False)
+        for st in (200, 300, 400):
+            for lay in range(2):
+                b.snapshot(st, lay, random_probs(rng, 3, 4, 16), inc=2000, resume=200)
+        b.send_frames([msgpack.packb({"v": 1, "type": "end", "run": run, "seq": b.seq,
+                                      "inc": 2000})])
+        d.wait_ended(run)
+        out, err = tailp.communicate(timeout=40)
+        assert tailp.returncode == 0, err
+        _, once, err2 = run_cmd([SINKWATCH, "tail", path, "--once"])
+        a.close()
+        b.close()
+        for what, text in (("live", out), ("--once", once)):
+            lines = text.splitlines()
+            sup = [ln for ln in lines if "superseded" in ln]
+            assert sup == ["# step 200 superseded by incarnation 2000",
+                           "# step 300 superseded by incarnation 2000 (resume from 200)"], \
+                (what, text)
+            shown = [int(ln.split()[0]) for ln in lines[2:] if not ln.startswith("#")]
+            assert shown == [0, 100, 200, 300, 200, 300, 400], (what, shown, text)
+            # each line comes after the step it is about was shown
+            for ln in sup:
+                st = ln.split()[2]
+                first = next(i for i, x in enumerate(lines) if x.split()[:1] == [st])
+                assert lines.index(ln) > first, (what, text)
+    finally:
+        assert d.stop() == 0
+
+
 def case_bad_input():
     """Each bad message is counted under its reason and logged; the daemon
     keeps serving and stores what is good."""

@@ -56,6 +56,123 @@ on_sigint(int s)
 	tail_stop = 1;
 }
 
+/*
+ * What tail showed, to say when a step it showed was superseded
+ * (storage/LAYOUT.md, "the view"): per committed row, whether it was
+ * printed and whether its supersession was reported.
+ */
+struct tail_seen {
+	int64_t n, cap;
+	uint8_t *said;		/* [n] 1: its supersession was printed */
+};
+
+static int
+tail_seen_grow(struct tail_seen *ts, int64_t n)
+{
+	if (n > ts->cap) {
+		int64_t cap = ts->cap ? ts->cap : 256;
+		while (cap < n)
+			cap *= 2;
+		uint8_t *p = realloc(ts->said, (size_t)cap);
+		if (!p)
+			return -1;
+		memset(p + ts->cap, 0, (size_t)(cap - ts->cap));
+		ts->said = p;
+		ts->cap = cap;
+	}
+	if (n > ts->n)
+		ts->n = n;
+	return 0;
+}
+
+/* The first resume record of incarnation inc, or -1. */
+static int64_t
+tail_resume_of(const sw_rows *rw, uint64_t inc)
+{
+	for (int64_t i = 0; i < rw->nres; i++)
+		if (rw->res_inc[i] == inc)
+			return i;
+	return -1;
+}
+
+/*
+ * For each of the first `shown` rows that tail printed and that the view of
+ * the T committed rows no longer holds, once: "# step S superseded by
+ * incarnation N", with "(resume from R)" when N's resume record is why (S
+ * after R). Returns 0, or -1 with err.
+ */
+static int
+tail_superseded(sw_reader *r, int64_t T, int64_t shown, struct tail_seen *ts, char *err,
+    size_t errlen)
+{
+	sw_rows rw;
+	sw_view view;
+	memset(&view, 0, sizeof(view));
+	if (sw_reader_rows(r, T, &rw, err, errlen) != 0)
+		return -1;
+	if (sw_view_build(&rw, &view) != 0) {
+		sw_rows_free(&rw);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	int64_t *win = malloc(((size_t)T + 1) * sizeof(int64_t));	/* row -> view index or -1 */
+	if (!win) {
+		sw_rows_free(&rw);
+		sw_view_free(&view);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (int64_t t = 0; t < T; t++)
+		win[t] = -1;
+	for (int64_t k = 0; k < view.n; k++)
+		win[view.row[k]] = k;
+	for (int64_t t = 0; t < shown && t < ts->n; t++) {
+		if (ts->said[t] || win[t] >= 0)
+			continue;
+		int64_t st = rw.step[t];
+		uint64_t by;
+		int64_t from = INT64_MIN;
+		/* the step's row in the view, if any (view.step is ascending) */
+		int64_t lo = 0, hi = view.n;
+		while (lo < hi) {
+			int64_t mid = lo + (hi - lo) / 2;
+			if (view.step[mid] < st)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < view.n && view.step[lo] == st) {
+			by = rw.inc[view.row[lo]];
+			int64_t ri = tail_resume_of(&rw, by);
+			if (ri >= 0 && by > rw.inc[t] && st > rw.res_step[ri])
+				from = rw.res_step[ri];
+		} else {
+			/* no row of the step stands: a newer incarnation's resume from
+			 * before it (the earliest such resume, as the view takes it) */
+			int64_t best = -1;
+			for (int64_t i = 0; i < rw.nres; i++)
+				if (rw.res_inc[i] > rw.inc[t] && st > rw.res_step[i] &&
+				    (best < 0 || rw.res_step[i] < rw.res_step[best]))
+					best = i;
+			if (best < 0)
+				continue;	/* cannot happen: the view says it is superseded */
+			by = rw.res_inc[best];
+			from = rw.res_step[best];
+		}
+		ts->said[t] = 1;
+		if (from != INT64_MIN)
+			printf("# step %lld superseded by incarnation %llu (resume from %lld)\n",
+			    (long long)st, (unsigned long long)by, (long long)from);
+		else
+			printf("# step %lld superseded by incarnation %llu\n", (long long)st,
+			    (unsigned long long)by);
+	}
+	free(win);
+	sw_rows_free(&rw);
+	sw_view_free(&view);
+	return 0;
+}
+
 int
 sw_tail_main(int argc, char **argv)
 {
@@ -106,12 +223,20 @@ sw_tail_main(int argc, char **argv)
 	printf("\n");
 	fflush(stdout);
 	int64_t shown = 0;
-	time_t start = time(NULL);
+	struct tail_seen seen = { 0, 0, NULL };
+	time_t start = time(NULL), checked = start;
 	int rc = 0;
 	while (!tail_stop) {
+		/* the end mark before the rows: seen ended, every row is committed */
+		int ended = sw_reader_ended(r) == 1;
 		int64_t T = sw_reader_refresh(r, err, sizeof(err));
 		if (T < 0) {
 			rc = sw_tool_fail("tail", "%s", err);
+			break;
+		}
+		int grew = T > shown;
+		if (tail_seen_grow(&seen, T) != 0) {
+			rc = sw_tool_fail("tail", "out of memory");
 			break;
 		}
 		for (; shown < T; shown++) {
@@ -134,16 +259,30 @@ sw_tail_main(int argc, char **argv)
 			}
 			printf("\n");
 		}
+		/*
+		 * Steps shown that the view no longer holds: looked at when rows
+		 * were committed, every 2 s (a resume record is written before
+		 * its incarnation's first row, but may become visible after it),
+		 * and before leaving.
+		 */
+		int last = once || ended ||
+		    (timeout_s && time(NULL) - start >= timeout_s);
+		if (shown > 0 && (grew || last || time(NULL) - checked >= 2)) {
+			checked = time(NULL);
+			if (tail_superseded(r, T, shown, &seen, err, sizeof(err)) != 0) {
+				rc = sw_tool_fail("tail", "%s", err);
+				break;
+			}
+		}
 		fflush(stdout);
-		if (once || sw_reader_ended(r))
-			break;
-		if (timeout_s && time(NULL) - start >= timeout_s)
+		if (last)
 			break;
 		struct timespec ts = { interval / 1000, (interval % 1000) * 1000000 };
 		nanosleep(&ts, NULL);
 	}
 out:
 	free(buf);
+	free(seen.said);
 	sw_reader_close(&r);
 	return rc;
 }

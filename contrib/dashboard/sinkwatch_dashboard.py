@@ -6,40 +6,52 @@
 
 Four panels, one line per layer (mean over the layer's heads), x = training
 step: sink mass, entropy, and the cumulative sink and content parts of the
-entropy change (running sums of dH_sink and dH_content, a NaN counting as 0;
-the two add up to the entropy's change since the first step).
+entropy change (running sums of the interval parts of METRICS.md §3 over
+consecutive steps, an interval without a value counting as 0; the two add up
+to the entropy's change since the first step).
 
-Without --png it opens a matplotlib window and redraws it as steps are
+Every number plotted comes from `sinkwatch report RUN.h5 --format json
+--series`: the run is its view (storage/LAYOUT.md, "Rows, incarnations and
+supersession"), the winning row of each stored step in step order, and the
+split is computed over it in C, whatever order the rows arrived in. The
+dashboard computes none of it. The tool is $SINKWATCH, else the `sinkwatch`
+next to the dashboard (bin/ when installed, the build tree's top directory),
+else the first on PATH; exit status 2 if there is none. The subtitle says
+how many stored rows were superseded (older incarnations' versions of a
+step, or steps after a newer incarnation's resume) and, when the view has
+more than one, its segments (runs of consecutive steps of one incarnation).
+
+Without --png it opens a matplotlib window and redraws it as rows are
 committed, every --interval seconds (default 1), until the window is closed.
 With --png OUT it renders the current state to OUT (headless, Agg) and exits;
 with --follow it goes on re-rendering OUT (atomically: OUT.tmp, then rename)
-whenever steps are committed, until the run ends or --timeout runs out.
+whenever rows are committed, until the run ends or --timeout runs out.
 
 The file may not exist yet: the dashboard waits for it up to --timeout seconds
 (default 30). Exit status 0, or 2 with a message for a file still missing
-after the timeout, one that is not a sinkwatch run file, or bad arguments.
+after the timeout, one that is not a sinkwatch run file, a report that
+failed, no sinkwatch tool, or bad arguments.
 
-Each PNG carries tEXt entries "sinkwatch.steps", "sinkwatch.last_step" and
-"sinkwatch.ended" saying what it shows.
+Each PNG carries tEXt entries "sinkwatch.steps" (view steps),
+"sinkwatch.last_step", "sinkwatch.rows" (rows stored), "sinkwatch.superseded",
+"sinkwatch.segments" and "sinkwatch.ended" saying what it shows.
 
-Reading follows storage/runfile.h: /step is the commit marker, so it is
-refreshed first and only rows below its extent are read; every other
-dataset is then refreshed (again, briefly, while a writer's flush has not
-reached it yet) and read up to that extent.
+Watching follows storage/runfile.h: the file is held open for SWMR reading
+(h5py) only to see /step (the commit marker), the resume records and /ended
+grow; when they change, the report is run again.
 """
 import argparse
 import os
 import sys
 import time
-import warnings
 
 import numpy as np
 
 PROG = "sinkwatch_dashboard"
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 REQUIRED_ATTRS = ("run", "layers", "heads")
-# the per-head series the dashboard plots, each [T, layers, heads]
-PLOTTED = ("sink_mass", "entropy", "dH_sink", "dH_content")
+# per-head datasets checked for the run's shape, each [T, layers, heads]
+PLOTTED = ("sink_mass", "entropy")
 REQUIRED_DATASETS = ("step", "ended") + PLOTTED
 DEFAULT_FILE_TIMEOUT = 30.0
 MAX_LEGEND_LAYERS = 12
@@ -158,21 +170,96 @@ def _refresh_to(ds, t, wait=0.1):
     return ds.shape[0]
 
 
+# ---- the numbers: `sinkwatch report --format json --series` --------------------
+
+def find_sinkwatch():
+    """The sinkwatch tool that computes what the dashboard plots: $SINKWATCH,
+    else the one next to this script's installed location (bin/, beside
+    sinkwatch-dashboard) or in the build tree (two levels above
+    contrib/dashboard/), else the first on PATH. Raises Fatal if none."""
+    env = os.environ.get("SINKWATCH")
+    if env:
+        if os.path.isfile(env) and os.access(env, os.X_OK):
+            return env
+        raise Fatal("SINKWATCH=%s is not an executable file (the sinkwatch tool, "
+                    "which computes what the dashboard plots)" % env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = []
+    if sys.argv and sys.argv[0]:
+        dirs.append(os.path.dirname(os.path.abspath(sys.argv[0])))
+    dirs += [here, os.path.dirname(os.path.dirname(here))]
+    dirs = list(dict.fromkeys(dirs))
+    for d in dirs:
+        cand = os.path.join(d, "sinkwatch")
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    import shutil
+
+    cand = shutil.which("sinkwatch")
+    if cand:
+        return cand
+    raise Fatal("cannot find the sinkwatch tool (it computes what the dashboard plots): "
+                "set SINKWATCH=/path/to/sinkwatch, or put it on PATH (looked in %s)"
+                % ", ".join(dirs))
+
+
+def _nums(v):
+    """A JSON list of numbers with null for NaN, as float64."""
+    return np.array([np.nan if x is None else x for x in v], dtype=np.float64)
+
+
+def run_report(path, exe=None, timeout=120):
+    """`sinkwatch report PATH --format json --series`, parsed. Raises Fatal."""
+    import json
+    import subprocess
+
+    exe = exe or find_sinkwatch()
+    try:
+        p = subprocess.run([exe, "report", path, "--format", "json", "--series"],
+                           capture_output=True, text=True, timeout=timeout)
+    except OSError as e:
+        raise Fatal("cannot run %s: %s" % (exe, e))
+    except subprocess.TimeoutExpired:
+        raise Fatal("%s report %s: no answer in %ds" % (exe, path, timeout))
+    if p.returncode != 0:
+        msg = p.stderr.strip() or "exit status %d" % p.returncode
+        raise ReportFailed(msg)
+    try:
+        rep = json.loads(p.stdout)
+        rep["series"]["step"], rep["series"]["layers"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise Fatal("%s report %s --series: unexpected output (%s); is it an older "
+                    "sinkwatch?" % (exe, path, e))
+    return rep
+
+
+class ReportFailed(Fatal):
+    """sinkwatch report exited with an error (its message)."""
+
+
 class RunData:
-    """What the dashboard shows of a run: T committed steps, per layer."""
+    """What the dashboard shows of a run: its view (the winning row of each
+    stored step, in step order, storage/LAYOUT.md), per layer, as
+    `sinkwatch report --series` computed it."""
 
     def __init__(self, meta, steps, sink_mass, entropy, cum_sink, cum_content,
-                 ended, last_time=None, lost=None, incomplete=None):
+                 ended, last_time=None, lost=None, incomplete=None, rows=None,
+                 superseded=0, segments=(), watch=None, split_form=None):
         self.meta = meta
-        self.steps = steps              # int64 [T], the training steps
+        self.steps = steps              # int64 [T], the view's training steps
         self.sink_mass = sink_mass      # [T, L], mean over heads
         self.entropy = entropy          # [T, L], mean over heads
-        self.cum_sink = cum_sink        # [T, L], mean over heads of nancumsum(dH_sink)
-        self.cum_content = cum_content  # [T, L], same for dH_content
+        self.cum_sink = cum_sink        # [T, L], running sum of the sink parts
+        self.cum_content = cum_content  # [T, L], same for the content parts
         self.ended = ended
         self.last_time = last_time
         self.lost = lost
         self.incomplete = incomplete
+        self.rows = int(steps.shape[0]) if rows is None else rows   # rows stored
+        self.superseded = superseded    # rows not in the view
+        self.segments = list(segments)  # [{"inc", "first_step", "last_step", "steps"}]
+        self.watch = watch              # (rows, resume records, ended) when read
+        self.split_form = split_form    # the report's: paired or aggregate
 
     @property
     def T(self):
@@ -184,60 +271,87 @@ class RunData:
 
     def key(self):
         """Changes whenever there is something new to draw."""
-        return (self.T, self.ended)
+        return (self.rows, self.T, self.superseded, len(self.segments), self.ended)
 
 
-def _head_mean(x):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)   # an all-NaN layer
-        return np.nanmean(x, axis=2)
+def from_report(meta, rep, ended, watch=None, last_time=None):
+    """RunData from a parsed `report --series` (one line per layer; the
+    model's series is not plotted)."""
+    layers = int(meta["layers"])
+    ser = rep["series"]
+    steps = np.asarray(ser["step"], dtype=np.int64)
+    by_layer = {la["layer"]: la for la in ser["layers"]}
+    cols = {}
+    for name in ("sink_mass", "entropy", "cum_sink", "cum_content"):
+        a = np.full((steps.shape[0], layers), np.nan)
+        for layer in range(layers):
+            if layer in by_layer:
+                a[:, layer] = _nums(by_layer[layer][name])
+        cols[name] = a
+    return RunData(meta, steps, cols["sink_mass"], cols["entropy"], cols["cum_sink"],
+                   cols["cum_content"], ended, last_time, rep.get("lost"),
+                   rep.get("incomplete"), rep.get("rows_stored"),
+                   int(rep.get("rows_superseded") or 0), rep.get("segments") or (), watch,
+                   rep.get("split_form"))
 
 
-def load_run(f):
-    """Reads the committed steps of an open run file (refreshing it first).
-
-    Per layer, mean over heads: sink_mass and entropy (NaN where every head is
-    NaN); cum_sink and cum_content, the running sums over steps of dH_sink and
-    dH_content with a NaN counted as 0 (np.nancumsum along T), then averaged
-    over heads. Returns a RunData."""
-    meta = read_meta(f)
-    layers, heads = int(meta["layers"]), int(meta["heads"])
-    # /ended before /step: a run seen ended has all its steps committed
+def watch_state(f):
+    """What the open file holds now, cheaply (refreshing /ended, /step and the
+    resume records): (ended, rows committed, resume records, last row's time)."""
     ended_ds = f["ended"]
     ended_ds.refresh()
     ne = ended_ds.shape[0]
+    # /ended before /step: a run seen ended has all its rows committed
     ended = bool(ne > 0 and int(ended_ds[ne - 1]) == 1)
     step_ds = f["step"]
     step_ds.refresh()
     t = step_ds.shape[0]
-    for name in PLOTTED:
-        t = min(t, _refresh_to(f[name], t))
-    steps = np.asarray(step_ds[:t], dtype=np.int64)
-    raw = {name: np.asarray(f[name][:t], dtype=np.float64) for name in PLOTTED}
-    for name, a in raw.items():
-        if a.shape != (t, layers, heads):
-            raise NotARunFile("/%s read as %s, not [%d, %d, %d]"
-                              % (name, a.shape, t, layers, heads))
-    extra = {}
-    for name in ("time", "lost", "incomplete"):
-        if name in f and f[name].ndim == 1 and t > 0:
-            ds = f[name]
-            if _refresh_to(ds, t, wait=0.02) >= t:
-                extra[name] = ds[t - 1].item()
-    return RunData(meta, steps,
-                   _head_mean(raw["sink_mass"]), _head_mean(raw["entropy"]),
-                   np.nancumsum(raw["dH_sink"], axis=0).mean(axis=2),
-                   np.nancumsum(raw["dH_content"], axis=0).mean(axis=2),
-                   ended, extra.get("time"), extra.get("lost"), extra.get("incomplete"))
+    nres = 0
+    if "resume_step" in f:
+        ds = f["resume_step"]
+        ds.refresh()
+        nres = ds.shape[0]
+    last_time = None
+    if "time" in f and f["time"].ndim == 1 and t > 0:
+        ds = f["time"]
+        if _refresh_to(ds, t, wait=0.02) >= t:
+            last_time = float(ds[t - 1])
+    return ended, t, nres, last_time
 
 
-def load_path(path):
+def load_run(f, path=None, exe=None):
+    """The run as the report computes it: watches the open file's extent
+    (h5py, SWMR) and, when a row is committed, runs `sinkwatch report
+    --series` on it. Returns a RunData (no report with 0 rows)."""
+    path = path or f.filename
+    meta = read_meta(f)
+    ended, t, nres, last_time = watch_state(f)
+    layers = int(meta["layers"])
+    e = np.zeros((0, layers))
+    if t == 0:
+        return RunData(meta, np.zeros(0, np.int64), e, e, e, e, ended, None,
+                       rows=0, watch=(0, nres, ended))
+    try:
+        rep = run_report(path, exe)
+    except ReportFailed as err:
+        # every row superseded: a resume record seen before its incarnation's
+        # first row is committed (an empty view for a moment)
+        if "has 0 stored step(s)" not in str(err):
+            raise
+        return RunData(meta, np.zeros(0, np.int64), e, e, e, e, ended, last_time,
+                       rows=t, superseded=t, watch=(t, nres, ended))
+    # the rows the report saw (it may have seen more than t)
+    rows = max(t, int(rep.get("rows_stored") or 0))
+    return from_report(meta, rep, ended, watch=(rows, nres, ended), last_time=last_time)
+
+
+def load_path(path, exe=None):
     """load_run on a path (opened and closed here)."""
     import h5py
 
     with h5py.File(path, "r", libver="latest", swmr=True) as f:
         check_run_file(f)
-        return load_run(f)
+        return load_run(f, path, exe)
 
 
 # ---- drawing -----------------------------------------------------------------
@@ -245,8 +359,8 @@ def load_path(path):
 PANELS = (
     ("sink_mass", "sink mass", "mean attention on the sink key"),
     ("entropy", "attention entropy", "nats"),
-    ("cum_sink", "cumulative sink part of the entropy change", "Σ dH_sink (nats)"),
-    ("cum_content", "cumulative content part of the entropy change", "Σ dH_content (nats)"),
+    ("cum_sink", "cumulative sink part of the entropy change", "Σ sink parts (nats)"),
+    ("cum_content", "cumulative content part of the entropy change", "Σ content parts (nats)"),
 )
 
 
@@ -268,20 +382,47 @@ def title_of(d):
         m.get("run", "?"), m.get("model", "?"), d.T, "" if d.T == 1 else "s", state)
 
 
+def segments_text(d, most=4):
+    """The view's segments when there is more than one: "steps a–b
+    (incarnation N)", the first `most` and a count of the rest."""
+    segs = d.segments
+    if len(segs) < 2:
+        return ""
+    parts = []
+    for s in segs[:most]:
+        a, b = s.get("first_step"), s.get("last_step")
+        rng = ("step %s" % a) if a == b else ("steps %s–%s" % (a, b))
+        parts.append("%s (incarnation %s)" % (rng, s.get("inc")))
+    if len(segs) > most:
+        parts.append("%d more" % (len(segs) - most))
+    return "%d segments: %s" % (len(segs), ", ".join(parts))
+
+
+def notes_of(d):
+    """The line under the subtitle: rows superseded and the segments, or ""."""
+    parts = []
+    if d.superseded:
+        parts.append("%d of %d rows superseded (not plotted)" % (d.superseded, d.rows))
+    seg = segments_text(d)
+    if seg:
+        parts.append(seg)
+    return "  ·  ".join(parts)
+
+
 def subtitle_of(d):
     m = d.meta
     parts = ["%s layers × %s heads, each line one layer (mean over its heads)"
              % (m.get("layers", "?"), m.get("heads", "?"))]
     if d.T:
         parts.append("steps %d–%d" % (d.steps[0], d.steps[-1]))
-    if m.get("split_form"):
-        parts.append("%s split" % m["split_form"])
+    if d.split_form:
+        parts.append("%s split over the view" % d.split_form)
     if d.lost:
         parts.append("%d messages lost" % d.lost)
     if d.incomplete:
         parts.append("%d incomplete steps" % d.incomplete)
     if d.last_time is not None and np.isfinite(d.last_time):
-        parts.append("last step committed %s"
+        parts.append("last row committed %s"
                      % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.last_time)))
     return "  ·  ".join(parts)
 
@@ -311,10 +452,11 @@ def render(fig, d):
         _set_xlim(state["axes"][0], x)
         state["title"].set_text(title_of(d))
         state["subtitle"].set_text(subtitle_of(d))
+        state["notes"].set_text(notes_of(d))
         fig.stale = True
         return
     fig.clf()
-    fig.subplots_adjust(left=0.065, right=0.89, bottom=0.075, top=0.88,
+    fig.subplots_adjust(left=0.065, right=0.89, bottom=0.075, top=0.855,
                         hspace=0.28, wspace=0.22)
     axs = fig.subplots(2, 2, sharex=True).ravel()
     colors, cmap = layer_colors(d.layers)
@@ -357,10 +499,12 @@ def render(fig, d):
         cb.set_label("layer", fontsize=9)
         cb.ax.tick_params(labelsize=8)
     title = fig.suptitle(title_of(d), fontsize=13, y=0.975)
-    subtitle = fig.text(0.5, 0.925, subtitle_of(d), ha="center", va="center", fontsize=9,
+    subtitle = fig.text(0.5, 0.93, subtitle_of(d), ha="center", va="center", fontsize=9,
                         color="0.3")
+    notes = fig.text(0.5, 0.905, notes_of(d), ha="center", va="center", fontsize=9,
+                     color="#8b4513")
     fig._sinkwatch = {"layout": layout, "axes": list(axs), "lines": lines,
-                      "title": title, "subtitle": subtitle}
+                      "title": title, "subtitle": subtitle, "notes": notes}
     if d.T < 2:
         note = ("no step committed yet: waiting for data" if d.T == 0 else
                 "only 1 step stored: lines need 2 (and the entropy split starts at the 2nd)")
@@ -373,6 +517,9 @@ def png_metadata(d):
             "Software": PROG,
             "sinkwatch.run": str(d.meta.get("run", "")),
             "sinkwatch.steps": str(d.T),
+            "sinkwatch.rows": str(d.rows),
+            "sinkwatch.superseded": str(d.superseded),
+            "sinkwatch.segments": str(len(d.segments)),
             "sinkwatch.last_step": str(int(d.steps[-1])) if d.T else "",
             "sinkwatch.ended": "1" if d.ended else "0"}
 
@@ -446,18 +593,24 @@ def parse_args(argv):
 DPI = 100
 
 
-def _reload(f, path, a):
-    """load_run, reopening the file once should the read fail (a writer that
-    restarted and resumed it, say). Returns (f, data)."""
+def _reload(f, path, a, prev=None):
+    """The run's data: prev again while the file holds what prev was read
+    from (the same rows, resume records and end mark), else load_run (a
+    `sinkwatch report`), reopening the file once should that fail (a writer
+    that restarted and resumed it, say). Returns (f, data)."""
     try:
-        return f, load_run(f)
-    except (OSError, KeyError, RuntimeError):
+        if prev is not None and prev.watch is not None:
+            ended, t, nres, _ = watch_state(f)
+            if (t, nres, ended) == prev.watch:
+                return f, prev
+        return f, load_run(f, path, a.sinkwatch)
+    except (OSError, KeyError, RuntimeError, ReportFailed):
         try:
             f.close()
         except Exception:  # noqa: BLE001 - it is being replaced anyway
             pass
         f = open_run(path, timeout=max(a.interval, 5.0))
-        return f, load_run(f)
+        return f, load_run(f, path, a.sinkwatch)
 
 
 def run_png(a, f):
@@ -466,9 +619,9 @@ def run_png(a, f):
     fig = Figure(figsize=(a.size[0] / DPI, a.size[1] / DPI), dpi=DPI)
     follow = a.follow and not a.once
     deadline = (time.monotonic() + a.timeout) if (follow and a.timeout is not None) else None
-    shown = None
+    shown, d = None, None
     while True:
-        f, d = _reload(f, a.run, a)
+        f, d = _reload(f, a.run, a, d)
         if d.key() != shown:
             render(fig, d)
             save_png(fig, d, a.png, DPI)
@@ -482,7 +635,7 @@ def run_png(a, f):
         if d.ended:
             # the writer flushes dataset headers one by one: one last look
             time.sleep(min(a.interval, 0.2))
-            f, d = _reload(f, a.run, a)
+            f, d = _reload(f, a.run, a, d)
             if d.key() != shown:
                 render(fig, d)
                 save_png(fig, d, a.png, DPI)
@@ -526,7 +679,7 @@ def run_window(a, f):
         plt.pause(a.interval)
         if not plt.fignum_exists(fig.number):
             break
-        f, d = _reload(f, a.run, a)
+        f, d = _reload(f, a.run, a, d)
         if d.key() != shown:
             render(fig, d)
             fig.canvas.draw_idle()
@@ -539,6 +692,7 @@ def main(argv=None):
     if a.png:
         import matplotlib.figure  # noqa: F401 - slow: while the file is awaited, not after
     try:
+        a.sinkwatch = find_sinkwatch()
         f = open_run(a.run, timeout=DEFAULT_FILE_TIMEOUT if a.timeout is None else a.timeout)
         try:
             return run_png(a, f) if a.png else run_window(a, f)
