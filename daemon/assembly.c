@@ -14,10 +14,12 @@
 #define RECENT 64		/* steps written per run remembered, to name late layers */
 #define ENDED_RING 1024		/* incarnations whose run ended, to name after_end */
 #define HOLD_MS 1000		/* whole steps wait this long for an earlier one to move */
+#define IMPLICIT_RING 256	/* closed runs' inferred incarnations, to go on with */
 
 struct ainc {
 	uint64_t inc;
 	uint64_t expect_seq, first_seq;
+	int64_t lost;		/* messages missing by seq, this session */
 	int named;		/* sent by the sender (inc), not inferred */
 	int has_resume;
 	int64_t resume;
@@ -39,6 +41,7 @@ struct arun {
 	swd_meta meta;
 	struct ainc *incs;
 	uint64_t implicit;	/* the inferred incarnation of senders without inc */
+	uint64_t implicit_expect;	/* its next seq, when taken over from a closed run */
 	int64_t lost, incomplete, messages, steps_done, last_step;
 	int64_t recent[RECENT];
 	uint64_t recent_inc[RECENT];
@@ -61,6 +64,12 @@ struct swd_asm {
 	uint64_t ended[ENDED_RING];	/* hash of run id ^ incarnation */
 	uint64_t last_implicit;		/* inferred incarnations only grow */
 	uint64_t now;			/* the latest time a call was given, ms */
+	struct implicit {
+		uint64_t h;		/* hash of the run id */
+		uint64_t inc, expect;
+		int ended;
+	} implicit[IMPLICIT_RING];
+	size_t nimplicit;
 	size_t nended;
 	swd_asm_stats st;
 };
@@ -194,20 +203,6 @@ wall_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/*
- * What an incarnation's messages below seq_next are: stored, counted, or
- * in a step still open. The least seq still open, or its next expected.
- */
-static uint64_t
-seq_settled(const struct arun *r, const struct ainc *inc)
-{
-	uint64_t m = inc->expect_seq;
-	for (const struct astep *s = r->open; s; s = s->next)
-		if (s->inc == inc && s->have + s->in_work > 0 && s->seq_min < m)
-			m = s->seq_min;
-	return m;
-}
-
 /* Hands a step to the writer, complete or not, and forgets it. */
 static void
 emit_step(swd_asm *a, struct arun *r, struct astep *s)
@@ -249,13 +244,15 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	it->inc = s->inc->inc;
 	it->first_seq = s->inc->first_seq;
 	it->inc_named = s->inc->named;
+	it->inc_lost = s->inc->lost;
 	it->has_resume = s->inc->has_resume;
 	it->resume = s->inc->resume;
 	r->steps_done++;
 	r->last_step = s->step;
 	struct ainc *inc = s->inc;
+
 	free_step(s, r->meta.layers, a->c.inflight);
-	it->seq_next = seq_settled(r, inc);
+	it->seq_next = inc->expect_seq;
 	a->emit(a->ud, it);
 }
 
@@ -339,43 +336,6 @@ unlink_run(swd_asm *a, struct arun *r)
 	a->nruns--;
 }
 
-/* A run that ended (or fell idle) and has nothing in flight is written out. */
-static void
-finish_run(swd_asm *a, struct arun *r, int type)
-{
-	emit_all(a, r);
-	swd_witem *it = item(r, type);
-	if (it)
-		a->emit(a->ud, it);
-	/*
-	 * Only the incarnation that sent the end is done: another one's
-	 * messages that arrive later (several senders connect separately, so
-	 * nothing orders them against the end) start the run again, stored.
-	 */
-	if (type == WQ_END && r->end_inc)
-		a->ended[a->nended++ % ENDED_RING] = id_hash(r->meta.run, r->end_inc);
-	unlink_run(a, r);
-	free_run(a, r);
-}
-
-static void
-maybe_finish(swd_asm *a, struct arun *r)
-{
-	if (r->ending && r->jobs == 0)
-		finish_run(a, r, WQ_END);
-}
-
-/* The least recently active run without an end and without work, or NULL. */
-static struct arun *
-idlest(swd_asm *a)
-{
-	struct arun *m = NULL;
-	for (struct arun *r = a->runs; r; r = r->next)
-		if (!r->ending && r->jobs == 0 && (!m || r->last_ms < m->last_ms))
-			m = r;
-	return m;
-}
-
 static struct ainc *
 find_inc(struct arun *r, uint64_t inc)
 {
@@ -385,12 +345,106 @@ find_inc(struct arun *r, uint64_t inc)
 	return NULL;
 }
 
+/*
+ * A closed (idle, evicted or ended) run's inferred incarnation and next seq:
+ * a sender without inc that speaks again, with seq not 0, is the same one.
+ */
+static void
+remember_implicit(swd_asm *a, struct arun *r, int ended)
+{
+	struct ainc *i = find_inc(r, r->implicit);
+	struct implicit *e = &a->implicit[a->nimplicit++ % IMPLICIT_RING];
+	e->h = id_hash(r->meta.run, 0);
+	e->inc = r->implicit;
+	e->expect = i ? i->expect_seq : 0;
+	e->ended = ended;
+}
+
+static const struct implicit *
+find_implicit(const swd_asm *a, const char *run)
+{
+	uint64_t h = id_hash(run, 0);
+	size_t n = a->nimplicit < IMPLICIT_RING ? a->nimplicit : IMPLICIT_RING;
+	const struct implicit *best = NULL;
+	for (size_t k = 0; k < n; k++)	/* the newest entry of the id */
+		if (a->implicit[k].h == h && (!best || a->implicit[k].inc > best->inc))
+			best = &a->implicit[k];
+	return best;
+}
+
+/* A run that ended (or fell idle) and has nothing in flight is written out. */
+static void
+finish_run(swd_asm *a, struct arun *r, int type)
+{
+	emit_all(a, r);
+	swd_witem *it = item(r, type);
+	if (it)
+		a->emit(a->ud, it);
+	if (r->implicit)	/* a sender without inc goes on under the same one */
+		remember_implicit(a, r, type == WQ_END);
+	unlink_run(a, r);
+	free_run(a, r);
+}
+
+/*
+ * After an end: the ended incarnations' open steps are written as they are
+ * (nothing more comes from them); the run is finished, its file marked
+ * ended, once no step of any incarnation is open or in work. Another
+ * incarnation's steps still arriving are assembled first; its messages
+ * after that start the run again (several senders connect separately, so
+ * nothing orders them against the end). Returns 1 if r was freed.
+ */
+static int
+maybe_finish(swd_asm *a, struct arun *r)
+{
+	if (!r->ending)
+		return 0;
+	for (struct astep *s = r->open, *sn; s; s = sn) {
+		sn = s->next;
+		if (s->in_work == 0 && (!s->inc->named || was_ended(a, r->meta.run, s->inc->inc)))
+			emit_step(a, r, s);
+	}
+	release(a, r);		/* whole steps that waited behind those */
+	if (r->jobs || r->nopen)
+		return 0;
+	finish_run(a, r, WQ_END);
+	return 1;
+}
+
+/*
+ * The run to close when the table is full: without an end and without
+ * work, the least recently active of those with no step open (closing one
+ * with an open step writes that step incomplete), or else of the rest.
+ */
+static struct arun *
+idlest(swd_asm *a)
+{
+	struct arun *m = NULL;
+	for (struct arun *r = a->runs; r; r = r->next) {
+		if (r->ending || r->jobs)
+			continue;
+		if (!m || (r->nopen == 0) > (m->nopen == 0) ||
+		    ((r->nopen == 0) == (m->nopen == 0) && r->last_ms < m->last_ms))
+			m = r;
+	}
+	return m;
+}
+
+
 /* The message's incarnation: its own, or the one inferred (PROTOCOL.md 7a). */
 static uint64_t
 msg_inc(swd_asm *a, struct arun *r, const swp_msg *m)
 {
 	if (m->inc)
 		return m->inc;
+	if (!r->implicit && m->seq != 0) {
+		const struct implicit *e = find_implicit(a, m->run);
+		if (e) {
+			r->implicit = e->inc;
+			r->implicit_expect = e->expect;
+			return r->implicit;
+		}
+	}
 	if (!r->implicit || (m->seq == 0 && r->messages > 0)) {
 		uint64_t v = implicit_inc();
 		a->last_implicit = v > a->last_implicit ? v : a->last_implicit + 1;
@@ -404,6 +458,7 @@ seq_check(struct arun *r, struct ainc *i, uint64_t seq)
 {
 	if (seq > i->expect_seq) {
 		r->lost += (int64_t)(seq - i->expect_seq);
+		i->lost += (int64_t)(seq - i->expect_seq);
 		log_warn("run %s: %llu message(s) lost before seq %llu", r->meta.run,
 		    (unsigned long long)(seq - i->expect_seq), (unsigned long long)seq);
 	}
@@ -412,14 +467,15 @@ seq_check(struct arun *r, struct ainc *i, uint64_t seq)
 }
 
 /*
- * An incarnation's seq starts at 0 (PROTOCOL.md 7a): what a named one sent
- * before its first message here is lost unless the file has it (the writer
- * takes back what its rows already hold, seq_next). A sender without inc
- * cannot be matched to its rows after a restart: its count starts at the
- * first seq seen, as a daemon that starts mid-run cannot know more.
+ * Counting starts at the incarnation's first message here. What a named
+ * incarnation sent before it (seq from 0, PROTOCOL.md 7a) and no daemon
+ * stored is the writer's to count: it knows what the file holds of it
+ * (WQ_INC). A sender without inc cannot be matched to its rows; its count
+ * starts at the first seq seen, as a daemon that starts mid-run knows no
+ * more.
  */
 static struct ainc *
-get_inc(struct arun *r, uint64_t inc, const swp_msg *m)
+get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m)
 {
 	struct ainc *i = find_inc(r, inc);
 	if (i)
@@ -427,11 +483,22 @@ get_inc(struct arun *r, uint64_t inc, const swp_msg *m)
 	if (!(i = calloc(1, sizeof(*i))))
 		return NULL;
 	i->inc = inc;
-	i->expect_seq = m->inc ? 0 : m->seq;
-	i->named = m->inc != 0;
+	i->expect_seq = m->seq;
+	if (!m->inc && inc == r->implicit && r->implicit_expect)
+		i->expect_seq = r->implicit_expect;	/* the same sender, taken over */
 	i->first_seq = m->seq;
+	i->named = m->inc != 0;
 	i->next = r->incs;
 	r->incs = i;
+	if (i->named) {
+		swd_witem *it = item(r, WQ_INC);
+		if (it) {
+			it->inc = inc;
+			it->first_seq = m->seq;
+			it->inc_named = 1;
+			a->emit(a->ud, it);
+		}
+	}
 	return i;
 }
 
@@ -475,6 +542,13 @@ new_run(swd_asm *a, const swd_meta *mm, uint64_t now, char *why, size_t len, int
 	return r;
 }
 
+static int
+implicit_ended(const swd_asm *a, const char *run, uint64_t inc)
+{
+	const struct implicit *e = find_implicit(a, run);
+	return e && e->inc == inc && e->ended;
+}
+
 static struct astep *
 find_step(struct arun *r, int64_t step, const struct ainc *inc)
 {
@@ -500,12 +574,22 @@ new_step(swd_asm *a, struct arun *r, const swp_msg *m, struct ainc *inc, uint64_
     char *why, size_t len, int *reason)
 {
 	if (r->nopen >= a->c.max_open_steps) {
-		/* the open step that waited longest without input goes out incomplete */
-		struct astep *o = NULL;
-		for (struct astep *t = r->open; t; t = t->next)
-			if (t->in_work == 0 && !memchr(t->state, 1, r->meta.layers) &&
-			    (!o || t->last_ms < o->last_ms))
+		/*
+		 * Room first from whole steps waiting for an earlier one (the
+		 * lowest), and only then from the step that waited longest
+		 * without input, which goes out incomplete.
+		 */
+		struct astep *o = NULL, *w = NULL;
+		for (struct astep *t = r->open; t; t = t->next) {
+			if (t->in_work || memchr(t->state, 1, r->meta.layers))
+				continue;
+			if (whole(r, t) && (!w || t->step < w->step))
+				w = t;
+			if (!o || t->last_ms < o->last_ms)
 				o = t;
+		}
+		if (w)
+			o = w;
 		if (!o) {
 			snprintf(why, len, "max_open_steps (%lld) steps of the run are in work",
 			    (long long)a->c.max_open_steps);
@@ -556,7 +640,7 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 	uint64_t incv = msg_inc(a, r, m);
 	r->messages++;
 	r->last_ms = now;
-	struct ainc *inc = get_inc(r, incv, m);
+	struct ainc *inc = get_inc(a, r, incv, m);
 	if (!inc) {
 		snprintf(why, len, "no memory for an incarnation");
 		return SWD_DROP_NOMEM;
@@ -568,7 +652,7 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		log_info("run %s: incarnation %llu resumes from step %lld", r->meta.run,
 		    (unsigned long long)inc->inc, (long long)m->resume);
 	}
-	if (r->ending) {
+	if (!inc->named && (r->ending || implicit_ended(a, m->run, inc->inc))) {
 		snprintf(why, len, "the run was ended");
 		return SWD_DROP_AFTER_END;
 	}
@@ -640,19 +724,35 @@ swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
 	return SWD_ASM_ACCEPT;
 }
 
+/* Whether some run object of the id has heard incarnation inc. */
+static int
+inc_known(swd_asm *a, const char *run, uint64_t inc)
+{
+	for (struct arun *r = a->runs; r; r = r->next)
+		if (!strcmp(r->meta.run, run) && find_inc(r, inc))
+			return 1;
+	return 0;
+}
+
 int
 swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 {
 	int found = 0;
+	/* a named end ends the runs (shapes) that heard it, or all of the id */
+	int only_known = m->inc && inc_known(a, m->run, m->inc);
+
+	a->now = now;
+	if (m->inc)
+		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 	for (struct arun *r = a->runs, *next; r; r = next) {
 		next = r->next;
-		if (strcmp(r->meta.run, m->run))
+		if (strcmp(r->meta.run, m->run) || (only_known && !find_inc(r, m->inc)))
 			continue;
 		found = 1;
 		r->messages++;
 		r->last_ms = now;
 		uint64_t incv = msg_inc(a, r, m);
-		struct ainc *inc = get_inc(r, incv, m);
+		struct ainc *inc = get_inc(a, r, incv, m);
 		if (inc)
 			seq_check(r, inc, m->seq);
 		r->ending = 1;
@@ -661,8 +761,6 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);
 	}
-	if (!found && m->inc)
-		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 	return found ? SWD_ASM_ACCEPT : SWD_DROP_UNKNOWN_RUN;
 }
 
@@ -680,6 +778,8 @@ swd_asm_tick(swd_asm *a, uint64_t now)
 				emit_step(a, r, s);
 		}
 		release(a, r);
+		if (maybe_finish(a, r))
+			continue;
 		if (r->jobs == 0 && !r->ending && r->nopen == 0 &&
 		    now - r->last_ms >= (uint64_t)a->c.run_idle_s * 1000) {
 			log_info("run %s: no message for %lld s: closing its file", r->meta.run,

@@ -43,7 +43,8 @@ typedef struct swd_meta {
 	swp_dtype dtype;
 } swd_meta;
 
-enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP };	/* CLOSE: idle run, file closed, not ended */
+/* CLOSE: idle run, file closed, not ended; INC: a named incarnation first seen */
+enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP, WQ_INC };
 
 /* A unit of work for the writer. */
 typedef struct swd_witem {
@@ -54,7 +55,8 @@ typedef struct swd_witem {
 	int64_t lost, incomplete;	/* run counters as of this step */
 	double time;
 	uint64_t inc;		/* the incarnation that sent the step */
-	uint64_t seq_next;	/* its messages below this seq are stored or counted */
+	uint64_t seq_next;	/* the next seq expected of it when the step was made */
+	int64_t inc_lost;	/* its messages missing by seq this session */
 	uint64_t first_seq;	/* the first seq this daemon saw of the incarnation */
 	int inc_named;		/* the sender named it (inc), not inferred */
 	int has_resume;		/* the incarnation declared a resume from step resume */

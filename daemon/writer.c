@@ -21,11 +21,18 @@ struct rkey {
 	uint64_t inc;
 };
 
-/* What the writer knows of an incarnation's rows in the file. */
+/*
+ * What the writer knows of an incarnation's rows in the file: the messages
+ * they hold and its lost count as its last row says, for the loss across
+ * a restart (first_seen).
+ */
 struct winc {
 	uint64_t inc;
-	uint64_t seq_next;	/* the largest stored */
-	int seen;		/* this writer had a step of it since the file opened */
+	int64_t stored;		/* messages (layers) of its rows in the file */
+	int64_t lost_file;	/* inc_lost of its last row in the file */
+	int64_t lost_prev;	/* its lost before this session: lost_file + what
+				 * the daemon that stopped never stored */
+	int seen;		/* it spoke in this session */
 	int resumed;		/* its resume record is in the file */
 	struct winc *next;
 };
@@ -43,7 +50,8 @@ struct wrun {
 	struct rkey *keys;	/* sorted (step, inc) of every row, for duplicates */
 	size_t nkeys, capkeys;
 	struct winc *incs;
-	int64_t lost_base, incomplete_base, lost_extra;
+	int64_t incomplete_base;
+	int64_t lost_prev;	/* the sum of the incarnations' lost_prev */
 	struct wrun *next;
 };
 
@@ -197,8 +205,14 @@ load_rows(struct wrun *r)
 	for (int64_t i = 0; i < rows.n && rc == 0; i++) {
 		struct winc *wi = get_winc(r, rows.inc[i]);
 		rc = wi && add_key(r, rows.step[i], rows.inc[i]) == 0 ? 0 : -1;
-		if (wi && rows.seq_next[i] > wi->seq_next)
-			wi->seq_next = rows.seq_next[i];
+		if (wi) {
+			wi->stored += rows.stored[i];
+			wi->lost_file = rows.inc_lost[i];	/* rows are in time order */
+		}
+	}
+	for (struct winc *wi = r->incs; wi; wi = wi->next) {
+		wi->lost_prev = wi->lost_file;
+		r->lost_prev += wi->lost_prev;
 	}
 	for (int64_t i = 0; i < rows.nres && rc == 0; i++) {
 		struct winc *wi = get_winc(r, rows.res_inc[i]);
@@ -207,7 +221,6 @@ load_rows(struct wrun *r)
 		else
 			rc = -1;
 	}
-	r->lost_base = rows.lost;
 	r->incomplete_base = rows.incomplete;
 	sw_rows_free(&rows);
 	return rc;
@@ -341,6 +354,40 @@ drift(const swd_layer *a, const swd_layer *b, uint32_t h, uint32_t sink,
 		*dcontent = sqrt(c2 / (double)nc);
 }
 
+/*
+ * A named incarnation speaks for the first time in this session. Its seq
+ * starts at 0 (PROTOCOL.md 7a): of its messages below first_seq, the file
+ * holds `stored` and its last row counted `lost_file` lost; the rest no
+ * daemon stored (sent while none ran, or received by one that was killed
+ * before its flush). Counted here, before any row of the session carries
+ * the run's total.
+ */
+static void
+first_seen(swd_writer *w, struct wrun *r, struct winc *wi, uint64_t first_seq)
+{
+	wi->seen = 1;
+	uint64_t held = (uint64_t)wi->stored + (uint64_t)wi->lost_file;
+	if (first_seq <= held)
+		return;
+	int64_t gap = (int64_t)(first_seq - held);
+	wi->lost_prev += gap;
+	r->lost_prev += gap;
+	atomic_fetch_add(&w->st.lost_restart, gap);
+	log_warn("run %s: %lld message(s) of incarnation %llu no daemon stored (seq below "
+	    "%llu)", r->meta.run, (long long)gap, (unsigned long long)wi->inc,
+	    (unsigned long long)first_seq);
+}
+
+/* WQ_INC: an incarnation first seen, before its steps or others' carry totals. */
+static void
+inc_seen(swd_writer *w, swd_witem *it)
+{
+	struct wrun *r = wrun_get(w, &it->meta);
+	struct winc *wi = r && !r->broken ? get_winc(r, it->inc) : NULL;
+	if (wi && !wi->seen)
+		first_seen(w, r, wi, it->first_seq);
+}
+
 static int
 write_step(swd_writer *w, swd_witem *it)
 {
@@ -361,27 +408,8 @@ write_step(swd_writer *w, swd_witem *it)
 	struct winc *wi = get_winc(r, it->inc);
 	if (!wi)
 		return -1;
-	if (!wi->seen) {
-		/*
-		 * The assembly counted a named incarnation's first seq as lost
-		 * (its seq starts at 0); what the file's rows hold of it, below
-		 * seq_next, was not: take that back. What is left is what no
-		 * daemon stored (sent while none ran, or received by one that
-		 * was killed before its flush).
-		 */
-		wi->seen = 1;
-		if (it->inc_named && wi->seq_next) {
-			uint64_t held = it->first_seq < wi->seq_next ? it->first_seq : wi->seq_next;
-			r->lost_extra -= (int64_t)held;
-			if (it->first_seq > wi->seq_next) {
-				int64_t gap = (int64_t)(it->first_seq - wi->seq_next);
-				atomic_fetch_add(&w->st.lost_restart, gap);
-				log_warn("run %s: %lld message(s) of incarnation %llu lost while no "
-				    "daemon stored them", m->run, (long long)gap,
-				    (unsigned long long)it->inc);
-			}
-		}
-	}
+	if (!wi->seen && it->inc_named)
+		first_seen(w, r, wi, it->first_seq);
 	char rerr[512];
 	if (it->has_resume && !wi->resumed) {
 		if (sw_runfile_add_resume(r->f, it->inc, it->resume, rerr, sizeof(rerr)) != 0) {
@@ -475,7 +503,8 @@ write_step(swd_writer *w, swd_witem *it)
 	st.rejected = rej;
 	st.flip = flip;
 	st.missing = missing;
-	st.lost = r->lost_base + r->lost_extra + it->lost;
+	st.lost = r->lost_prev + it->lost;
+	st.inc_lost = wi->lost_prev + it->inc_lost;
 	st.incomplete = r->incomplete_base + it->incomplete;
 	st.inc = it->inc;
 	st.seq_next = it->seq_next;
@@ -508,8 +537,6 @@ write_step(swd_writer *w, swd_witem *it)
 	if (add_key(r, it->step, it->inc) != 0)
 		log_err("run %s: out of memory: duplicates of step %lld will not be spotted",
 		    m->run, (long long)it->step);
-	if (it->seq_next > wi->seq_next)
-		wi->seq_next = it->seq_next;
 	memcpy(r->prev, cur, LH * sizeof(*cur));
 	r->has_prev = 1;
 	r->prev_step = it->step;
@@ -634,6 +661,8 @@ writer_main(void *arg)
 				end_run(w, it);
 			else if (it->type == WQ_CLOSE)
 				close_run(w, it);
+			else if (it->type == WQ_INC)
+				inc_seen(w, it);
 			free_item(it, w->inflight);
 		}
 		if (mono_ms() - w->last_flush_ms >= w->cfg.flush_ms || stopping)

@@ -360,9 +360,11 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 	out->step = malloc((size_t)T * sizeof(int64_t) + 1);
 	out->inc = calloc((size_t)T + 1, sizeof(uint64_t));
 	out->seq_next = calloc((size_t)T + 1, sizeof(uint64_t));
+	out->inc_lost = calloc((size_t)T + 1, sizeof(int64_t));
 	out->res_inc = malloc((size_t)nr * sizeof(uint64_t) + 1);
 	out->res_step = malloc((size_t)nr * sizeof(int64_t) + 1);
-	if (!out->step || !out->inc || !out->seq_next || !out->res_inc || !out->res_step) {
+	if (!out->step || !out->inc || !out->seq_next || !out->inc_lost || !out->res_inc ||
+	    !out->res_step) {
 		sw_rows_free(out);
 		snprintf(err, errlen, "out of memory");
 		return -1;

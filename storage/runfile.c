@@ -69,6 +69,7 @@ enum {
 	D_LOST,
 	D_INCOMPLETE,
 	D_INC,
+	D_INC_LOST,
 	D_SEQ_NEXT,
 	D_PREV_ROW,
 	D_ROWSTAT,			/* SW_ROWSTAT_FIELDS of them, row_stats files only */
@@ -135,6 +136,7 @@ spec(int d, struct dspec *s)
 		[D_LOST] = { "lost", E_I64, SH_T },
 		[D_INCOMPLETE] = { "incomplete", E_I64, SH_T },
 		[D_INC] = { "inc", E_U64, SH_T },
+		[D_INC_LOST] = { "inc_lost", E_I64, SH_T },
 		[D_SEQ_NEXT] = { "seq_next", E_U64, SH_T },
 		[D_PREV_ROW] = { "prev_row", E_I64, SH_T },
 		[D_ROW_STATUS] = { "row_status", E_U8, SH_TLHP },
@@ -1334,12 +1336,32 @@ read_col(const sw_runfile *f, int d, hsize_t n, hid_t mtype, void *buf)
 	return rc;
 }
 
+/* Rows [0, n) of a [T, layers] uint8 dataset. */
+static int
+read_rows_u8(const sw_runfile *f, int d, hsize_t n, uint8_t *buf)
+{
+	if (n == 0)
+		return 0;
+	hsize_t start[2] = { 0, 0 }, count[2] = { n, f->layers }, total = n * f->layers;
+	hid_t fsp = H5Dget_space(f->dset[d]), msp = H5Screate_simple(1, &total, NULL);
+	int rc = fsp >= 0 && msp >= 0 &&
+	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+	    H5Dread(f->dset[d], H5T_NATIVE_UINT8, msp, fsp, H5P_DEFAULT, buf) >= 0 ? 0 : -1;
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return rc;
+}
+
 void
 sw_rows_free(sw_rows *r)
 {
 	free(r->step);
 	free(r->inc);
 	free(r->seq_next);
+	free(r->inc_lost);
+	free(r->stored);
 	free(r->res_inc);
 	free(r->res_step);
 	memset(r, 0, sizeof(*r));
@@ -1359,9 +1381,14 @@ sw_runfile_rows(const sw_runfile *f, sw_rows *out, char *err, size_t errlen)
 	out->step = malloc(n * sizeof(int64_t) + 1);
 	out->inc = malloc(n * sizeof(uint64_t) + 1);
 	out->seq_next = malloc(n * sizeof(uint64_t) + 1);
+	out->inc_lost = malloc(n * sizeof(int64_t) + 1);
+	out->stored = malloc(n * sizeof(int64_t) + 1);
 	out->res_inc = malloc(nr * sizeof(uint64_t) + 1);
 	out->res_step = malloc(nr * sizeof(int64_t) + 1);
-	if (!out->step || !out->inc || !out->seq_next || !out->res_inc || !out->res_step) {
+	uint8_t *miss = malloc(n * f->layers + 1);
+	if (!out->step || !out->inc || !out->seq_next || !out->inc_lost || !out->stored ||
+	    !out->res_inc || !out->res_step || !miss) {
+		free(miss);
 		sw_rows_free(out);
 		snprintf(err, errlen, "%s: out of memory", f->path);
 		return -1;
@@ -1369,14 +1396,24 @@ sw_runfile_rows(const sw_runfile *f, sw_rows *out, char *err, size_t errlen)
 	if (read_col(f, D_STEP, n, H5T_NATIVE_INT64, out->step) < 0 ||
 	    read_col(f, D_INC, n, H5T_NATIVE_UINT64, out->inc) < 0 ||
 	    read_col(f, D_SEQ_NEXT, n, H5T_NATIVE_UINT64, out->seq_next) < 0 ||
+	    read_col(f, D_INC_LOST, n, H5T_NATIVE_INT64, out->inc_lost) < 0 ||
+	    read_rows_u8(f, D_MISSING, n, miss) < 0 ||
 	    read_col(f, D_RES_INC, nr, H5T_NATIVE_UINT64, out->res_inc) < 0 ||
 	    read_col(f, D_RES_STEP, nr, H5T_NATIVE_INT64, out->res_step) < 0 ||
 	    (n > 0 && (read_row(f, D_LOST, n - 1, H5T_NATIVE_INT64, &out->lost) < 0 ||
 	    read_row(f, D_INCOMPLETE, n - 1, H5T_NATIVE_INT64, &out->incomplete) < 0))) {
 		sw_h5_fail(err, errlen, "%s: reading the stored rows failed", f->path);
 		sw_rows_free(out);
+		free(miss);
 		return -1;
 	}
+	/* the messages (layers) each row holds */
+	for (hsize_t t = 0; t < n; t++) {
+		out->stored[t] = f->layers;
+		for (uint32_t l = 0; l < f->layers; l++)
+			out->stored[t] -= miss[t * f->layers + l] != 0;
+	}
+	free(miss);
 	return 0;
 }
 
@@ -1418,6 +1455,7 @@ sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 	    write_row(f, D_LOST, t, H5T_NATIVE_INT64, &s->lost, err, errlen) < 0 ||
 	    write_row(f, D_INCOMPLETE, t, H5T_NATIVE_INT64, &s->incomplete, err, errlen) < 0 ||
 	    write_row(f, D_INC, t, H5T_NATIVE_UINT64, &s->inc, err, errlen) < 0 ||
+	    write_row(f, D_INC_LOST, t, H5T_NATIVE_INT64, &s->inc_lost, err, errlen) < 0 ||
 	    write_row(f, D_SEQ_NEXT, t, H5T_NATIVE_UINT64, &s->seq_next, err, errlen) < 0 ||
 	    write_row(f, D_PREV_ROW, t, H5T_NATIVE_INT64, &s->prev_row, err, errlen) < 0)
 		return -1;

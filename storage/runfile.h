@@ -90,7 +90,8 @@ typedef struct sw_step {
 	int64_t incomplete;		/* steps written with missing layers */
 	/* layout 2 */
 	uint64_t inc;			/* the sender incarnation of the step */
-	uint64_t seq_next;		/* its messages below this seq are stored or counted */
+	int64_t inc_lost;		/* that incarnation's lost messages, as of this row */
+	uint64_t seq_next;		/* the next seq expected of it when the row was made */
 	int64_t prev_row;		/* the row dH and drift were taken against, -1 none */
 	const swm_row *const *row_stats;	/* [layers] of [heads * rows], NULL where
 					 * missing; NULL: none (files without row stats) */
@@ -202,6 +203,8 @@ typedef struct sw_rows {
 	int64_t *step;
 	uint64_t *inc;
 	uint64_t *seq_next;
+	int64_t *inc_lost;	/* the row's incarnation's lost, as of it (writer only) */
+	int64_t *stored;	/* messages the row holds: layers not missing (writer only) */
 	int64_t nres;
 	uint64_t *res_inc;
 	int64_t *res_step;

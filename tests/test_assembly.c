@@ -29,11 +29,19 @@ static struct out {
 	uint32_t rows;
 } out[MAXOUT];
 static int nout;
+static uint64_t incs_seen[MAXOUT];	/* WQ_INC: named incarnations, first seen */
+static int nincs;
 
 static void
 emit(void *ud, swd_witem *it)
 {
 	(void)ud;
+	if (it->type == WQ_INC) {
+		ck_assert_int_lt(nincs, MAXOUT);
+		incs_seen[nincs++] = it->inc;
+		free(it);
+		return;
+	}
 	ck_assert_int_lt(nout, MAXOUT);
 	struct out *o = &out[nout++];
 	o->type = it->type;
@@ -54,7 +62,7 @@ static swd_asm *
 mk(int64_t max_runs)
 {
 	swd_asm_conf c = { 1000, 16, max_runs, 600, NULL };
-	nout = 0;
+	nout = nincs = 0;
 	return swd_asm_new(&c, emit, NULL);
 }
 
@@ -292,6 +300,100 @@ START_TEST(test_implicit_incarnation)
 }
 END_TEST
 
+START_TEST(test_end_of_one_incarnation)
+{
+	swd_asm *a = mk(8);
+	swd_ticket t;
+	char why[64];
+	/* A (inc 100) has a layer in work when it ends; B (inc 200) is mid-step */
+	swp_msg ma = msg("r", 0, 0, 100, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &ma, 0, &t, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t);
+	feed(a, msg("r", 1, 0, 200, 0), 0);
+	swp_msg e = msg("r", 0, 0, 100, 1);
+	e.type = SWP_END;
+	ck_assert_int_eq(swd_asm_end(a, &e, 10), SWD_ASM_ACCEPT);
+	/* B goes on: not after_end; A does not */
+	ck_assert_int_eq(feed(a, msg("r", 1, 1, 200, 1), 20), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(feed(a, msg("r", 2, 0, 100, 2), 20), SWD_DROP_AFTER_END);
+	ck_assert_int_eq(nout, 0);
+	/* B's step 1 is whole but waits behind A's step 0 (in work) */
+	swd_asm_done(a, &t, calloc(1, sizeof(swd_layer)), 30);
+	/* A's step 0 (one layer: its end says no more) and B's step 1, then the end */
+	ck_assert_int_eq(nout, 3);
+	ck_assert_int_eq(out[0].step, 0);
+	ck_assert_uint_eq(out[0].have, 1);
+	ck_assert_int_eq(out[1].step, 1);
+	ck_assert_uint_eq(out[1].have, 2);
+	ck_assert_int_eq(out[2].type, WQ_END);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_full_open_steps_write_whole_first)
+{
+	swd_asm_conf c = { 10000, 4, 8, 600, NULL };
+	nout = nincs = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	/* B's step 0 arriving; A's whole steps 10..12 wait behind it */
+	feed(a, msg("r", 0, 0, 200, 0), 0);
+	for (int s = 10; s <= 12; s++) {
+		feed(a, msg("r", s, 0, 100, (uint64_t)(2 * (s - 10))), (uint64_t)(100 * (s - 9)));
+		feed(a, msg("r", s, 1, 100, (uint64_t)(2 * (s - 10) + 1)), (uint64_t)(100 * (s - 9)));
+	}
+	ck_assert_int_eq(nout, 0);
+	/* a fifth step: a whole one makes room, not B's step still arriving */
+	feed(a, msg("r", 13, 0, 100, 6), 400);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 10);
+	ck_assert_int_eq(feed(a, msg("r", 0, 1, 200, 1), 500), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 4);	/* B's step 0, then 11 and 12 in order */
+	ck_assert_int_eq(out[1].step, 0);
+	ck_assert_uint_eq(out[1].have, 2);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_named_incarnations_announced)
+{
+	swd_asm *a = mk(8);
+	feed(a, msg("r", 0, 0, 100, 5), 0);
+	feed(a, msg("r", 0, 1, 100, 6), 0);
+	feed(a, msg("r", 1, 0, 0, 0), 0);	/* unnamed: not announced */
+	feed(a, msg("r", 1, 0, 300, 9), 0);
+	ck_assert_int_eq(nincs, 2);
+	ck_assert_uint_eq(incs_seen[0], 100);
+	ck_assert_uint_eq(incs_seen[1], 300);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_unnamed_sender_survives_close)
+{
+	swd_asm *a = mk(1);
+	/* an unnamed sender's run is closed (table full) and speaks again */
+	feed(a, msg("u", 0, 0, 0, 0), 0);
+	feed(a, msg("u", 0, 1, 0, 1), 0);
+	feed(a, msg("v", 0, 0, 0, 0), 10);	/* closes u */
+	feed(a, msg("u", 1, 0, 0, 2), 20);	/* closes v; u goes on */
+	feed(a, msg("u", 1, 1, 0, 3), 20);
+	uint64_t first = 0, again = 0;
+	for (int i = 0; i < nout; i++)
+		if (out[i].type == WQ_STEP && !strcmp(out[i].run, "u")) {
+			if (out[i].step == 0)
+				first = out[i].inc;
+			else
+				again = out[i].inc;
+		}
+	ck_assert_uint_ne(first, 0);
+	ck_assert_uint_eq(first, again);	/* the same inferred incarnation */
+	swd_asm_run ar[2];
+	ck_assert_uint_eq(swd_asm_runs(a, ar, 2), 1);
+	ck_assert_int_eq(ar[0].lost, 0);	/* seq 2 follows 1: nothing lost */
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -307,6 +409,10 @@ suite(void)
 	tcase_add_test(tc, test_full_table_closes_idlest);
 	tcase_add_test(tc, test_end_and_after_end);
 	tcase_add_test(tc, test_implicit_incarnation);
+	tcase_add_test(tc, test_end_of_one_incarnation);
+	tcase_add_test(tc, test_full_open_steps_write_whole_first);
+	tcase_add_test(tc, test_named_incarnations_announced);
+	tcase_add_test(tc, test_unnamed_sender_survives_close);
 	suite_add_tcase(s, tc);
 	return s;
 }
