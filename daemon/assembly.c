@@ -15,6 +15,7 @@
 #define ENDED_RING 1024		/* incarnations whose run ended, to name after_end */
 #define HOLD_MS 1000		/* whole steps wait this long for an earlier one to move */
 #define IMPLICIT_RING 256	/* closed runs' inferred incarnations, to go on with */
+#define CLOSED_RING 64		/* runs closed idle, for an end that comes later */
 
 struct ainc {
 	uint64_t inc;
@@ -70,6 +71,8 @@ struct swd_asm {
 		int ended;
 	} implicit[IMPLICIT_RING];
 	size_t nimplicit;
+	swd_meta closed[CLOSED_RING];	/* runs closed without an end */
+	size_t nclosed;
 	size_t nended;
 	swd_asm_stats st;
 };
@@ -382,6 +385,8 @@ finish_run(swd_asm *a, struct arun *r, int type)
 		a->emit(a->ud, it);
 	if (r->implicit)	/* a sender without inc goes on under the same one */
 		remember_implicit(a, r, type == WQ_END);
+	if (type == WQ_CLOSE)
+		a->closed[a->nclosed++ % CLOSED_RING] = r->meta;
 	unlink_run(a, r);
 	free_run(a, r);
 }
@@ -724,6 +729,39 @@ swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
 	return SWD_ASM_ACCEPT;
 }
 
+/*
+ * The end of a run that was closed idle (or evicted) before it came: its
+ * file, each shape of it, is reopened to be marked ended. 1 if any.
+ */
+static int
+end_closed(swd_asm *a, const char *run)
+{
+	size_t n = a->nclosed < CLOSED_RING ? a->nclosed : CLOSED_RING;
+	int found = 0;
+	for (size_t k = 0; k < n; k++) {
+		swd_meta *mm = &a->closed[k];
+		if (strcmp(mm->run, run))
+			continue;
+		int dup = 0;	/* one end per shape */
+		for (size_t j = 0; j < k && !dup; j++)
+			dup = meta_eq(&a->closed[j], mm);
+		if (dup)
+			continue;
+		swd_witem *it = calloc(1, sizeof(*it));
+		if (!it)
+			continue;
+		it->type = WQ_END;
+		it->meta = *mm;
+		it->reopen = 1;
+		a->emit(a->ud, it);
+		found = 1;
+	}
+	for (size_t k = 0; k < n; k++)	/* ended: forgotten */
+		if (!strcmp(a->closed[k].run, run))
+			a->closed[k].run[0] = '\0';
+	return found;
+}
+
 /* Whether some run object of the id has heard incarnation inc. */
 static int
 inc_known(swd_asm *a, const char *run, uint64_t inc)
@@ -761,6 +799,8 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);
 	}
+	if (!found)
+		found = end_closed(a, m->run);
 	return found ? SWD_ASM_ACCEPT : SWD_DROP_UNKNOWN_RUN;
 }
 

@@ -60,6 +60,7 @@ typedef struct swd_witem {
 	uint64_t first_seq;	/* the first seq this daemon saw of the incarnation */
 	int inc_named;		/* the sender named it (inc), not inferred */
 	int has_resume;		/* the incarnation declared a resume from step resume */
+	int reopen;		/* WQ_END of a run closed idle: open its file to mark it */
 	int64_t resume;
 	struct swd_witem *next;
 } swd_witem;
@@ -68,9 +69,9 @@ typedef struct swd_witem {
 typedef struct swd_wstats {
 	atomic_llong steps_written, write_errors, flushes, files_open, queue_depth;
 	atomic_llong max_flush_us;
-	atomic_llong duplicates;	/* steps an incarnation had already stored */
+	atomic_llong duplicates;	/* messages of steps an incarnation had already stored */
 	atomic_llong lost_restart;	/* messages lost while the daemon was down */
-	atomic_llong write_drops;	/* steps not stored: no file could be opened */
+	atomic_llong write_drops;	/* messages of steps not stored: the file failed */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;

@@ -775,6 +775,10 @@ main(int argc, char **argv)
 		    "another sinkwatchd writes to this data directory");
 		return 2;
 	}
+	int stale = sw_runfile_clean_tmp(D.cfg.data_dir);
+	if (stale > 0)
+		log_info("removed %d unfinished file creation(s) a crash left in %s", stale,
+		    D.cfg.data_dir);
 	/*
 	 * Message buffers (ZeroMQ mallocs each frame) are large and short-lived:
 	 * served from the heap and kept there up to the budget, rather than

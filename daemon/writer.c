@@ -388,19 +388,27 @@ inc_seen(swd_writer *w, swd_witem *it)
 		first_seen(w, r, wi, it->first_seq);
 }
 
+/* The messages a step item carries: its layers that arrived. */
+static long long
+layers_of(const swd_witem *it)
+{
+	long long n = 0;
+	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
+		n += it->layers[l] != NULL;
+	return n;
+}
+
 static int
 write_step(swd_writer *w, swd_witem *it)
 {
 	struct wrun *r = wrun_get(w, &it->meta);
-	if (!r || r->broken) {
-		atomic_fetch_add(&w->st.write_drops, 1);
+	if (!r || r->broken)
 		return -1;
-	}
 	const swd_meta *m = &r->meta;
 	uint32_t L = m->layers, H = m->heads;
 	/* the same incarnation sending a stored step again: not stored, counted */
 	if (has_key(r, it->step, it->inc)) {
-		atomic_fetch_add(&w->st.duplicates, 1);
+		atomic_fetch_add(&w->st.duplicates, layers_of(it));
 		log_warn("run %s: step %lld of incarnation %llu is already stored: duplicate "
 		    "not stored", m->run, (long long)it->step, (unsigned long long)it->inc);
 		return 0;
@@ -587,13 +595,32 @@ flush_all(swd_writer *w)
 	w->last_flush_ms = mono_ms();
 }
 
+/* Whether a file of this run's id exists (the first generation's name). */
+static int
+run_file_exists(const swd_writer *w, const swd_meta *m)
+{
+	char name[SW_RUNFILE_NAME_MAX + 1], path[2048];
+	struct stat sb;
+	if (sw_runfile_name(m->run, name, sizeof(name)) < 0)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", w->cfg.data_dir, name);
+	return lstat(path, &sb) == 0;
+}
+
 static void
 end_run(swd_writer *w, swd_witem *it)
 {
-	struct wrun *r = wrun_get(w, &it->meta);
+	struct wrun *r;
 	char err[512];
-	if (!r)
+	/* a run this writer has open, or one closed idle: an end never makes a file */
+	for (r = w->runs; r && !meta_eq(&r->meta, &it->meta); r = r->next)
+		;
+	if (!r && it->reopen && run_file_exists(w, &it->meta))
+		r = wrun_get(w, &it->meta);
+	if (!r) {
+		log_info("run %s: ended with nothing stored in this session", it->meta.run);
 		return;
+	}
 	/* everything of the run on disk first, then the end mark that says so */
 	if (r->f && sw_runfile_flush(r->f, err, sizeof(err)) != 0)
 		log_err("run %s: flush failed: %s", r->meta.run, err);
@@ -655,8 +682,9 @@ writer_main(void *arg)
 		}
 		pthread_mutex_unlock(&w->mu);
 		if (it) {
-			if (it->type == WQ_STEP)
-				write_step(w, it);
+			/* a step not stored: its messages counted (write_error) */
+			if (it->type == WQ_STEP && write_step(w, it) != 0)
+				atomic_fetch_add(&w->st.write_drops, layers_of(it));
 			else if (it->type == WQ_END)
 				end_run(w, it);
 			else if (it->type == WQ_CLOSE)

@@ -19,6 +19,7 @@
  *    resumes while a dashboard tails the file must not ask for the
  *    exclusive lock (H5Pset_file_locking off).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -812,37 +813,35 @@ static int
 create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
     size_t errlen)
 {
-	char *tmp = NULL, *slash;
+	char *tmp = NULL, *tdir = NULL, *slash;
 	hid_t fapl = -1;
 	int rc = -1;
 
-	size_t len = strlen(f->path) + 8;
-	if (!(tmp = malloc(len))) {
-		snprintf(err, errlen, "out of memory");
-		return -1;
-	}
+	/*
+	 * HDF5 opens by name and follows links. The file is built in a
+	 * directory of its own, made here with mkdtemp (mode 0700): nothing
+	 * planted in the data directory is ever opened, followed or removed;
+	 * link() then gives the file its name, never replacing anything.
+	 */
 	slash = strrchr(f->path, '/');
-	snprintf(tmp, len, "%.*s.%s.tmp", (int)(slash - f->path + 1), f->path, slash + 1);
+	size_t dlen = (size_t)(slash - f->path);
+	size_t len = dlen + sizeof("/" SW_TMPDIR_PREFIX "XXXXXX/new.h5");
+	if (!(tmp = malloc(len)) || !(tdir = malloc(len))) {
+		snprintf(err, errlen, "out of memory");
+		goto done;
+	}
+	snprintf(tdir, len, "%.*s/" SW_TMPDIR_PREFIX "XXXXXX", (int)dlen, f->path);
+	if (!mkdtemp(tdir)) {
+		snprintf(err, errlen, "%s: %s", tdir, strerror(errno));
+		free(tdir);
+		tdir = NULL;
+		goto done;
+	}
+	snprintf(tmp, len, "%s/new.h5", tdir);
 	if ((fapl = make_fapl(0)) < 0) {
 		sw_h5_fail(err, errlen, "%s: making the file access list failed", f->path);
 		goto done;
 	}
-	/*
-	 * HDF5 opens by name and follows links: the temporary file is made
-	 * here first, never through a link (a stale one from a crash, or one
-	 * planted to point outside the directory, is removed, not followed),
-	 * with the process umask; H5Fcreate then truncates our own file.
-	 */
-	if (unlink(tmp) != 0 && errno != ENOENT) {
-		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
-		goto done;
-	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
-		goto done;
-	}
-	close(fd);
 	f->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
 	if (f->file < 0) {
 		sw_h5_fail(err, errlen, "%s: cannot create the HDF5 file", tmp);
@@ -868,7 +867,7 @@ create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
 	/* link() does not replace a file that appeared meanwhile; rename()
 	 * where the filesystem has no hard links */
 	if (link(tmp, f->path) == 0)
-		unlink(tmp);
+		;
 	else if (errno == EEXIST) {
 		snprintf(err, errlen, "%s: appeared while it was being created", f->path);
 		goto done;
@@ -881,12 +880,49 @@ done:
 	if (rc < 0 && f->file >= 0) {
 		H5Fclose(f->file);
 		f->file = -1;
+	}
+	if (tdir) {	/* the name in it goes; an open file lives on under its own */
 		unlink(tmp);
+		rmdir(tdir);
 	}
 	if (fapl >= 0)
 		H5Pclose(fapl);
 	free(tmp);
+	free(tdir);
 	return rc;
+}
+
+int
+sw_runfile_clean_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		struct stat sb;
+		char p[4096];
+		if (strncmp(e->d_name, SW_TMPDIR_PREFIX, strlen(SW_TMPDIR_PREFIX)) ||
+		    (size_t)snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= sizeof(p) ||
+		    lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+			continue;
+		/* what a crash left: regular files and links are removed, not followed */
+		int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		DIR *sub = fd >= 0 ? fdopendir(fd) : NULL;
+		struct dirent *se;
+		while (sub && (se = readdir(sub)))
+			if (strcmp(se->d_name, ".") && strcmp(se->d_name, ".."))
+				unlinkat(fd, se->d_name, 0);
+		if (sub)
+			closedir(sub);
+		else if (fd >= 0)
+			close(fd);
+		n += rmdir(p) == 0;
+	}
+	closedir(d);
+	return n;
 }
 
 /* The string attribute name equals want (a NULL want is not checked). */
@@ -914,7 +950,8 @@ attr_is(hid_t file, const char *name, const char *want)
 static int
 check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 {
-	hid_t fapl = make_fapl(1), file = -1;
+	/* no HDF5 lock: a reader's shared lock must not look like another run */
+	hid_t fapl = takeover_fapl(), file = -1;
 	uint32_t layers, heads, sink, version, rows = 0, keys = 0;
 	uint8_t fixed = 0, rowstats = 0;
 	uint64_t params = 0;
@@ -925,14 +962,25 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
 		return -1;
 	}
-	if (H5Fis_hdf5(path) <= 0) {
+	/*
+	 * Only a file that holds something else is another generation's
+	 * business; one that cannot be read now (permissions, descriptors,
+	 * I/O) is an error, not a reason to split the run over two files.
+	 */
+	htri_t is = H5Fis_hdf5(path);
+	if (is <= 0) {
 		H5Eclear2(H5E_DEFAULT);
-		snprintf(err, errlen, "%s: exists and is not an HDF5 file", path);
+		if (is < 0) {
+			snprintf(err, errlen, "%s: cannot read the existing run file", path);
+			rc = -1;
+		} else
+			snprintf(err, errlen, "%s: exists and is not an HDF5 file", path);
 		goto done;
 	}
 	file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	if (file < 0) {
 		sw_h5_fail(err, errlen, "%s: cannot open the existing run file", path);
+		rc = -1;
 		goto done;
 	}
 	if (sw_h5_attr_num(file, "layout_version", H5T_NATIVE_UINT32, &version) < 0 ||

@@ -127,6 +127,15 @@ int sw_runfile_name(const char *run, char *buf, size_t len);
  */
 int sw_runfile_name_gen(const char *run, uint32_t g, char *buf, size_t len);
 
+/*
+ * New files are built in a directory DIR/.swtmp.XXXXXX of their own and
+ * linked into place; sw_runfile_clean_tmp removes what a crash left of
+ * those (their entries unlinked, never followed). Returns the directories
+ * removed, or -1 if dir cannot be read. Only while no writer creates files.
+ */
+#define SW_TMPDIR_PREFIX ".swtmp."
+int sw_runfile_clean_tmp(const char *dir);
+
 /* sw_runfile_open's return when the file exists and holds another run, a
  * different shape, kind, dtype or probe, or an older layout: the caller
  * tries the next generation. */

@@ -77,7 +77,8 @@ def clean_log(d):
 
 
 def no_tmp(d):
-    left = [n for n in os.listdir(d.data) if n.endswith(".tmp")]
+    # files are built in .swtmp.* directories; none is left once made
+    left = [n for n in os.listdir(d.data) if n.startswith(".swtmp.")]
     assert not left, left
 
 
@@ -277,7 +278,7 @@ def case_long_ids():
     print("  names: %s" % sorted((len(n.encode()), n[:12] + "..." + n[-24:]) for n in names))
     long_ = [n for n in names if len(os.fsencode(n)) > 255]
     assert not long_, long_
-    tmp = [n for n in names if n.endswith(".tmp")]
+    tmp = [n for n in names if n.startswith(".swtmp.") or n.endswith(".tmp")]
     assert not tmp, tmp
     runs = sorted(v[0] for v in files.values())
     assert runs == sorted(want), "ids without their own ended file: %s" % (
@@ -294,10 +295,12 @@ def case_long_ids():
 # ---------------------------------------------------------------- 4. links
 
 def case_planted_links():
-    """A symlink at the temporary name `.NAME.h5.tmp` is removed, never
-    followed: its target keeps its content and the run file is a regular
-    file with the steps. A symlink at the final name is never opened: the
-    target keeps its content and the run goes to `NAME@2.h5`."""
+    """Files are built in a fresh mkdtemp directory: a symlink planted at the
+    old temporary name `.NAME.h5.tmp` is never touched, and a stale
+    `.swtmp.*` directory a crash left (here holding a link to a file
+    outside) is removed at start without following the link. The run file
+    is a regular file with the steps. A symlink at the final name is never
+    opened: the target keeps its content and the run goes to `NAME@2.h5`."""
     L, H, R, K, T = 2, 2, 3, 8, 4
     rng = np.random.default_rng(4)
     tensors = [random_probs(rng, H, R, K) for _ in range(L)]
@@ -307,7 +310,7 @@ def case_planted_links():
     os.makedirs(outside)
     content = b"not a run file\n" * 10
     targets = {}
-    for which in ("tmp", "final"):
+    for which in ("tmp", "final", "stale"):
         targets[which] = os.path.join(outside, which)
         with open(targets[which], "wb") as f:
             f.write(content)
@@ -315,6 +318,9 @@ def case_planted_links():
     final_link = os.path.join(d.data, "plant-final.h5")
     os.symlink(targets["tmp"], tmp_link)
     os.symlink(targets["final"], final_link)
+    stale = os.path.join(d.data, ".swtmp.AbC123")
+    os.makedirs(stale)
+    os.symlink(targets["stale"], os.path.join(stale, "new.h5"))
     d.start()
     try:
         for n, run in enumerate(("plant-tmp", "plant-final")):
@@ -332,7 +338,10 @@ def case_planted_links():
     for which, t in targets.items():
         with open(t, "rb") as f:
             assert f.read() == content, "the %s link's target was written" % which
-    assert not os.path.lexists(tmp_link), "the link at the temporary name is still there"
+    assert os.path.islink(tmp_link), "the link at the old temporary name was touched"
+    assert not os.path.lexists(stale), "the stale creation directory is still there"
+    left = [n for n in os.listdir(d.data) if n.startswith(".swtmp.")]
+    assert not left, left
     st = os.lstat(p1)
     assert stat.S_ISREG(st.st_mode), oct(st.st_mode)
     with h5py.File(p1, "r") as f:

@@ -394,6 +394,26 @@ START_TEST(test_unnamed_sender_survives_close)
 }
 END_TEST
 
+START_TEST(test_end_after_idle_close)
+{
+	swd_asm *a = mk(8);
+	feed(a, msg("r", 0, 0, 7, 0), 0);
+	feed(a, msg("r", 0, 1, 7, 1), 0);
+	swd_asm_tick(a, 600000);	/* run_idle_s = 600: closed, not ended */
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[1].type, WQ_CLOSE);
+	swp_msg e = msg("r", 0, 0, 7, 2);
+	e.type = SWP_END;
+	/* the end comes later: the closed run's file is to be marked, once */
+	ck_assert_int_eq(swd_asm_end(a, &e, 700000), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 3);
+	ck_assert_int_eq(out[2].type, WQ_END);
+	ck_assert_str_eq(out[2].run, "r");
+	ck_assert_int_eq(swd_asm_end(a, &e, 700001), SWD_DROP_UNKNOWN_RUN);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -413,6 +433,7 @@ suite(void)
 	tcase_add_test(tc, test_full_open_steps_write_whole_first);
 	tcase_add_test(tc, test_named_incarnations_announced);
 	tcase_add_test(tc, test_unnamed_sender_survives_close);
+	tcase_add_test(tc, test_end_after_idle_close);
 	suite_add_tcase(s, tc);
 	return s;
 }
