@@ -177,15 +177,6 @@ meta_from(swd_meta *mm, const swp_msg *m)
 	mm->dtype = m->dtype;
 }
 
-static int
-meta_eq(const swd_meta *a, const swd_meta *b)
-{
-	return !strcmp(a->run, b->run) && !strcmp(a->model, b->model) &&
-	    a->params == b->params && a->layers == b->layers && a->heads == b->heads &&
-	    a->sink == b->sink && a->rows == b->rows && a->keys == b->keys &&
-	    a->fixed_probe == b->fixed_probe && a->kind == b->kind && a->dtype == b->dtype;
-}
-
 /* An emitted item of type t for run r. */
 static swd_witem *
 item(struct arun *r, int t)
@@ -196,14 +187,6 @@ item(struct arun *r, int t)
 		it->meta = r->meta;
 	}
 	return it;
-}
-
-static double
-wall_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Hands a step to the writer, complete or not, and forgets it. */
@@ -243,7 +226,7 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	s->layers = NULL;
 	it->lost = r->lost;
 	it->incomplete = r->incomplete;
-	it->time = wall_now();
+	it->time = swd_wall_now();
 	it->inc = s->inc->inc;
 	it->first_seq = s->inc->first_seq;
 	it->inc_named = s->inc->named;
@@ -511,7 +494,7 @@ static struct arun *
 find_run(swd_asm *a, const swd_meta *mm)
 {
 	for (struct arun *r = a->runs; r; r = r->next)
-		if (meta_eq(&r->meta, mm))
+		if (swd_meta_eq(&r->meta, mm))
 			return r;
 	return NULL;
 }
@@ -744,7 +727,7 @@ end_closed(swd_asm *a, const char *run)
 			continue;
 		int dup = 0;	/* one end per shape */
 		for (size_t j = 0; j < k && !dup; j++)
-			dup = meta_eq(&a->closed[j], mm);
+			dup = swd_meta_eq(&a->closed[j], mm);
 		if (dup)
 			continue;
 		swd_witem *it = calloc(1, sizeof(*it));

@@ -11,6 +11,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
+#include <time.h>
 
 #include "daemon/conf.h"
 #include "metrics/swm.h"
@@ -44,6 +46,29 @@ typedef struct swd_meta {
 } swd_meta;
 
 /* CLOSE: idle run, file closed, not ended; INC: a named incarnation first seen */
+/*
+ * Two runs are one when their id and shape agree: a run id re-used with
+ * another model, params, layers, heads, sink, probe shape, kind, dtype or
+ * probe setting is another run (another file: LAYOUT.md, generations).
+ */
+static inline int
+swd_meta_eq(const swd_meta *a, const swd_meta *b)
+{
+	return !strcmp(a->run, b->run) && !strcmp(a->model, b->model) &&
+	    a->params == b->params && a->layers == b->layers && a->heads == b->heads &&
+	    a->sink == b->sink && a->rows == b->rows && a->keys == b->keys &&
+	    a->fixed_probe == b->fixed_probe && a->kind == b->kind && a->dtype == b->dtype;
+}
+
+/* Wall-clock time, Unix seconds. */
+static inline double
+swd_wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP, WQ_INC };
 
 /* A unit of work for the writer. */

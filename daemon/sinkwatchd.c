@@ -66,14 +66,6 @@ static struct {
 	int64_t log_window_ms, log_count;
 } D;
 
-static double
-wall_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t
 mono_ms(void)
 {
@@ -430,7 +422,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->listen = D.cfg.listen;
 	st->control = D.cfg.control;
 	st->data_dir = D.cfg.data_dir;
-	st->uptime_s = wall_now() - D.started;
+	st->uptime_s = swd_wall_now() - D.started;
 	st->pid = (long)getpid();
 	static swd_asm_run ar[256];
 	size_t n = swd_asm_runs(D.as, ar, maxruns < 256 ? maxruns : 256);
@@ -802,7 +794,7 @@ main(int argc, char **argv)
 	umask((mode_t)D.cfg.umask);
 	D.loop = uv_default_loop();
 	uv_loop_configure(D.loop, UV_METRICS_IDLE_TIME);
-	D.started = wall_now();
+	D.started = swd_wall_now();
 	atomic_init(&D.inflight, 0);
 	if (setup_sockets(err, sizeof(err)) != 0) {
 		log_err("%s", err);

@@ -122,15 +122,6 @@ wrun_free(struct wrun *r, atomic_llong *inflight)
 	free(r);
 }
 
-static int
-meta_eq(const swd_meta *a, const swd_meta *b)
-{
-	return !strcmp(a->run, b->run) && !strcmp(a->model, b->model) &&
-	    a->params == b->params && a->layers == b->layers && a->heads == b->heads &&
-	    a->sink == b->sink && a->rows == b->rows && a->keys == b->keys &&
-	    a->fixed_probe == b->fixed_probe && a->kind == b->kind && a->dtype == b->dtype;
-}
-
 /* Index of the first key >= k. */
 static size_t
 key_pos(const struct wrun *r, int64_t step, uint64_t inc)
@@ -276,7 +267,7 @@ wrun_get(swd_writer *w, const swd_meta *m)
 {
 	struct wrun *r;
 	for (r = w->runs; r; r = r->next)
-		if (meta_eq(&r->meta, m))
+		if (swd_meta_eq(&r->meta, m))
 			return r;
 	if (!(r = calloc(1, sizeof(*r))))
 		return NULL;
@@ -613,7 +604,7 @@ end_run(swd_writer *w, swd_witem *it)
 	struct wrun *r;
 	char err[512];
 	/* a run this writer has open, or one closed idle: an end never makes a file */
-	for (r = w->runs; r && !meta_eq(&r->meta, &it->meta); r = r->next)
+	for (r = w->runs; r && !swd_meta_eq(&r->meta, &it->meta); r = r->next)
 		;
 	if (!r && it->reopen && run_file_exists(w, &it->meta))
 		r = wrun_get(w, &it->meta);
@@ -635,7 +626,7 @@ static void
 close_run(swd_writer *w, swd_witem *it)
 {
 	for (struct wrun *r = w->runs; r; r = r->next)
-		if (meta_eq(&r->meta, &it->meta)) {
+		if (swd_meta_eq(&r->meta, &it->meta)) {
 			log_info("run %s: idle, file closed", r->meta.run);
 			wrun_remove(w, r);
 			return;

@@ -1366,35 +1366,20 @@ sw_runfile_add_resume(sw_runfile *f, uint64_t inc, int64_t from, char *err,
 	return 0;
 }
 
-/* Reads rows [0, n) of a one-axis dataset as mtype into buf. */
+/*
+ * Reads rows [0, n) of dataset d as mtype into buf, whole rows: width is
+ * the elements per row (1 for a one-axis dataset, layers for /missing).
+ */
 static int
-read_col(const sw_runfile *f, int d, hsize_t n, hid_t mtype, void *buf)
+read_col(const sw_runfile *f, int d, hsize_t n, hsize_t width, hid_t mtype, void *buf)
 {
 	if (n == 0)
 		return 0;
-	hsize_t start = 0, count = n;
-	hid_t fsp = H5Dget_space(f->dset[d]), msp = H5Screate_simple(1, &count, NULL);
-	int rc = fsp >= 0 && msp >= 0 &&
-	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &start, NULL, &count, NULL) >= 0 &&
-	    H5Dread(f->dset[d], mtype, msp, fsp, H5P_DEFAULT, buf) >= 0 ? 0 : -1;
-	if (msp >= 0)
-		H5Sclose(msp);
-	if (fsp >= 0)
-		H5Sclose(fsp);
-	return rc;
-}
-
-/* Rows [0, n) of a [T, layers] uint8 dataset. */
-static int
-read_rows_u8(const sw_runfile *f, int d, hsize_t n, uint8_t *buf)
-{
-	if (n == 0)
-		return 0;
-	hsize_t start[2] = { 0, 0 }, count[2] = { n, f->layers }, total = n * f->layers;
+	hsize_t start[2] = { 0, 0 }, count[2] = { n, width }, total = n * width;
 	hid_t fsp = H5Dget_space(f->dset[d]), msp = H5Screate_simple(1, &total, NULL);
 	int rc = fsp >= 0 && msp >= 0 &&
 	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-	    H5Dread(f->dset[d], H5T_NATIVE_UINT8, msp, fsp, H5P_DEFAULT, buf) >= 0 ? 0 : -1;
+	    H5Dread(f->dset[d], mtype, msp, fsp, H5P_DEFAULT, buf) >= 0 ? 0 : -1;
 	if (msp >= 0)
 		H5Sclose(msp);
 	if (fsp >= 0)
@@ -1441,13 +1426,13 @@ sw_runfile_rows(const sw_runfile *f, sw_rows *out, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: out of memory", f->path);
 		return -1;
 	}
-	if (read_col(f, D_STEP, n, H5T_NATIVE_INT64, out->step) < 0 ||
-	    read_col(f, D_INC, n, H5T_NATIVE_UINT64, out->inc) < 0 ||
-	    read_col(f, D_SEQ_NEXT, n, H5T_NATIVE_UINT64, out->seq_next) < 0 ||
-	    read_col(f, D_INC_LOST, n, H5T_NATIVE_INT64, out->inc_lost) < 0 ||
-	    read_rows_u8(f, D_MISSING, n, miss) < 0 ||
-	    read_col(f, D_RES_INC, nr, H5T_NATIVE_UINT64, out->res_inc) < 0 ||
-	    read_col(f, D_RES_STEP, nr, H5T_NATIVE_INT64, out->res_step) < 0 ||
+	if (read_col(f, D_STEP, n, 1, H5T_NATIVE_INT64, out->step) < 0 ||
+	    read_col(f, D_INC, n, 1, H5T_NATIVE_UINT64, out->inc) < 0 ||
+	    read_col(f, D_SEQ_NEXT, n, 1, H5T_NATIVE_UINT64, out->seq_next) < 0 ||
+	    read_col(f, D_INC_LOST, n, 1, H5T_NATIVE_INT64, out->inc_lost) < 0 ||
+	    read_col(f, D_MISSING, n, f->layers, H5T_NATIVE_UINT8, miss) < 0 ||
+	    read_col(f, D_RES_INC, nr, 1, H5T_NATIVE_UINT64, out->res_inc) < 0 ||
+	    read_col(f, D_RES_STEP, nr, 1, H5T_NATIVE_INT64, out->res_step) < 0 ||
 	    (n > 0 && (read_row(f, D_LOST, n - 1, H5T_NATIVE_INT64, &out->lost) < 0 ||
 	    read_row(f, D_INCOMPLETE, n - 1, H5T_NATIVE_INT64, &out->incomplete) < 0))) {
 		sw_h5_fail(err, errlen, "%s: reading the stored rows failed", f->path);
