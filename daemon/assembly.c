@@ -258,6 +258,18 @@ whole(const struct arun *r, const struct astep *s)
 	return s->have == r->meta.layers;
 }
 
+/*
+ * Nothing more will arrive for the step: every layer did, or its
+ * incarnation ended the run (what it lacks is lost, not late). Such steps
+ * go out in step order.
+ */
+static int
+complete(const swd_asm *a, const struct arun *r, const struct astep *s)
+{
+	return whole(r, s) || (r->ending && (!s->inc->named ||
+	    was_ended(a, r->meta.run, s->inc->inc)));
+}
+
 /* The earliest step arrives no more: nothing for it for HOLD_MS. */
 static int
 stalled(const swd_asm *a, const struct astep *t)
@@ -271,7 +283,7 @@ unblocked(const swd_asm *a, struct arun *r)
 {
 	struct astep *best = NULL;
 	for (struct astep *s = r->open; s; s = s->next) {
-		if (!whole(r, s) || s->in_work || (best && best->step < s->step))
+		if (!complete(a, r, s) || s->in_work || (best && best->step < s->step))
 			continue;
 		int ok = 1;
 		for (struct astep *t = r->open; t && ok; t = t->next)
@@ -293,8 +305,8 @@ release(swd_asm *a, struct arun *r)
 {
 	struct astep *m;
 	for (;;) {
-		if ((m = min_open(r)) && m->in_work == 0 && (whole(r, m) || (m->have == 0 &&
-		    !memchr(m->state, 1, r->meta.layers))))
+		if ((m = min_open(r)) && m->in_work == 0 && !memchr(m->state, 1, r->meta.layers) &&
+		    (complete(a, r, m) || m->have == 0))
 			emit_step(a, r, m);
 		else if (m && (m = unblocked(a, r)))
 			emit_step(a, r, m);
@@ -387,12 +399,7 @@ maybe_finish(swd_asm *a, struct arun *r)
 {
 	if (!r->ending)
 		return 0;
-	for (struct astep *s = r->open, *sn; s; s = sn) {
-		sn = s->next;
-		if (s->in_work == 0 && (!s->inc->named || was_ended(a, r->meta.run, s->inc->inc)))
-			emit_step(a, r, s);
-	}
-	release(a, r);		/* whole steps that waited behind those */
+	release(a, r);		/* the ended incarnations' steps are complete now */
 	if (r->jobs || r->nopen)
 		return 0;
 	finish_run(a, r, WQ_END);

@@ -414,6 +414,31 @@ START_TEST(test_end_after_idle_close)
 }
 END_TEST
 
+START_TEST(test_end_keeps_step_order)
+{
+	swd_asm *a = mk(8);
+	swd_ticket t[3];
+	char why[64];
+	/* three one-layer-short steps in work when the end comes */
+	for (int i = 0; i < 3; i++) {
+		swp_msg m = msg("r", i, 0, 7, (uint64_t)i);
+		ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t[i], why, sizeof(why)), SWD_ASM_ACCEPT);
+		swd_asm_start(a, &t[i]);
+	}
+	swp_msg e = msg("r", 0, 0, 7, 3);
+	e.type = SWP_END;
+	swd_asm_end(a, &e, 1);
+	/* their layers finish in reverse: they still go out 0, 1, 2, then the end */
+	for (int i = 2; i >= 0; i--)
+		swd_asm_done(a, &t[i], calloc(1, sizeof(swd_layer)), 2);
+	ck_assert_int_eq(nout, 4);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(out[i].step, i);
+	ck_assert_int_eq(out[3].type, WQ_END);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -434,6 +459,7 @@ suite(void)
 	tcase_add_test(tc, test_named_incarnations_announced);
 	tcase_add_test(tc, test_unnamed_sender_survives_close);
 	tcase_add_test(tc, test_end_after_idle_close);
+	tcase_add_test(tc, test_end_keeps_step_order);
 	suite_add_tcase(s, tc);
 	return s;
 }
