@@ -1,37 +1,64 @@
 """Run integrity: the same report whatever the order and the restarts of
-what arrives. One fixed causal probe (2 layers x 4 heads, 2 sequences x 16
-rows, 64 keys), 16 steps whose sink grows and content sharpens, streamed to a
-real daemon in order, in reverse, shuffled, by three parallel senders, and
-with a resume (a new incarnation re-sending the last 4 steps). Every report
-must agree with the others to 1e-9 and with an independent float64 numpy
-computation of the paired split (METRICS.md §3) to 1e-6."""
+what arrives. Real attention: the tiny causal transformer of
+contrib/examples/train_tiny_gpt.py trained on the system's license texts,
+its fixed probe (2 layers x 4 heads, 2 sequences x 63 causal rows, 64 keys)
+dumped at 16 steps, streamed to a real daemon in order, in reverse,
+shuffled, by three parallel senders, and with a resume (a new incarnation
+re-sending the last 4 steps). Every report must agree with the others to
+1e-9 and with an independent float64 numpy computation of the paired split
+(METRICS.md §3) to 1e-6."""
+import glob
 import json
 import os
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
+
+np.seterr(divide="ignore", invalid="ignore")    # log 0 of masked keys: masked after
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swharness import SINKWATCH, Daemon, Results, Sender, run_cmd  # noqa: E402
 
-L, H, SEQ, ROWS, K = 2, 4, 2, 16, 64
-STEPS = [100 * i for i in range(16)]
-QPOS = np.array([r % ROWS for r in range(SEQ * ROWS)])
+L, H, K = 2, 4, 64
+SRC = os.environ.get("SW_SRCDIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+EXAMPLE = os.path.join(SRC, "contrib", "examples", "train_tiny_gpt.py")
+
+
+def real_probes():
+    """{step: [L][H, rows, K] float32} and qpos: the example's probe attention
+    at steps 0, 3, .., 45 (masked keys 0), trained with no daemon listening."""
+    from swharness import free_port
+    d = tempfile.mkdtemp(prefix="sinkwatch-integrity-")
+    subprocess.run([sys.executable, EXAMPLE, "--steps", "45", "--every", "3", "--batch", "8",
+                    "--layers", str(L), "--heads", str(H), "--context", str(K),
+                    "--dump-probes", d, "--connect", "tcp://127.0.0.1:%d" % free_port(),
+                    "--flush-timeout", "0", "--run", "integrity", "--log-every", "1000"],
+                   check=True, capture_output=True, timeout=300)
+    data = {}
+    for path in sorted(glob.glob(os.path.join(d, "probe_*.npy"))):
+        st = int(os.path.basename(path)[6:-4])
+        a = np.load(path).astype(np.float32)
+        data[st] = [np.ascontiguousarray(a[lay]) for lay in range(L)]
+    return data, np.load(os.path.join(d, "qpos.npy")).astype(np.int64)
+
+
+DATA, QPOS = real_probes()
+STEPS = sorted(DATA)
+assert len(STEPS) == 16, STEPS
 
 
 def probe(step, extra_sink=0.0):
-    """[L][H, rows, K] softmax rows, causal past qpos; deterministic in step."""
-    i = STEPS.index(step)
+    """The step's real attention; with extra_sink, another trajectory: the
+    sink's logit raised by extra_sink in every valid row (a resumed job that
+    went elsewhere)."""
+    if not extra_sink:
+        return DATA[step]
     out = []
-    for lay in range(L):
-        rng = np.random.default_rng(1000 + lay)     # the same inputs each step
-        z = rng.normal(size=(H, SEQ * ROWS, K))
-        z *= 1.0 + 0.15 * i                         # content sharpens
-        z[:, :, 0] += 0.5 + 0.2 * i + extra_sink + np.arange(H)[:, None] * 0.3
-        for r, q in enumerate(QPOS):
-            z[:, r, q + 1:] = -np.inf
-        z -= z.max(-1, keepdims=True)
-        p = np.exp(z)
+    for x in DATA[step]:
+        p = x.astype(np.float64)
+        p[:, :, 0] *= np.exp(extra_sink)
         p /= p.sum(-1, keepdims=True)
         out.append(p.astype(np.float32))
     return out
@@ -179,10 +206,16 @@ def main():
             f = figures(reps[run])
             assert f.dtype != object, (run, reps[run]["steps_used"], reps[run]["segments"])
             diff = np.abs(f - base).max()
+            print("  %-9s max |report - in order| %.3g" % (run, diff))
             assert diff < 1e-9, (run, diff)
 
     def oracle():
         diff = np.abs(base - ref_figures(path, end)).max()
+        ma = reps["inorder"]["model_attribution"]
+        print("  model path dH %.6f sink %.6f content %.6f; endpoint sink %.6f; "
+              "max |report - numpy paired split| %.3g" % (ma["path"]["dH"], ma["path"]["sink"],
+                                                           ma["path"]["content"],
+                                                           ma["endpoint"]["sink"], diff))
         assert diff < 1e-6, diff
 
     def labelled():
@@ -215,9 +248,9 @@ def main():
         import h5py
         with h5py.File(paths["inorder"], "r") as f:
             use = f["row_use"][:]
-        assert use.shape == (16, SEQ * ROWS), use.shape
+        assert use.shape == (16, len(QPOS)), use.shape
         # default pair_rows = drift_rows = 8: the 4 longest rows of each sequence
-        want = [r for r in range(SEQ * ROWS) if QPOS[r] >= ROWS - 4]
+        want = [r for r in range(len(QPOS)) if QPOS[r] >= QPOS.max() - 3]
         for t in range(16):
             assert list(np.flatnonzero(use[t] & 1)) == want, (t, use[t])
             assert list(np.flatnonzero(use[t] & 2)) == want, (t, use[t])
