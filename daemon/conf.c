@@ -113,7 +113,8 @@ set_opt(swd_config *c, const struct opt *o, const char *v, char *err, size_t err
 		errno = 0;
 		long long x = strtoll(v, &end, o->type == O_OCT ? 8 : 10);
 		if (errno || end == v || *end) {
-			snprintf(err, errlen, "%s: '%s' is not an integer", o->name, v);
+			snprintf(err, errlen, "%s: '%s' is not %s", o->name, v,
+			    o->type == O_OCT ? "an octal integer (like 022)" : "an integer");
 			return -1;
 		}
 		if (x < o->min || x > o->max) {

@@ -109,6 +109,13 @@ START_TEST(test_config)
 	ck_assert_int_eq(swd_config_set(&c, "log_level", "loud", err, sizeof(err)), -1);
 	ck_assert_int_eq(swd_config_set(&c, "log_level", "debug", err, sizeof(err)), 0);
 	ck_assert_int_eq(c.log_level, LOG_DEBUG);
+	/* umask is octal, like umask(1) */
+	ck_assert_int_eq(c.umask, 022);
+	ck_assert_int_eq(swd_config_set(&c, "umask", "077", err, sizeof(err)), 0);
+	ck_assert_int_eq(c.umask, 077);
+	ck_assert_int_eq(swd_config_set(&c, "umask", "999", err, sizeof(err)), -1);
+	ck_assert(strstr(err, "umask: '999' is not an octal integer"));
+	ck_assert_int_eq(swd_config_set(&c, "umask", "1000", err, sizeof(err)), -1);
 	ck_assert_int_eq(swd_config_set(&c, "nope", "1", err, sizeof(err)), -1);
 	ck_assert(strstr(err, "unknown option 'nope'"));
 	char big[2000];
