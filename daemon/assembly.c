@@ -491,6 +491,8 @@ get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m)
 			it->inc = inc;
 			it->first_seq = m->seq;
 			it->inc_named = 1;
+			it->has_resume = m->has_resume;
+			it->resume = m->resume;
 			a->emit(a->ud, it);
 		}
 	}

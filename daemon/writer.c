@@ -222,8 +222,31 @@ load_rows(struct wrun *r)
  * with this shape, or a new one (a run id re-used with another model,
  * kind, shape, dtype or probe never mixes with the old data: LAYOUT.md).
  */
+/*
+ * A run id that ended, sent to again by an incarnation the file has never
+ * heard that does not declare a resume: a new run under an old name (a
+ * fresh start), not a continuation. It goes to the next generation, so
+ * that two trajectories never mix.
+ */
 static int
-open_file(swd_writer *w, struct wrun *r)
+fresh_after_end(sw_runfile *f, const swd_witem *it)
+{
+	sw_rows rows;
+	char err[256];
+
+	if (!it || it->reopen || it->has_resume || !sw_runfile_is_ended(f))
+		return 0;
+	if (sw_runfile_rows(f, &rows, err, sizeof(err)) != 0)
+		return 0;
+	int heard = 0;
+	for (int64_t i = 0; i < rows.n && !heard; i++)
+		heard = rows.inc[i] == it->inc;
+	sw_rows_free(&rows);
+	return !heard;
+}
+
+static int
+open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 {
 	const swd_meta *m = &r->meta;
 	sw_runmeta rm;
@@ -244,26 +267,52 @@ open_file(swd_writer *w, struct wrun *r)
 	rm.keys = m->keys;
 	rm.row_stats = m->fixed_probe;
 	sw_runfile_opts fo = { .chunk_steps = (size_t)w->cfg.chunk_steps };
-	for (uint32_t g = 1; g <= 1000; g++) {
+	/*
+	 * The run is the newest generation whose file holds this shape (a
+	 * resumed or continued run goes on there), or the first free one.
+	 */
+	uint32_t g, last = 0, free_g = 0;
+	for (g = 1; g <= 1000 && !free_g; g++) {
 		rm.generation = g;
-		int rc = sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err));
-		if (rc == 0) {
-			if (g > 1)
-				log_info("run %s: generation %u of its id (%s)", m->run, g,
-				    sw_runfile_path(r->f));
-			return 0;
-		}
-		if (rc != SW_RUNFILE_OTHER)
-			break;
-		log_info("run %s: %s: trying the next generation's file", m->run, err);
+		int rc = sw_runfile_probe(w->cfg.data_dir, &rm, err, sizeof(err));
+		if (rc == 0)
+			last = g;
+		else if (rc == 1)
+			free_g = g;
+		else if (rc < 0 && rc != SW_RUNFILE_OTHER)
+			goto fail;
 	}
+	if (last) {
+		rm.generation = last;
+		if (sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err)) != 0)
+			goto fail;
+		if (!fresh_after_end(r->f, it))
+			goto opened;
+		log_info("run %s: %s ended and incarnation %llu, new to it, does not resume "
+		    "it: a new run, stored in the next free generation", m->run,
+		    sw_runfile_path(r->f), (unsigned long long)it->inc);
+		sw_runfile_close(&r->f);
+	}
+	if (!free_g) {
+		snprintf(err, sizeof(err), "no free generation of the name");
+		goto fail;
+	}
+	rm.generation = free_g;
+	if (sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err)) != 0)
+		goto fail;
+opened:
+	if (rm.generation > 1)
+		log_info("run %s: generation %u of its id (%s)", m->run, rm.generation,
+		    sw_runfile_path(r->f));
+	return 0;
+fail:
 	log_err("run %s: cannot open its file: %s (its steps are dropped, counted as "
 	    "write_error)", m->run, err);
 	return -1;
 }
 
 static struct wrun *
-wrun_get(swd_writer *w, const swd_meta *m)
+wrun_get(swd_writer *w, const swd_meta *m, const swd_witem *it)
 {
 	struct wrun *r;
 	for (r = w->runs; r; r = r->next)
@@ -280,7 +329,7 @@ wrun_get(swd_writer *w, const swd_meta *m)
 		return NULL;
 	}
 	mkdir(w->cfg.data_dir, 0755);
-	if (open_file(w, r) != 0 || load_rows(r) != 0) {
+	if (open_file(w, r, it) != 0 || load_rows(r) != 0) {
 		r->broken = 1;
 		atomic_fetch_add(&w->st.write_errors, 1);
 	} else {
@@ -373,7 +422,7 @@ first_seen(swd_writer *w, struct wrun *r, struct winc *wi, uint64_t first_seq)
 static void
 inc_seen(swd_writer *w, swd_witem *it)
 {
-	struct wrun *r = wrun_get(w, &it->meta);
+	struct wrun *r = wrun_get(w, &it->meta, it);
 	struct winc *wi = r && !r->broken ? get_winc(r, it->inc) : NULL;
 	if (wi && !wi->seen)
 		first_seen(w, r, wi, it->first_seq);
@@ -392,7 +441,7 @@ layers_of(const swd_witem *it)
 static int
 write_step(swd_writer *w, swd_witem *it)
 {
-	struct wrun *r = wrun_get(w, &it->meta);
+	struct wrun *r = wrun_get(w, &it->meta, it);
 	if (!r || r->broken)
 		return -1;
 	const swd_meta *m = &r->meta;
@@ -607,7 +656,7 @@ end_run(swd_writer *w, swd_witem *it)
 	for (r = w->runs; r && !swd_meta_eq(&r->meta, &it->meta); r = r->next)
 		;
 	if (!r && it->reopen && run_file_exists(w, &it->meta))
-		r = wrun_get(w, &it->meta);
+		r = wrun_get(w, &it->meta, it);
 	if (!r) {
 		log_info("run %s: ended with nothing stored in this session", it->meta.run);
 		return;

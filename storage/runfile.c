@@ -1266,6 +1266,34 @@ fail:
 	return -1;
 }
 
+int
+sw_runfile_probe(const char *dir, const sw_runmeta *m, char *err, size_t errlen)
+{
+	char name[SW_RUNFILE_NAME_MAX + 1], path[4096];
+	struct stat sb;
+
+	quiet();
+	if (sw_runfile_name_gen(m->run, m->generation ? m->generation : 1, name,
+	    sizeof(name)) < 0) {
+		snprintf(err, errlen, "run %s: no file name for it", m->run);
+		return -1;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (lstat(path, &sb) != 0)
+		return errno == ENOENT ? 1 : -1;
+	if (!S_ISREG(sb.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file (never followed)", path);
+		return SW_RUNFILE_OTHER;
+	}
+	return check_existing(path, m, err, errlen);
+}
+
+int
+sw_runfile_is_ended(const sw_runfile *f)
+{
+	return f->ended;
+}
+
 int64_t
 sw_runfile_steps(const sw_runfile *f)
 {

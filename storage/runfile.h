@@ -157,6 +157,16 @@ int sw_runfile_clean_tmp(const char *dir);
 int sw_runfile_open(const char *dir, const sw_runmeta *meta,
     const sw_runfile_opts *opts, sw_runfile **out, char *err, size_t errlen);
 
+/*
+ * Whether generation meta->generation of the run has a file that holds
+ * this run (checked read-only, nothing written): 0 it does, 1 no file,
+ * SW_RUNFILE_OTHER it holds something else, -1 it cannot be read (err).
+ */
+int sw_runfile_probe(const char *dir, const sw_runmeta *meta, char *err, size_t errlen);
+
+/* Whether the file's last end mark says the run ended. */
+int sw_runfile_is_ended(const sw_runfile *f);
+
 /* Steps stored so far (after a resume, what the file already had). */
 int64_t sw_runfile_steps(const sw_runfile *f);
 

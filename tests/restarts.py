@@ -449,6 +449,53 @@ def case_full_table():
 
 # ---------------------------------------------------------------- main
 
+def case_fresh_after_end():
+    """A run id used again after its end, same shape, by a new incarnation
+    that does not resume: a new run, in NAME@2.h5, never spliced into the
+    ended one. A later incarnation that declares a resume goes on in the
+    newest generation."""
+    L, H, R, K = 2, 2, 3, 8
+    rng = np.random.default_rng(9)
+    a = [random_probs(rng, H, R, K) for _ in range(L)]
+    b = [random_probs(rng, H, R, K, sink_strength=5.0) for _ in range(L)]
+    d = Daemon().start()
+    try:
+        snd = Sender(d.listen, "fresh", L, H, model="m", params=1)
+        stream(snd, 10, a, 100)
+        send_end(snd, 100)
+        first = d.wait_ended("fresh")
+        snd2 = Sender(d.listen, "fresh", L, H, model="m", params=1)
+        stream(snd2, 5, b, 200)
+        send_end(snd2, 200)
+        second = os.path.join(d.data, "fresh@2.h5")
+        assert wait_file_ended(second), os.listdir(d.data)
+        snd3 = Sender(d.listen, "fresh", L, H, model="m", params=1)
+        for st in (3, 4, 5):
+            for lay, x in enumerate(b):
+                snd3.snapshot(st, lay, x, inc=300, resume=2)
+        send_end(snd3, 300)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            with h5py.File(second, "r", libver="latest", swmr=True) as f:
+                if f["step"].shape[0] == 8 and f["ended"][-1] == 1:
+                    break
+            time.sleep(0.05)
+        for s_ in (snd, snd2, snd3):
+            s_.close()
+        dr = drops(d)
+    finally:
+        assert d.stop() == 0
+    with h5py.File(first, "r") as f:
+        assert list(f["step"][:]) == list(range(10)), f["step"][:]
+        assert set(f["inc"][:]) == {100}, f["inc"][:]
+    with h5py.File(second, "r") as f:
+        assert list(f["step"][:]) == [0, 1, 2, 3, 4, 3, 4, 5], f["step"][:]
+        assert int(f.attrs["generation"]) == 2
+    rep = report(second)
+    assert rep["steps_used"] == 6 and rep["rows_superseded"] == 2, rep
+    assert not dr, dr
+
+
 CASES = {
     "kill_restart": case_kill_restart,
     "kill_before_first_flush": case_kill_before_first_flush,
@@ -458,6 +505,7 @@ CASES = {
     "reuse_shape": case_reuse_shape,
     "umask": case_umask,
     "full_table": case_full_table,
+    "fresh_after_end": case_fresh_after_end,
 }
 
 
