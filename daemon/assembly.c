@@ -787,7 +787,7 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 			seq_check(r, inc, m->seq);
 		r->ending = 1;
 		r->end_inc = incv;
-		log_info("run %s: end received (lost %lld, incomplete %lld)", r->meta.run,
+		log_info("run %s: end received (this session: lost %lld, incomplete %lld)", r->meta.run,
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);
 	}

@@ -6,7 +6,9 @@
  * A process must not SWMR-read a file it also writes: HDF5 would hand the
  * reader the writer's open file and caches, not what is on disk.
  */
+#include <errno.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +169,11 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
 	    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0) {
 		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
+		goto fail;
+	}
+	struct stat sb;
+	if (stat(path, &sb) != 0) {	/* say why plainly, before HDF5 does not */
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		goto fail;
 	}
 	r->file = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);

@@ -1006,16 +1006,20 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 	    sw_h5_attr_num(file, "row_stats", H5T_NATIVE_UINT8, &rowstats) < 0 ||
 	    sw_h5_attr_num(file, "params", H5T_NATIVE_UINT64, &params) < 0)
 		H5Eclear2(H5E_DEFAULT);
-	if (layers != m->layers || heads != m->heads || sink != m->sink ||
-	    rows != m->rows || keys != m->keys || fixed != (m->fixed_probe != 0) ||
-	    rowstats != (m->row_stats != 0) || params != m->params ||
-	    !attr_is(file, "kind", m->kind) || !attr_is(file, "dtype", m->dtype) ||
-	    !attr_is(file, "model", m->model)) {
-		snprintf(err, errlen, "%s: holds %u layers x %u heads, sink %u, probe [%u, %u] "
-		    "%s; the run now has %u x %u, sink %u, probe [%u, %u] %s, or another model, "
-		    "kind or dtype", path, layers, heads, sink, rows, keys,
-		    fixed ? "fixed" : "varying", m->layers, m->heads, m->sink, m->rows, m->keys,
-		    m->fixed_probe ? "fixed" : "varying");
+	const char *what = layers != m->layers ? "layers" : heads != m->heads ? "heads" :
+	    sink != m->sink ? "sink" : rows != m->rows ? "probe rows" :
+	    keys != m->keys ? "keys" : fixed != (m->fixed_probe != 0) ? "fixed_probe" :
+	    rowstats != (m->row_stats != 0) ? "row_stats" : params != m->params ? "params" :
+	    !attr_is(file, "kind", m->kind) ? "kind" : !attr_is(file, "dtype", m->dtype) ?
+	    "dtype" : !attr_is(file, "model", m->model) ? "model" : NULL;
+	if (what) {
+		snprintf(err, errlen, "%s: holds the run with another %s (the file: %u layers x "
+		    "%u heads, sink %u, probe [%u, %u] %s, params %llu; the run now: %u x %u, "
+		    "sink %u, probe [%u, %u] %s, params %llu, kind %s, dtype %s)", path, what,
+		    layers, heads, sink, rows, keys, fixed ? "fixed" : "varying",
+		    (unsigned long long)params, m->layers, m->heads, m->sink, m->rows, m->keys,
+		    m->fixed_probe ? "fixed" : "varying", (unsigned long long)m->params,
+		    m->kind ? m->kind : "-", m->dtype ? m->dtype : "-");
 		goto done;
 	}
 	/* every dataset, with the shape this run needs */

@@ -152,7 +152,7 @@ def case_crash():
     # no daemon: check clears
     rc, out, err = check(path)
     assert rc == 0, "check of a killed daemon's file: rc %d\n%s%s" % (rc, out, err)
-    m = re.search(r"^  steps: +(\d+) committed, step (-?\d+) \.\. (-?\d+)$", out, re.M)
+    m = re.search(r"^  rows: +(\d+) committed, step (-?\d+) \.\. (-?\d+)$", out, re.M)
     assert m, "no step count in:\n" + out
     assert (int(m[1]), int(m[2]), int(m[3])) == (n, first, last), (m.groups(), n, first, last)
     assert "cleared" in out and re.search(r"verdict: +whole", out), out

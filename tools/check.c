@@ -452,7 +452,7 @@ text_report(const struct filecheck *fc)
 	}
 	printf("  %-15s%s\n", "run:", fc->run);
 	printf("  %-15s%d\n", "layout:", (int)fc->layout);
-	printf("  %-15s%lld committed", "steps:", (long long)fc->steps);
+	printf("  %-15s%lld committed", "rows:", (long long)fc->steps);
 	if (fc->steps > 0)
 		printf(", step %lld .. %lld", (long long)fc->first, (long long)fc->last);
 	printf("\n");

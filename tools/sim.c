@@ -263,11 +263,13 @@ sw_sim_main(int argc, char **argv)
 	sw_client_end(c);
 	sw_client_flush(c, 5000);
 	sw_client_stats st;
-	sw_client_get_stats(c, &st);
-	sw_client_destroy(&c);
+	/* the final figures: what the linger left queued counts as dropped */
+	sw_client_destroy_stats(&c, &st);
 	fprintf(stderr, "sinkwatch sim: run %s: %ld steps x %ld layers, %llu messages sent, "
 	    "%llu dropped\n", o.run, o.steps, o.layers, (unsigned long long)st.sent,
 	    (unsigned long long)st.dropped);
+	if (st.dropped)
+		failed++;
 	free(buf);
 	free(z);
 	free(qpos);
