@@ -51,7 +51,6 @@ struct arun {
 	struct astep *open;
 	int64_t nopen, jobs;
 	int ending;
-	uint64_t end_inc;	/* the incarnation that sent the end */
 	uint64_t last_ms;
 	struct arun *next;
 };
@@ -521,7 +520,6 @@ new_run(swd_asm *a, const swd_meta *mm, uint64_t now, char *why, size_t len, int
 		}
 		log_info("run %s: the run table is full: closing it (least recently active)",
 		    old->meta.run);
-		a->st.runs_closed_full++;
 		finish_run(a, old, WQ_CLOSE);
 	}
 	struct arun *r = calloc(1, sizeof(*r));
@@ -786,7 +784,6 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		if (inc)
 			seq_check(r, inc, m->seq);
 		r->ending = 1;
-		r->end_inc = incv;
 		log_info("run %s: end received (this session: lost %lld, incomplete %lld)", r->meta.run,
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);

@@ -53,7 +53,7 @@ typedef struct swd_ticket {
 
 /* Counters the daemon reports (status). */
 typedef struct swd_asm_stats {
-	int64_t steps_complete, steps_incomplete, runs_closed_full;
+	int64_t steps_complete, steps_incomplete;
 } swd_asm_stats;
 
 /* What status shows of one run. */

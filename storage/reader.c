@@ -23,7 +23,7 @@
 
 /* The datasets are the schema's (runfile.h); a few by name. */
 #define NNAMES 64	/* >= sw_schema_count() */
-static int IDX_STEP, IDX_INC, IDX_SEQ_NEXT, IDX_RES_INC, IDX_RES_STEP, IDX_ROW_STATUS,
+static int IDX_STEP, IDX_INC, IDX_RES_INC, IDX_RES_STEP, IDX_ROW_STATUS,
     IDX_ROWSTAT0;
 #define STEP_INDEX ((size_t)IDX_STEP)
 
@@ -32,7 +32,6 @@ find_indices(void)
 {
 	IDX_STEP = sw_schema_find("step");
 	IDX_INC = sw_schema_find("inc");
-	IDX_SEQ_NEXT = sw_schema_find("seq_next");
 	IDX_RES_INC = sw_schema_find("resume_inc");
 	IDX_RES_STEP = sw_schema_find("resume_step");
 	IDX_ROW_STATUS = sw_schema_find("row_status");
@@ -366,11 +365,10 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 	out->nres = nr;
 	out->step = malloc((size_t)T * sizeof(int64_t) + 1);
 	out->inc = calloc((size_t)T + 1, sizeof(uint64_t));
-	out->seq_next = calloc((size_t)T + 1, sizeof(uint64_t));
 	out->inc_lost = calloc((size_t)T + 1, sizeof(int64_t));
 	out->res_inc = malloc((size_t)nr * sizeof(uint64_t) + 1);
 	out->res_step = malloc((size_t)nr * sizeof(int64_t) + 1);
-	if (!out->step || !out->inc || !out->seq_next || !out->inc_lost || !out->res_inc ||
+	if (!out->step || !out->inc || !out->inc_lost || !out->res_inc ||
 	    !out->res_step) {
 		sw_rows_free(out);
 		snprintf(err, errlen, "out of memory");
@@ -381,8 +379,6 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 	    (r->version >= 2 &&
 	    (read_range(r, (size_t)IDX_INC, 0, T, r->committed, H5T_NATIVE_UINT64, out->inc,
 	    (size_t)T, err, errlen) < 0 ||
-	    read_range(r, (size_t)IDX_SEQ_NEXT, 0, T, r->committed, H5T_NATIVE_UINT64,
-	    out->seq_next, (size_t)T, err, errlen) < 0 ||
 	    read_range(r, (size_t)IDX_RES_INC, 0, nr, nr, H5T_NATIVE_UINT64, out->res_inc,
 	    (size_t)nr, err, errlen) < 0 ||
 	    read_range(r, (size_t)IDX_RES_STEP, 0, nr, nr, H5T_NATIVE_INT64, out->res_step,

@@ -1424,7 +1424,6 @@ sw_rows_free(sw_rows *r)
 {
 	free(r->step);
 	free(r->inc);
-	free(r->seq_next);
 	free(r->inc_lost);
 	free(r->stored);
 	free(r->res_inc);
@@ -1445,13 +1444,12 @@ sw_runfile_rows(const sw_runfile *f, sw_rows *out, char *err, size_t errlen)
 	out->nres = (int64_t)nr;
 	out->step = malloc(n * sizeof(int64_t) + 1);
 	out->inc = malloc(n * sizeof(uint64_t) + 1);
-	out->seq_next = malloc(n * sizeof(uint64_t) + 1);
 	out->inc_lost = malloc(n * sizeof(int64_t) + 1);
 	out->stored = malloc(n * sizeof(int64_t) + 1);
 	out->res_inc = malloc(nr * sizeof(uint64_t) + 1);
 	out->res_step = malloc(nr * sizeof(int64_t) + 1);
 	uint8_t *miss = malloc(n * f->layers + 1);
-	if (!out->step || !out->inc || !out->seq_next || !out->inc_lost || !out->stored ||
+	if (!out->step || !out->inc || !out->inc_lost || !out->stored ||
 	    !out->res_inc || !out->res_step || !miss) {
 		free(miss);
 		sw_rows_free(out);
@@ -1460,7 +1458,6 @@ sw_runfile_rows(const sw_runfile *f, sw_rows *out, char *err, size_t errlen)
 	}
 	if (read_col(f, D_STEP, n, 1, H5T_NATIVE_INT64, out->step) < 0 ||
 	    read_col(f, D_INC, n, 1, H5T_NATIVE_UINT64, out->inc) < 0 ||
-	    read_col(f, D_SEQ_NEXT, n, 1, H5T_NATIVE_UINT64, out->seq_next) < 0 ||
 	    read_col(f, D_INC_LOST, n, 1, H5T_NATIVE_INT64, out->inc_lost) < 0 ||
 	    read_col(f, D_MISSING, n, f->layers, H5T_NATIVE_UINT8, miss) < 0 ||
 	    read_col(f, D_RES_INC, nr, 1, H5T_NATIVE_UINT64, out->res_inc) < 0 ||

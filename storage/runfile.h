@@ -213,7 +213,7 @@ int sw_runfile_add_resume(sw_runfile *f, uint64_t inc, int64_t from, char *err,
 
 /*
  * What the file already holds, for a writer that resumes it: the step,
- * incarnation and seq_next of every committed row, and the resume records.
+ * incarnation of every committed row, and the resume records.
  * Arrays are malloc'd (the caller frees them); counts in *nrows, *nres.
  * The last row's lost and incomplete counters in *lost, *incomplete.
  */
@@ -221,7 +221,6 @@ typedef struct sw_rows {
 	int64_t n;
 	int64_t *step;
 	uint64_t *inc;
-	uint64_t *seq_next;
 	int64_t *inc_lost;	/* the row's incarnation's lost, as of it (writer only) */
 	int64_t *stored;	/* messages the row holds: layers not missing (writer only) */
 	int64_t nres;

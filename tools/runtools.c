@@ -347,20 +347,6 @@ read_all(sw_reader *r, const char *name, int64_t T, size_t LH, char *err, size_t
 	return v;
 }
 
-/* The mean over a layer's heads of x[h] (stride 1), finite heads only. */
-static double
-layer_mean(const double *x, size_t H)
-{
-	double sum = 0;
-	size_t n = 0;
-	for (size_t h = 0; h < H; h++)
-		if (isfinite(x[h])) {
-			sum += x[h];
-			n++;
-		}
-	return n ? sum / (double)n : NAN;
-}
-
 static void
 json_nums(sw_json *j, const char *key, const double *x, size_t n)
 {
@@ -398,8 +384,8 @@ json_series(sw_json *j, const sw_runmeta *m, double *const *v, const sw_view *vi
 		memset(hs, 0, 2 * LH * sizeof(double));
 		for (size_t k = 0; k < n; k++) {
 			size_t t = (size_t)view->row[k];
-			col[k] = layer_mean(v[4] + t * LH + h0, nh);
-			col[n + k] = layer_mean(v[2] + t * LH + h0, nh);
+			col[k] = finite_mean(v[4] + t * LH + h0, nh);
+			col[n + k] = finite_mean(v[2] + t * LH + h0, nh);
 			double s = 0, c = 0;
 			for (size_t i = h0; i < h0 + nh; i++) {
 				double a = ivl[(k * LH + i) * 2], b = ivl[(k * LH + i) * 2 + 1];
