@@ -29,13 +29,17 @@
 enum key {
 	K_V, K_TYPE, K_RUN, K_SEQ, K_MODEL, K_PARAMS, K_LAYERS, K_HEADS,
 	K_SINK, K_FIXED, K_STEP, K_LAYER, K_KIND, K_DTYPE, K_SHAPE, K_QPOS,
-	K_TIME, K_INC, K_RESUME, K__N
+	K_TIME, K_INC, K_RESUME,
+	K_RANK, K_SENDERS, K_HEAD0, K_ROW0, K_ROWS,	/* version 2 */
+	K__N
 };
+#define K_V2_FIRST K_RANK	/* keys from here are unknown to a v1 message */
 
 static const char *const key_names[K__N] = {
 	"v", "type", "run", "seq", "model", "params", "layers", "heads",
 	"sink", "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos",
-	"time", "inc", "resume"
+	"time", "inc", "resume",
+	"rank", "senders", "head0", "row0", "rows"
 };
 
 static const struct {
@@ -85,6 +89,8 @@ struct fields {
 	bool has_resume;
 	uint64_t resume;	/* magnitude; resume_neg gives the sign */
 	bool resume_neg;
+	uint64_t version;
+	uint64_t rank, senders, head0, row0, rows;	/* v2; defaults for v1 */
 };
 
 const char *
@@ -179,12 +185,26 @@ check_limits(const struct fields *f, char *detail, size_t dlen)
 		if (f->heads < 1 || f->heads > SWP_HEADS_MAX)
 			return fail(detail, dlen, SWP_E_LIMIT, "heads: %llu, not in 1..%d",
 			    (unsigned long long)f->heads, SWP_HEADS_MAX);
-		if (f->shape[0] != f->heads)
+		if (f->head0 >= f->heads)
+			return fail(detail, dlen, SWP_E_LIMIT, "head0: %llu, heads %llu",
+			    (unsigned long long)f->head0, (unsigned long long)f->heads);
+		if (f->version < 2 && f->shape[0] != f->heads)
 			return fail(detail, dlen, SWP_E_DIMS, "shape[0]: %llu, heads %llu",
 			    (unsigned long long)f->shape[0], (unsigned long long)f->heads);
+		if (f->shape[0] < 1 || f->shape[0] > f->heads - f->head0)
+			return fail(detail, dlen, SWP_E_DIMS, "shape[0]: %llu heads from head0 "
+			    "%llu, heads %llu", (unsigned long long)f->shape[0],
+			    (unsigned long long)f->head0, (unsigned long long)f->heads);
 		if (f->shape[1] < 1 || f->shape[1] > SWP_ROWS_MAX)
 			return fail(detail, dlen, SWP_E_LIMIT, "shape[1] (rows): %llu, not in 1..%d",
 			    (unsigned long long)f->shape[1], SWP_ROWS_MAX);
+		if (f->rows < 1 || f->rows > SWP_ROWS_MAX)
+			return fail(detail, dlen, SWP_E_LIMIT, "rows: %llu, not in 1..%d",
+			    (unsigned long long)f->rows, SWP_ROWS_MAX);
+		if (f->row0 >= f->rows || f->shape[1] > f->rows - f->row0)
+			return fail(detail, dlen, SWP_E_DIMS, "shape[1]: %llu rows from row0 %llu, "
+			    "rows %llu", (unsigned long long)f->shape[1],
+			    (unsigned long long)f->row0, (unsigned long long)f->rows);
 		if (f->shape[2] < 1 || f->shape[2] > SWP_KEYS_MAX)
 			return fail(detail, dlen, SWP_E_LIMIT, "shape[2] (keys): %llu, not in 1..%u",
 			    (unsigned long long)f->shape[2], SWP_KEYS_MAX);
@@ -207,6 +227,15 @@ check_limits(const struct fields *f, char *detail, size_t dlen)
 			return fail(detail, dlen, SWP_E_LIMIT, "sink: %llu, keys %llu",
 			    (unsigned long long)f->sink, (unsigned long long)f->shape[2]);
 	}
+	if (f->senders < 1 || f->senders > SWP_SENDERS_MAX)
+		return fail(detail, dlen, SWP_E_LIMIT, "senders: %llu, not in 1..%d",
+		    (unsigned long long)f->senders, SWP_SENDERS_MAX);
+	if (f->rank >= f->senders)
+		return fail(detail, dlen, SWP_E_LIMIT, "rank: %llu, senders %llu",
+		    (unsigned long long)f->rank, (unsigned long long)f->senders);
+	if (f->senders > 1 && f->inc == 0)
+		return fail(detail, dlen, SWP_E_FIELD, "inc: required with senders %llu "
+		    "(the senders of one incarnation share it)", (unsigned long long)f->senders);
 	if (f->has_resume && (f->resume_neg || f->resume > INT64_MAX))
 		return fail(detail, dlen, SWP_E_LIMIT, "resume: not a step in 0..2^63-1");
 	if ((e = check_run(f->run, f->runlen, detail, dlen)) != SWP_OK)
@@ -302,6 +331,11 @@ fields_from_msg(const swp_msg *m, struct fields *f)
 	f->has_resume = m->has_resume;
 	f->resume_neg = m->resume < 0;
 	f->resume = m->resume < 0 ? 0 : (uint64_t)m->resume;
+	f->rank = m->rank;
+	f->senders = m->senders ? m->senders : 1;
+	f->version = 1;
+	if (f->senders > 1 || f->rank != 0)
+		f->version = 2;
 	if (m->type != SWP_SNAPSHOT)
 		return SWP_OK;
 	if ((unsigned)m->kind > SWP_ROWSTATS)
@@ -327,7 +361,31 @@ fields_from_msg(const swp_msg *m, struct fields *f)
 	f->shape[2] = m->shape[2];
 	f->has_qpos = m->qpos != NULL;
 	f->nqpos = m->shape[1];
+	f->head0 = m->head0;
+	f->row0 = m->row0;
+	f->rows = m->rows ? m->rows : m->shape[1];
+	if (m->shape[0] != m->heads || m->head0 != 0 || m->shape[1] != f->rows || m->row0 != 0)
+		f->version = 2;
 	return SWP_OK;
+}
+
+/* Which version 2 keys a canonical header has (PROTOCOL.md 5, 7b). */
+static bool
+v2_senders(const struct fields *f)
+{
+	return f->senders > 1 || f->rank != 0;
+}
+
+static bool
+v2_heads(const swp_msg *m, const struct fields *f)
+{
+	return m->type == SWP_SNAPSHOT && (f->shape[0] != f->heads || f->head0 != 0);
+}
+
+static bool
+v2_rows(const swp_msg *m, const struct fields *f)
+{
+	return m->type == SWP_SNAPSHOT && (f->shape[1] != f->rows || f->row0 != 0);
 }
 
 /* Checks m as the decoder would; the number of map keys its header has. */
@@ -348,6 +406,7 @@ header_check(const swp_msg *m, struct fields *f, size_t *nkeys)
 	else
 		*nkeys = 4 + (isfinite(m->time) != 0);
 	*nkeys += (m->inc != 0) + (m->has_resume != 0);
+	*nkeys += 2 * v2_senders(f) + v2_heads(m, f) + 2 * v2_rows(m, f);
 	return SWP_OK;
 }
 
@@ -361,7 +420,7 @@ header_pack(msgpack_packer *pk, const swp_msg *m, const struct fields *f, size_t
 
 	r |= msgpack_pack_map(pk, nkeys);
 	r |= pack_key(pk, K_V);
-	r |= msgpack_pack_uint64(pk, SWP_VERSION);
+	r |= msgpack_pack_uint64(pk, f->version);
 	r |= pack_key(pk, K_TYPE);
 	r |= m->type == SWP_SNAPSHOT ? pack_cstr(pk, "snapshot", 8) : pack_cstr(pk, "end", 3);
 	r |= pack_key(pk, K_RUN);
@@ -412,6 +471,22 @@ header_pack(msgpack_packer *pk, const swp_msg *m, const struct fields *f, size_t
 		r |= pack_key(pk, K_RESUME);
 		r |= msgpack_pack_int64(pk, m->resume);
 	}
+	if (v2_senders(f)) {
+		r |= pack_key(pk, K_RANK);
+		r |= msgpack_pack_uint64(pk, f->rank);
+		r |= pack_key(pk, K_SENDERS);
+		r |= msgpack_pack_uint64(pk, f->senders);
+	}
+	if (v2_heads(m, f)) {
+		r |= pack_key(pk, K_HEAD0);
+		r |= msgpack_pack_uint64(pk, f->head0);
+	}
+	if (v2_rows(m, f)) {
+		r |= pack_key(pk, K_ROW0);
+		r |= msgpack_pack_uint64(pk, f->row0);
+		r |= pack_key(pk, K_ROWS);
+		r |= msgpack_pack_uint64(pk, f->rows);
+	}
 	return r;
 }
 
@@ -454,10 +529,10 @@ size_t
 swp_header_bound(const swp_msg *m)
 {
 	/*
-	 * 19 keys of at most 12 bytes with their prefix (228), 14 numbers of
-	 * at most 9 bytes (126), type, kind and dtype strings of at most 10
+	 * 24 keys of at most 12 bytes with their prefix (288), 19 numbers of
+	 * at most 9 bytes (171), type, kind and dtype strings of at most 10
 	 * (30), run and model with str8/str16 prefixes (130 + 259), map and
-	 * shape prefixes (4): 777; the test encodes the largest header.
+	 * shape prefixes (4): 882; the test encodes the largest header.
 	 * qpos: a 5-byte array prefix and at most 5 bytes each.
 	 */
 	size_t b = 1024;
@@ -638,13 +713,13 @@ str_is(const msgpack_object *o, const char *s)
 }
 
 static int
-lookup_key(const msgpack_object *o)
+lookup_key(const msgpack_object *o, uint64_t version)
 {
-	int k;
+	int k, n = version < 2 ? K_V2_FIRST : K__N;
 
 	if (o->type != MSGPACK_OBJECT_STR)
 		return -1;
-	for (k = 0; k < K__N; k++)
+	for (k = 0; k < n; k++)
 		if (str_is(o, key_names[k]))
 			return k;
 	return -1;
@@ -712,7 +787,7 @@ decode_map(const msgpack_object *root, size_t nframes, struct fields *f,
 
 	/* Unknown keys are skipped, so that a later minor addition still parses. */
 	for (i = 0; i < n; i++) {
-		if ((k = lookup_key(&kv[i].key)) < 0)
+		if ((k = lookup_key(&kv[i].key, kv[0].val.via.u64)) < 0)
 			continue;
 		if (val[k] != NULL)
 			return fail(detail, dlen, SWP_E_FIELD, "%s: duplicate key", key_names[k]);
@@ -820,6 +895,19 @@ decode_map(const msgpack_object *root, size_t nframes, struct fields *f,
 		else
 			return fail(detail, dlen, SWP_E_FIELD, "resume: not an integer");
 	}
+	/* Version 2, optional; absent (or nil) is the v1 meaning (PROTOCOL.md 7b). */
+	f->version = kv[0].val.via.u64;
+	f->senders = 1;
+	f->rows = f->shape[1];
+	for (k = K_RANK; k < K__N; k++) {
+		uint64_t *dst[] = { &f->rank, &f->senders, &f->head0, &f->row0, &f->rows };
+		if ((o = val[k]) == NULL || o->type == MSGPACK_OBJECT_NIL)
+			continue;
+		if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+			return fail(detail, dlen, SWP_E_FIELD, "%s: not an unsigned integer",
+			    key_names[k]);
+		*dst[k - K_RANK] = o->via.u64;
+	}
 	return check_limits(f, detail, dlen);
 }
 
@@ -926,6 +1014,9 @@ swp_decode(const void *const *frames, const size_t *sizes, size_t nframes,
 	out->inc = f.inc;
 	out->has_resume = f.has_resume;
 	out->resume = f.has_resume ? (int64_t)f.resume : 0;
+	out->version = (uint32_t)f.version;
+	out->rank = (uint32_t)f.rank;
+	out->senders = (uint32_t)f.senders;
 	if (f.type == SWP_SNAPSHOT) {
 		memcpy(out->model, f.model, f.modellen);
 		out->params = f.params;
@@ -939,6 +1030,9 @@ swp_decode(const void *const *frames, const size_t *sizes, size_t nframes,
 		out->dtype = f.dtype;
 		for (i = 0; i < 3; i++)
 			out->shape[i] = (uint32_t)f.shape[i];
+		out->head0 = (uint32_t)f.head0;
+		out->row0 = (uint32_t)f.row0;
+		out->rows = (uint32_t)f.rows;
 		out->tensor = frames[2];
 		out->tensor_bytes = sizes[2];
 	}

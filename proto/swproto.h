@@ -11,6 +11,10 @@
  *
  * Protocol version history (SWP_VERSION is the current one):
  *   1  2026-12  first version: snapshot (probs, logits, rowstats) and end.
+ *   2  2026-12  several senders of one run: rank and senders; a snapshot
+ *               may carry some heads (head0) and some rows (row0, rows) of
+ *               its layer, so shape[0] is the heads it carries. A v1
+ *               message is a v2 message with one sender and whole layers.
  * SWP_VERSION_MIN is the oldest version a decoder of this version accepts.
  */
 #ifndef SWPROTO_H
@@ -24,7 +28,7 @@
 extern "C" {
 #endif
 
-#define SWP_VERSION 1
+#define SWP_VERSION 2
 #define SWP_VERSION_MIN 1
 
 #define SWP_TOPIC_PREFIX "sw/"
@@ -38,6 +42,7 @@ extern "C" {
 #define SWP_HEADS_MAX 1024
 #define SWP_ROWS_MAX 65536
 #define SWP_KEYS_MAX (1u << 20)
+#define SWP_SENDERS_MAX 65536	/* senders of one incarnation (v2) */
 #define SWP_ROWSTATS_FIELDS 6	/* s, w, H, hb, Hc, b per row */
 #define SWP_DEPTH_MAX 8		/* msgpack nesting in the header, its map included */
 #define SWP_TENSOR_MAX_DEFAULT (256ull << 20)	/* a receiver's default cap */
@@ -90,6 +95,15 @@ typedef struct swp_msg {
 	uint64_t inc;		/* sender incarnation (PROTOCOL.md 7a); 0 if absent */
 	bool has_resume;	/* the incarnation resumes from step `resume` */
 	int64_t resume;		/* earlier incarnations' steps > resume are superseded */
+	/*
+	 * Version 2 (PROTOCOL.md 7b). The decoder fills them for every
+	 * version (v1: rank 0, senders 1, head0 0, row0 0, rows shape[1]);
+	 * an encoder takes senders 0 as 1 and rows 0 as shape[1], and writes
+	 * v 2 only when one of them says more than v1 can.
+	 */
+	uint32_t version;	/* decoded "v"; ignored by the encoders */
+	uint32_t rank;		/* this sender, < senders */
+	uint32_t senders;	/* senders of the incarnation, 1..SWP_SENDERS_MAX */
 	/* snapshot only */
 	char model[SWP_MODEL_MAX + 1];
 	uint64_t params;	/* model parameter count */
@@ -100,7 +114,11 @@ typedef struct swp_msg {
 	uint32_t layer;		/* < layers */
 	swp_kind kind;
 	swp_dtype dtype;
-	uint32_t shape[3];	/* heads (== heads), rows, keys */
+	uint32_t shape[3];	/* heads, rows, keys of the tensor: heads head0.. and
+				 * rows row0.. of the layer (v1: all of them) */
+	uint32_t head0;		/* the layer's first head in the tensor */
+	uint32_t row0;		/* the probe's first row in the tensor */
+	uint32_t rows;		/* the probe's rows (all senders together) */
 	uint32_t *qpos;		/* NULL or shape[1] entries; owned as stated per call */
 	const void *tensor;	/* not owned */
 	size_t tensor_bytes;

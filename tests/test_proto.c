@@ -1800,7 +1800,7 @@ START_TEST(test_check_order)
 	e.hdrlen = 4;
 	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_MSGPACK);
 	e.hdr = NULL;
-	h.v = 2;			/* version before type */
+	h.v = 3;			/* version before type */
 	h.type = "nope";
 	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_VERSION);
 	hb_default(&h);			/* duplicate key before type */

@@ -217,7 +217,7 @@ BAD = {
     "bad_topic_prefix": ([b"xx/" + RUN.encode(), H, T], "topic"),
     "bad_topic_empty_run": ([b"sw/", H, T], "topic"),
     "bad_header_empty": ([TP, b"", T], "header_size"),
-    "bad_version": ([TP, mp_map(replace(probs_f32, "v", 2)), T], "version"),
+    "bad_version": ([TP, mp_map(replace(probs_f32, "v", 3)), T], "version"),
     "bad_version_0": ([TP, mp_map(replace(probs_f32, "v", 0)), T], "version"),
     "bad_v_not_first": ([TP, mp_map([probs_f32[1], probs_f32[0]] + probs_f32[2:]), T],
                         "version"),
