@@ -3,6 +3,7 @@
  * struct: which run and step a layer belongs to, which messages are
  * duplicates or late, when a step is whole or given up, when a run ends.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +18,48 @@
 #define IMPLICIT_RING 256	/* closed runs' inferred incarnations, to go on with */
 #define CLOSED_RING 64		/* runs closed idle, for an end that comes later */
 
+#define CMP_TOL 1e-6		/* PROTOCOL.md 7b: copies differ beyond this (s, nats) */
+
+/* A sender of an incarnation (PROTOCOL.md 7b): its seq and its counters. */
+struct asend {
+	swd_sender c;
+	struct asend *next;
+};
+
 struct ainc {
 	uint64_t inc;
-	uint64_t expect_seq, first_seq;
+	uint64_t first_seq;	/* the first seq seen of it (any sender) */
 	int64_t lost;		/* messages missing by seq, this session */
 	int named;		/* sent by the sender (inc), not inferred */
 	int has_resume;
 	int64_t resume;
+	uint32_t senders, nended;
+	struct asend *snd;
+	int32_t *owner;		/* [L * H * R] the rank of each cell's last sender, -2
+				 * none; several senders only */
+	size_t owner_bytes;
 	struct ainc *next;
+};
+
+/* The parts of one layer received so far (several senders). */
+struct gather {
+	uint8_t *buf;		/* [H * R * K] elements, zeros where nothing came */
+	size_t buf_bytes;
+	uint8_t *cover;		/* [H * R] 1 where the row of the head came */
+	uint32_t *qpos;		/* [R] */
+	uint8_t *qset;		/* [R] 1 where qpos[r] is known */
+	int has_qpos;		/* -1: not known yet */
+	uint64_t covered;
+	swp_msg hdr;		/* the first part's header, for the layer's message */
+	size_t bytes;		/* counted in inflight */
+};
+
+/* A duplicate computed, waiting for its step to be written to be compared. */
+struct pcopy {
+	swd_layer *ly;
+	struct asend *snd;
+	uint32_t layer, head0, row0;
+	struct pcopy *next;
 };
 
 struct astep {
@@ -32,10 +67,28 @@ struct astep {
 	struct ainc *inc;
 	uint64_t last_ms;	/* the last arrival of one of its layers */
 	uint64_t seq_min;	/* the least seq of its layers */
-	uint32_t have, in_work;
-	uint8_t *state;		/* [layers]: 0 none, 1 admitted, 2 in work, 3 done */
+	uint32_t have, in_work, partial;
+	int timed_out;		/* its gathered layers were started as they were */
+	uint8_t *state;		/* [layers]: 0 none, 1 admitted, 2 in work, 3 done, 4 gathering */
 	swd_layer **layers;	/* [layers] */
+	struct gather **g;	/* [layers] or NULL */
+	struct pcopy *copies;
 	struct astep *next;
+};
+
+/*
+ * What the last written step of a several-sender incarnation held, so that
+ * a duplicate arriving after the step went to the writer is compared too:
+ * per head the mean sink mass and entropy, and per row (fixed probes).
+ */
+struct digest {
+	int64_t step;
+	uint64_t inc;
+	int valid;
+	double *hs, *hH, *rs, *rH;	/* [L * H], [L * H * R] */
+	uint64_t *hrows;
+	uint8_t *hok, *rok;
+	size_t bytes;
 };
 
 struct arun {
@@ -52,6 +105,8 @@ struct arun {
 	int64_t nopen, jobs;
 	int ending;
 	uint64_t last_ms;
+	struct digest dg;
+	char last_gap[160];
 	struct arun *next;
 };
 
@@ -118,14 +173,67 @@ swd_asm_new(const swd_asm_conf *c, swd_asm_emit emit, void *ud)
 }
 
 static void
-free_step(struct astep *s, uint32_t layers, atomic_llong *inflight)
+charge(swd_asm *a, long long bytes)
 {
-	if (s->layers)
-		for (uint32_t i = 0; i < layers; i++)
+	if (a->c.inflight)
+		atomic_fetch_add(a->c.inflight, bytes);
+}
+
+static int
+over_budget(const swd_asm *a, size_t bytes)
+{
+	return a->c.budget_bytes > 0 && a->c.inflight &&
+	    atomic_load(a->c.inflight) + (long long)bytes > a->c.budget_bytes;
+}
+
+static void
+gather_free(swd_asm *a, struct gather *g)
+{
+	if (!g)
+		return;
+	charge(a, -(long long)g->bytes);
+	free(g->buf);
+	free(g->cover);
+	free(g->qpos);
+	free(g->qset);
+	free(g);
+}
+
+static void
+free_step(swd_asm *a, struct astep *s, uint32_t layers)
+{
+	atomic_llong *inflight = a ? a->c.inflight : NULL;
+	for (uint32_t i = 0; i < layers; i++) {
+		if (s->layers)
 			swd_layer_free(s->layers[i], inflight);
+		if (s->g)
+			gather_free(a, s->g[i]);
+	}
+	while (s->copies) {
+		struct pcopy *c = s->copies;
+		s->copies = c->next;
+		c->snd->c.uncompared++;
+		swd_layer_free(c->ly, inflight);
+		free(c);
+	}
 	free(s->layers);
+	free(s->g);
 	free(s->state);
 	free(s);
+}
+
+static void
+digest_free(swd_asm *a, struct digest *d)
+{
+	charge(a, -(long long)d->bytes);
+	free(d->hs);
+	free(d->hH);
+	free(d->hrows);
+	free(d->hok);
+	free(d->rs);
+	free(d->rH);
+	free(d->rok);
+	memset(d, 0, sizeof(*d));
 }
 
 static void
@@ -134,13 +242,21 @@ free_run(swd_asm *a, struct arun *r)
 	while (r->open) {
 		struct astep *s = r->open;
 		r->open = s->next;
-		free_step(s, r->meta.layers, a->c.inflight);
+		free_step(a, s, r->meta.layers);
 	}
 	while (r->incs) {
 		struct ainc *i = r->incs;
 		r->incs = i->next;
+		while (i->snd) {
+			struct asend *d = i->snd;
+			i->snd = d->next;
+			free(d);
+		}
+		charge(a, -(long long)i->owner_bytes);
+		free(i->owner);
 		free(i);
 	}
+	digest_free(a, &r->dg);
 	free(r);
 }
 
@@ -169,7 +285,7 @@ meta_from(swd_meta *mm, const swp_msg *m)
 	mm->layers = m->layers;
 	mm->heads = m->heads;
 	mm->sink = m->sink;
-	mm->rows = m->shape[1];
+	mm->rows = m->rows ? m->rows : m->shape[1];	/* the probe's, all senders' */
 	mm->keys = m->shape[2];
 	mm->fixed_probe = m->fixed_probe;
 	mm->kind = m->kind;
@@ -188,6 +304,261 @@ item(struct arun *r, int t)
 	return it;
 }
 
+static struct asend *
+find_sender(struct ainc *i, uint32_t rank)
+{
+	for (struct asend *d = i->snd; d; d = d->next)
+		if (d->c.rank == rank)
+			return d;
+	return NULL;
+}
+
+static struct asend *
+new_sender(struct ainc *i, uint32_t rank, uint64_t seq)
+{
+	struct asend *d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	d->c.inc = i->inc;
+	d->c.rank = rank;
+	d->c.senders = i->senders;
+	d->c.first_seq = d->c.seq_next = seq;
+	/* in rank order, for status and the file */
+	struct asend **p = &i->snd;
+	while (*p && (*p)->c.rank < rank)
+		p = &(*p)->next;
+	d->next = *p;
+	*p = d;
+	return d;
+}
+
+/* The senders' counters, of one incarnation or of all: to the writer. */
+static int
+fill_senders(struct arun *r, struct ainc *only, swd_witem *it)
+{
+	size_t n = 0;
+	for (struct ainc *i = r->incs; i; i = i->next)
+		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next)
+			n++;
+	if (n == 0)
+		return 0;
+	if (!(it->snd = malloc(n * sizeof(*it->snd))))
+		return -1;
+	for (struct ainc *i = r->incs; i; i = i->next)
+		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next)
+			it->snd[it->nsnd++] = d->c;
+	return 0;
+}
+
+static void
+emit_senders(swd_asm *a, struct arun *r, struct ainc *only)
+{
+	swd_witem *it = item(r, WQ_SENDERS);
+	if (!it)
+		return;
+	if (fill_senders(r, only, it) != 0 || it->nsnd == 0) {
+		free(it->snd);
+		free(it);
+		return;
+	}
+	a->emit(a->ud, it);
+}
+
+/* The rank that should have sent cell (l, h, q) of incarnation i: -2 unknown. */
+static int32_t
+owner_of(const struct arun *r, const struct ainc *i, uint32_t l, uint32_t h, uint32_t q)
+{
+	if (i->owner)
+		return i->owner[((size_t)l * r->meta.heads + h) * r->meta.rows + q];
+	if (i->senders == 1 && i->snd)
+		return (int32_t)i->snd->c.rank;
+	return -2;
+}
+
+/*
+ * The missing heads of a step written incomplete, each named by the rank
+ * that should have sent it: [L * H], -1 where present. Counted against
+ * those senders, and logged (and kept for status) by layer and rank.
+ */
+static int32_t *
+missing_ranks(swd_asm *a, struct arun *r, struct astep *s)
+{
+	(void)a;
+	uint32_t L = r->meta.layers, H = r->meta.heads;
+	int32_t *mr = malloc((size_t)L * H * sizeof(*mr));
+	if (!mr)
+		return NULL;
+	char gap[sizeof(r->last_gap)] = "";
+	int groups = 0;
+	for (uint32_t l = 0; l < L; l++) {
+		const swd_layer *ly = s->layers[l];
+		for (uint32_t h = 0; h < H; h++) {
+			int32_t v = -1;
+			if (!ly)
+				v = owner_of(r, s->inc, l, h, 0);
+			else if (ly->miss_rank)
+				v = ly->miss_rank[h];
+			mr[(size_t)l * H + h] = v;
+			if (v == -1)
+				continue;
+			if (v >= 0) {
+				struct asend *d = find_sender(s->inc, (uint32_t)v);
+				if (!d)	/* a rank that sent before, not in this session */
+					d = new_sender(s->inc, (uint32_t)v, 0);
+				if (d)
+					d->c.missing++;
+			}
+			/* a group: heads h0..h of one layer and one rank */
+			if (h > 0 && mr[(size_t)l * H + h - 1] == v)
+				continue;
+			uint32_t e = h;
+			while (e + 1 < H && (ly ? (ly->miss_rank ? ly->miss_rank[e + 1] : -1) :
+			    owner_of(r, s->inc, l, e + 1, 0)) == v)
+				e++;
+			char rk[32];
+			if (v >= 0)
+				snprintf(rk, sizeof(rk), "rank %d", v);
+			else
+				snprintf(rk, sizeof(rk), "no rank known");
+			if (groups++ == 0)
+				snprintf(gap, sizeof(gap), "step %lld layer %u heads %u-%u missing (%s)",
+				    (long long)s->step, l, h, e, rk);
+			if (groups <= 8)
+				log_warn("run %s: step %lld layer %u heads %u-%u missing (%s)",
+				    r->meta.run, (long long)s->step, l, h, e, rk);
+		}
+	}
+	if (groups > 1) {
+		size_t n = strlen(gap);
+		snprintf(gap + n, sizeof(gap) - n, " and %d more", groups - 1);
+	}
+	if (groups)
+		memcpy(r->last_gap, gap, sizeof(gap));
+	return mr;
+}
+
+/* The run's digest of a step of a several-sender incarnation, to compare copies. */
+static void
+digest_step(swd_asm *a, struct arun *r, struct astep *s)
+{
+	struct digest *d = &r->dg;
+	uint32_t L = r->meta.layers, H = r->meta.heads, R = r->meta.rows;
+	size_t LH = (size_t)L * H, LHR = LH * R;
+	int fixed = r->meta.fixed_probe;
+	if (!d->hs) {
+		size_t b = LH * (3 * sizeof(double) + 1) + (fixed ? LHR * (2 * sizeof(double) + 1) : 0);
+		if (over_budget(a, b))
+			return;
+		d->hs = malloc(LH * sizeof(double));
+		d->hH = malloc(LH * sizeof(double));
+		d->hrows = malloc(LH * sizeof(uint64_t));
+		d->hok = malloc(LH);
+		if (fixed) {
+			d->rs = malloc(LHR * sizeof(double));
+			d->rH = malloc(LHR * sizeof(double));
+			d->rok = malloc(LHR);
+		}
+		d->bytes = b;
+		charge(a, (long long)b);
+		if (!d->hs || !d->hH || !d->hrows || !d->hok ||
+		    (fixed && (!d->rs || !d->rH || !d->rok))) {
+			digest_free(a, d);
+			return;
+		}
+	}
+	for (uint32_t l = 0; l < L; l++) {
+		const swd_layer *ly = s->layers[l];
+		for (uint32_t h = 0; h < H; h++) {
+			size_t i = (size_t)l * H + h;
+			int ok = ly && (!ly->miss_rank || ly->miss_rank[h] < 0);
+			d->hok[i] = (uint8_t)ok;
+			d->hrows[i] = ok ? ly->acc[h].rows : 0;
+			d->hs[i] = ok && d->hrows[i] ? ly->acc[h].s / (double)d->hrows[i] : NAN;
+			d->hH[i] = ok && d->hrows[i] ? ly->acc[h].H / (double)d->hrows[i] : NAN;
+			for (uint32_t q = 0; fixed && q < R; q++) {
+				size_t k = i * R + q;
+				const swm_row *w = ok && ly->rows_st && ly->rows == R ?
+				    &ly->rows_st[(size_t)h * R + q] : NULL;
+				d->rok[k] = w ? (uint8_t)w->status : 255;
+				d->rs[k] = w ? w->s : NAN;
+				d->rH[k] = w ? w->H : NAN;
+			}
+		}
+	}
+	d->step = s->step;
+	d->inc = s->inc->inc;
+	d->valid = 1;
+}
+
+/*
+ * A copy (a part or layer that another sender sent first) against the
+ * digest of what was kept: fixed probes row by row (status, s, H), others
+ * per head when the copy holds every row (rows, mean s, mean H). Returns
+ * 1 if they differ beyond CMP_TOL, 0 if they agree, -1 if nothing could be
+ * compared; what says where they differ.
+ */
+static int
+compare_copy(const struct arun *r, uint32_t l, const swd_layer *cl, uint32_t head0,
+    uint32_t row0, char *what, size_t wl)
+{
+	const struct digest *d = &r->dg;
+	uint32_t H = r->meta.heads, R = r->meta.rows;
+	int cmp = 0;
+	if (r->meta.fixed_probe && d->rs && cl->rows_st) {
+		for (uint32_t h = 0; h < cl->heads; h++)
+			for (uint32_t q = 0; q < cl->rows; q++) {
+				size_t k = ((size_t)l * H + head0 + h) * R + row0 + q;
+				const swm_row *w = &cl->rows_st[(size_t)h * cl->rows + q];
+				if (d->rok[k] == 255)
+					continue;
+				cmp = 1;
+				if (d->rok[k] != (uint8_t)w->status || (w->status == SWM_OK &&
+				    (fabs(w->s - d->rs[k]) > CMP_TOL || fabs(w->H - d->rH[k]) > CMP_TOL))) {
+					snprintf(what, wl, "head %u row %u: sink mass %.9g vs %.9g, entropy "
+					    "%.9g vs %.9g, status %d vs %d", head0 + h, row0 + q, w->s,
+					    d->rs[k], w->H, d->rH[k], (int)w->status, (int)d->rok[k]);
+					return 1;
+				}
+			}
+		return cmp ? 0 : -1;
+	}
+	if (row0 != 0 || cl->rows != R)
+		return -1;
+	for (uint32_t h = 0; h < cl->heads; h++) {
+		size_t i = (size_t)l * H + head0 + h;
+		if (!d->hok[i])
+			continue;
+		cmp = 1;
+		uint64_t n = cl->acc[h].rows;
+		double s = n ? cl->acc[h].s / (double)n : NAN, e = n ? cl->acc[h].H / (double)n : NAN;
+		if (n != d->hrows[i] || (n && (fabs(s - d->hs[i]) > CMP_TOL ||
+		    fabs(e - d->hH[i]) > CMP_TOL))) {
+			snprintf(what, wl, "head %u: %llu rows vs %llu, mean sink mass %.9g vs %.9g, "
+			    "mean entropy %.9g vs %.9g", head0 + h, (unsigned long long)n,
+			    (unsigned long long)d->hrows[i], s, d->hs[i], e, d->hH[i]);
+			return 1;
+		}
+	}
+	return cmp ? 0 : -1;
+}
+
+/* Counts a copy's comparison against its sender. */
+static void
+judge_copy(struct arun *r, int64_t step, uint32_t l, const swd_layer *cl, struct asend *sd,
+    uint32_t head0, uint32_t row0)
+{
+	char what[256];
+	int v = r->dg.valid && r->dg.step == step && r->dg.inc == sd->c.inc ?
+	    compare_copy(r, l, cl, head0, row0, what, sizeof(what)) : -1;
+	if (v < 0) {
+		sd->c.uncompared++;
+	} else if (v > 0) {
+		sd->c.disagree++;
+		log_warn("run %s: step %lld layer %u: rank %u's copy differs from the data kept "
+		    "(over %g): %s", r->meta.run, (long long)step, l, sd->c.rank, CMP_TOL, what);
+	}
+}
+
 /* Hands a step to the writer, complete or not, and forgets it. */
 static void
 emit_step(swd_asm *a, struct arun *r, struct astep *s)
@@ -199,27 +570,46 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 		}
 	r->nopen--;
 	if (s->have == 0) {	/* nothing arrived that was kept: nothing to write */
-		free_step(s, r->meta.layers, a->c.inflight);
+		free_step(a, s, r->meta.layers);
 		return;
 	}
-	if (s->have < r->meta.layers) {
+	int32_t *mr = NULL;
+	if (s->have < r->meta.layers || s->partial) {
 		r->incomplete++;
 		a->st.steps_incomplete++;
-		log_warn("run %s: step %lld written incomplete (%u of %u layers)", r->meta.run,
-		    (long long)s->step, s->have, r->meta.layers);
+		log_warn("run %s: step %lld written incomplete (%u of %u layers, %u of them "
+		    "without some heads)", r->meta.run, (long long)s->step, s->have,
+		    r->meta.layers, s->partial);
+		mr = missing_ranks(a, r, s);
 	} else {
 		a->st.steps_complete++;
 	}
+	if (s->inc->senders > 1) {
+		digest_step(a, r, s);
+		while (s->copies) {
+			struct pcopy *c = s->copies;
+			s->copies = c->next;
+			judge_copy(r, s->step, c->layer, c->ly, c->snd, c->head0, c->row0);
+			swd_layer_free(c->ly, a->c.inflight);
+			free(c);
+		}
+	}
 	r->recent[r->nrecent % RECENT] = s->step;
 	r->recent_inc[r->nrecent % RECENT] = s->inc->inc;
-	r->recent_whole[r->nrecent % RECENT] = s->have == r->meta.layers;
+	r->recent_whole[r->nrecent % RECENT] = s->have == r->meta.layers && !s->partial;
 	r->nrecent++;
 	swd_witem *it = item(r, WQ_STEP);
-	if (!it) {
+	if (!it || fill_senders(r, s->inc, it) != 0) {
 		log_err("run %s: out of memory: step %lld lost", r->meta.run, (long long)s->step);
-		free_step(s, r->meta.layers, a->c.inflight);
+		if (it)
+			free(it->snd);
+		free(it);
+		free(mr);
+		free_step(a, s, r->meta.layers);
 		return;
 	}
+	it->missing_rank = mr;
+	it->inc_senders = s->inc->senders;
 	it->step = s->step;
 	it->layers = s->layers;
 	s->layers = NULL;
@@ -236,8 +626,9 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	r->last_step = s->step;
 	struct ainc *inc = s->inc;
 
-	free_step(s, r->meta.layers, a->c.inflight);
-	it->seq_next = inc->expect_seq;
+	free_step(a, s, r->meta.layers);
+	for (struct asend *d = inc->snd; d; d = d->next)
+		it->seq_next += d->c.seq_next;
 	a->emit(a->ud, it);
 }
 
@@ -254,7 +645,7 @@ min_open(struct arun *r)
 static int
 whole(const struct arun *r, const struct astep *s)
 {
-	return s->have == r->meta.layers;
+	return s->have == r->meta.layers && !s->partial;
 }
 
 /*
@@ -265,7 +656,7 @@ whole(const struct arun *r, const struct astep *s)
 static int
 complete(const swd_asm *a, const struct arun *r, const struct astep *s)
 {
-	return whole(r, s) || (r->ending && (!s->inc->named ||
+	return whole(r, s) || s->timed_out || (r->ending && (!s->inc->named ||
 	    was_ended(a, r->meta.run, s->inc->inc)));
 }
 
@@ -353,7 +744,7 @@ remember_implicit(swd_asm *a, struct arun *r, int ended)
 	struct implicit *e = &a->implicit[a->nimplicit++ % IMPLICIT_RING];
 	e->h = id_hash(r->meta.run, 0);
 	e->inc = r->implicit;
-	e->expect = i ? i->expect_seq : 0;
+	e->expect = i && i->snd ? i->snd->c.seq_next : 0;
 	e->ended = ended;
 }
 
@@ -374,6 +765,7 @@ static void
 finish_run(swd_asm *a, struct arun *r, int type)
 {
 	emit_all(a, r);
+	emit_senders(a, r, NULL);
 	swd_witem *it = item(r, type);
 	if (it)
 		a->emit(a->ud, it);
@@ -447,17 +839,45 @@ msg_inc(swd_asm *a, struct arun *r, const swp_msg *m)
 	return r->implicit;
 }
 
+/* Sequence numbers are per sender (PROTOCOL.md 7, 7b). */
 static void
-seq_check(struct arun *r, struct ainc *i, uint64_t seq)
+seq_check(struct arun *r, struct ainc *i, struct asend *d, uint64_t seq)
 {
-	if (seq > i->expect_seq) {
-		r->lost += (int64_t)(seq - i->expect_seq);
-		i->lost += (int64_t)(seq - i->expect_seq);
-		log_warn("run %s: %llu message(s) lost before seq %llu", r->meta.run,
-		    (unsigned long long)(seq - i->expect_seq), (unsigned long long)seq);
+	if (seq > d->c.seq_next) {
+		int64_t n = (int64_t)(seq - d->c.seq_next);
+		r->lost += n;
+		i->lost += n;
+		d->c.lost += n;
+		if (i->senders > 1)
+			log_warn("run %s: %lld message(s) of rank %u lost before seq %llu",
+			    r->meta.run, (long long)n, d->c.rank, (unsigned long long)seq);
+		else
+			log_warn("run %s: %lld message(s) lost before seq %llu", r->meta.run,
+			    (long long)n, (unsigned long long)seq);
 	}
-	if (seq >= i->expect_seq)
-		i->expect_seq = seq + 1;
+	if (seq >= d->c.seq_next)
+		d->c.seq_next = seq + 1;
+}
+
+/* A sender speaking for the first time in this session (its counters start). */
+static struct asend *
+get_sender(swd_asm *a, struct arun *r, struct ainc *i, const swp_msg *m)
+{
+	struct asend *d = find_sender(i, m->rank);
+	if (d) {
+		if (!d->c.messages && !d->c.first_seq && d->c.seq_next == 0)
+			d->c.first_seq = d->c.seq_next = m->seq;	/* made by missing_ranks */
+		return d;
+	}
+	uint64_t seq = m->seq;
+	if (!m->inc && i->inc == r->implicit && r->implicit_expect)
+		seq = r->implicit_expect;	/* the same sender, taken over */
+	if (!(d = new_sender(i, m->rank, seq)))
+		return NULL;
+	d->c.first_seq = m->seq;
+	if (i->senders > 1)
+		emit_senders(a, r, i);	/* the writer learns its first seq before its steps */
+	return d;
 }
 
 /*
@@ -477,13 +897,19 @@ get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m)
 	if (!(i = calloc(1, sizeof(*i))))
 		return NULL;
 	i->inc = inc;
-	i->expect_seq = m->seq;
-	if (!m->inc && inc == r->implicit && r->implicit_expect)
-		i->expect_seq = r->implicit_expect;	/* the same sender, taken over */
 	i->first_seq = m->seq;
 	i->named = m->inc != 0;
+	i->senders = m->senders ? m->senders : 1;
 	i->next = r->incs;
 	r->incs = i;
+	size_t cells = (size_t)r->meta.layers * r->meta.heads * r->meta.rows;
+	if (i->senders > 1 && cells <= (1u << 26) && !over_budget(a, cells * sizeof(int32_t)) &&
+	    (i->owner = malloc(cells * sizeof(int32_t)))) {
+		for (size_t k = 0; k < cells; k++)
+			i->owner[k] = -2;
+		i->owner_bytes = cells * sizeof(int32_t);
+		charge(a, (long long)i->owner_bytes);
+	}
 	if (i->named) {
 		swd_witem *it = item(r, WQ_INC);
 		if (it) {
@@ -492,6 +918,7 @@ get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m)
 			it->inc_named = 1;
 			it->has_resume = m->has_resume;
 			it->resume = m->resume;
+			it->inc_senders = i->senders;
 			a->emit(a->ud, it);
 		}
 	}
@@ -600,7 +1027,7 @@ new_step(swd_asm *a, struct arun *r, const swp_msg *m, struct ainc *inc, uint64_
 	}
 	if (!s || !s->state || !s->layers) {
 		if (s)
-			free_step(s, 0, NULL);
+			free_step(NULL, s, 0);
 		snprintf(why, len, "no memory for a step");
 		*reason = SWD_DROP_NOMEM;
 		return NULL;
@@ -615,6 +1042,181 @@ new_step(swd_asm *a, struct arun *r, const swp_msg *m, struct ainc *inc, uint64_
 	return s;
 }
 
+/* Marks the cells of a part as sent by rank (several senders). */
+static void
+own(const struct arun *r, struct ainc *i, const swp_msg *m, uint32_t rank)
+{
+	if (!i->owner)
+		return;
+	uint32_t H = r->meta.heads, R = r->meta.rows;
+	uint32_t h0 = m->head0, nh = m->shape[0], r0 = m->row0, nr = m->shape[1];
+	for (uint32_t h = h0; h < h0 + nh; h++)
+		for (uint32_t q = r0; q < r0 + nr; q++)
+			i->owner[((size_t)m->layer * H + h) * R + q] = (int32_t)rank;
+}
+
+/* Cells of the part already received: 0, some (-1) or all (1). */
+static int
+part_cover(const struct arun *r, const struct gather *g, const swp_msg *m)
+{
+	uint32_t R = r->meta.rows;
+	uint64_t have = 0, n = (uint64_t)m->shape[0] * m->shape[1];
+	for (uint32_t h = m->head0; h < m->head0 + m->shape[0]; h++)
+		for (uint32_t q = m->row0; q < m->row0 + m->shape[1]; q++)
+			have += g->cover[(size_t)h * R + q];
+	return have == 0 ? 0 : have == n ? 1 : -1;
+}
+
+/*
+ * Starts the work of a gathered layer (conf.work): whole, or at the step's
+ * timeout with the heads that lack a cell marked missing, named by rank.
+ * SWD_ASM_ACCEPT, or the callee's drop reason (the gather is kept).
+ */
+static int
+launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
+{
+	struct gather *g = s->g[l];
+	uint32_t H = r->meta.heads, R = r->meta.rows;
+	int32_t *miss = NULL;
+	if (partial && g->covered < (uint64_t)H * R) {
+		if (!(miss = malloc(H * sizeof(*miss))))
+			return SWD_DROP_NOMEM;
+		for (uint32_t h = 0; h < H; h++) {
+			miss[h] = -1;
+			for (uint32_t q = 0; q < R && miss[h] == -1; q++)
+				if (!g->cover[(size_t)h * R + q])
+					miss[h] = owner_of(r, s->inc, l, h, q);
+		}
+	}
+	swp_msg m = g->hdr;
+	m.head0 = m.row0 = 0;
+	m.shape[0] = H;
+	m.shape[1] = m.rows = R;
+	m.qpos = NULL;
+	if (g->has_qpos == 1) {
+		if (!(m.qpos = malloc(R * sizeof(uint32_t)))) {
+			free(miss);
+			return SWD_DROP_NOMEM;
+		}
+		for (uint32_t q = 0; q < R; q++)	/* rows never sent: their heads are missing */
+			m.qpos[q] = g->qset[q] ? g->qpos[q] : r->meta.keys - 1;
+	}
+	m.tensor = g->buf;
+	m.tensor_bytes = g->buf_bytes;
+	swd_ticket t = { r, s, l, 0, NULL, 0, 0 };
+	s->state[l] = 2;
+	s->in_work++;
+	r->jobs++;
+	a->jobs++;
+	int rc = a->c.work(a->c.work_ud, &t, &m, g->buf, g->buf_bytes, miss);
+	if (rc != SWD_ASM_ACCEPT) {
+		s->state[l] = 4;
+		s->in_work--;
+		r->jobs--;
+		a->jobs--;
+		free(m.qpos);
+		free(miss);
+		return rc;
+	}
+	/* the data went with the work, counted until it is done; the rest is freed */
+	g->buf = NULL;
+	g->bytes -= g->buf_bytes;
+	gather_free(a, g);
+	s->g[l] = NULL;
+	return SWD_ASM_ACCEPT;
+}
+
+/* Takes a part into its layer (its cells are new). SWD_ASM_HELD or a reason. */
+static int
+take_part(swd_asm *a, struct arun *r, struct astep *s, struct asend *sd, const swp_msg *m,
+    char *why, size_t len)
+{
+	uint32_t H = r->meta.heads, R = r->meta.rows, K = r->meta.keys, l = m->layer;
+	size_t es = swp_dtype_size(r->meta.dtype), rowb = (size_t)K * es;
+	struct gather *g = s->g ? s->g[l] : NULL;
+	if (!a->c.work) {
+		snprintf(why, len, "parts of layers are not taken here");
+		return SWD_DROP_NOMEM;
+	}
+	if (!g) {
+		size_t bb = (size_t)H * R * rowb, b = bb + (size_t)H * R + R * (sizeof(uint32_t) + 1) +
+		    sizeof(*g);
+		if (over_budget(a, b)) {
+			snprintf(why, len, "gathering layer %u (%zu bytes) would pass the budget",
+			    l, b);
+			return SWD_DROP_BUDGET;
+		}
+		if (!s->g && !(s->g = calloc(r->meta.layers, sizeof(*s->g))))
+			goto nomem;
+		if (!(g = calloc(1, sizeof(*g))))
+			goto nomem;
+		g->buf = calloc(1, bb ? bb : 1);
+		g->cover = calloc((size_t)H * R, 1);
+		g->qpos = calloc(R, sizeof(uint32_t));
+		g->qset = calloc(R, 1);
+		if (!g->buf || !g->cover || !g->qpos || !g->qset) {
+			g->bytes = 0;
+			gather_free(a, g);
+			goto nomem;
+		}
+		g->buf_bytes = bb;
+		g->bytes = b;
+		g->has_qpos = -1;
+		g->hdr = *m;
+		g->hdr.qpos = NULL;
+		g->hdr.tensor = NULL;
+		charge(a, (long long)b);
+		s->g[l] = g;
+		s->state[l] = 4;
+	}
+	/* parts of one layer agree on qpos: present in all or none, equal where shared */
+	int hq = m->qpos != NULL;
+	int bad = g->has_qpos >= 0 && g->has_qpos != hq;
+	for (uint32_t q = 0; hq && !bad && q < m->shape[1]; q++)
+		bad = g->qset[m->row0 + q] && g->qpos[m->row0 + q] != m->qpos[q];
+	if (bad) {
+		sd->c.mismatches++;
+		snprintf(why, len, "step %lld layer %u: rank %u's part has %s qpos than the "
+		    "layer's other parts", (long long)m->step, l, m->rank,
+		    hq ? (g->has_qpos == 0 ? "a" : "another") : "no");
+		return SWD_DROP_PART_MISMATCH;
+	}
+	g->has_qpos = hq;
+	for (uint32_t q = 0; hq && q < m->shape[1]; q++) {
+		g->qpos[m->row0 + q] = m->qpos[q];
+		g->qset[m->row0 + q] = 1;
+	}
+	const uint8_t *src = m->tensor;
+	for (uint32_t h = 0; h < m->shape[0]; h++)
+		for (uint32_t q = 0; q < m->shape[1]; q++) {
+			size_t cell = (size_t)(m->head0 + h) * R + m->row0 + q;
+			memcpy(g->buf + cell * rowb, src + ((size_t)h * m->shape[1] + q) * rowb, rowb);
+			g->cover[cell] = 1;
+		}
+	g->covered += (uint64_t)m->shape[0] * m->shape[1];
+	if (g->covered == (uint64_t)H * R)
+		launch(a, r, s, l, 0);	/* or at the next tick, if it cannot start now */
+	return SWD_ASM_HELD;
+nomem:
+	snprintf(why, len, "no memory to gather layer %u", l);
+	return SWD_DROP_NOMEM;
+}
+
+/* A duplicate of a several-sender incarnation: computed, then compared. */
+static int
+copy_ticket(struct arun *r, struct astep *s, struct asend *sd, const swp_msg *m,
+    swd_ticket *t)
+{
+	t->run = r;
+	t->step = s;
+	t->layer = m->layer;
+	t->copy = 1;
+	t->sender = sd;
+	t->head0 = m->head0;
+	t->row0 = m->row0;
+	return SWD_ASM_COPY;
+}
+
 int
 swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why,
     size_t len)
@@ -623,6 +1225,7 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 	int reason = SWD_DROP_NOMEM;
 
 	a->now = now;
+	memset(t, 0, sizeof(*t));
 	meta_from(&mm, m);
 	struct arun *r = find_run(a, &mm);
 	if (m->inc && was_ended(a, m->run, m->inc)) {
@@ -640,17 +1243,38 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		snprintf(why, len, "no memory for an incarnation");
 		return SWD_DROP_NOMEM;
 	}
-	seq_check(r, inc, m->seq);
+	uint32_t nsend = m->senders ? m->senders : 1;
+	if (nsend != inc->senders) {
+		snprintf(why, len, "rank %u says %u senders, incarnation %llu has %u", m->rank,
+		    nsend, (unsigned long long)inc->inc, inc->senders);
+		return SWD_DROP_SENDERS;
+	}
+	struct asend *sd = get_sender(a, r, inc, m);
+	if (!sd) {
+		snprintf(why, len, "no memory for a sender");
+		return SWD_DROP_NOMEM;
+	}
+	sd->c.messages++;
+	seq_check(r, inc, sd, m->seq);
 	if (m->has_resume && !inc->has_resume) {
 		inc->has_resume = 1;
 		inc->resume = m->resume;
 		log_info("run %s: incarnation %llu resumes from step %lld", r->meta.run,
 		    (unsigned long long)inc->inc, (long long)m->resume);
 	}
+	if (sd->c.ended) {
+		sd->c.after_end++;
+		snprintf(why, len, "rank %u of incarnation %llu ended its part", sd->c.rank,
+		    (unsigned long long)inc->inc);
+		return SWD_DROP_AFTER_END;
+	}
 	if (!inc->named && (r->ending || implicit_ended(a, m->run, inc->inc))) {
 		snprintf(why, len, "the run was ended");
 		return SWD_DROP_AFTER_END;
 	}
+	uint32_t H = r->meta.heads, R = r->meta.rows;
+	int wholemsg = m->head0 == 0 && m->shape[0] == H && m->row0 == 0 && m->shape[1] == R;
+	int several = inc->senders > 1;
 	struct astep *s = find_step(r, m->step, inc);
 	int written = s ? 0 : recently_written(r, m->step, inc->inc);
 	if (written) {
@@ -658,22 +1282,55 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		 * timed out is late (the writer counts re-sends older than this) */
 		snprintf(why, len, "step %lld layer %u: the step was already written%s",
 		    (long long)m->step, m->layer, written == 2 ? " whole" : " incomplete");
-		return written == 2 ? SWD_DROP_DUPLICATE : SWD_DROP_LATE;
+		if (written != 2)
+			return SWD_DROP_LATE;
+		sd->c.duplicates++;
+		if (several && r->dg.valid && r->dg.step == m->step && r->dg.inc == inc->inc)
+			return copy_ticket(r, NULL, sd, m, t);
+		if (several)
+			sd->c.uncompared++;
+		return SWD_DROP_DUPLICATE;
 	}
 	if (s && s->state[m->layer]) {
-		snprintf(why, len, "step %lld layer %u arrived twice", (long long)m->step, m->layer);
+		int cov = s->state[m->layer] == 4 ? part_cover(r, s->g[m->layer], m) : 1;
+		if (cov == 0)
+			goto part;
+		if (cov < 0) {
+			sd->c.overlaps++;
+			snprintf(why, len, "step %lld layer %u: rank %u's part (heads %u-%u, rows "
+			    "%u-%u) overlaps cells another part brought", (long long)m->step,
+			    m->layer, m->rank, m->head0, m->head0 + m->shape[0] - 1, m->row0,
+			    m->row0 + m->shape[1] - 1);
+			return SWD_DROP_OVERLAP;
+		}
+		sd->c.duplicates++;
+		snprintf(why, len, "step %lld layer %u (heads %u-%u, rows %u-%u) arrived twice",
+		    (long long)m->step, m->layer, m->head0, m->head0 + m->shape[0] - 1, m->row0,
+		    m->row0 + m->shape[1] - 1);
+		if (several)
+			return copy_ticket(r, s, sd, m, t);
 		return SWD_DROP_DUPLICATE;
 	}
 	if (!s && !(s = new_step(a, r, m, inc, now, why, len, &reason)))
 		return reason;
-	s->state[m->layer] = 1;
 	s->last_ms = now;
 	if (m->seq < s->seq_min)
 		s->seq_min = m->seq;
+	if (!wholemsg)
+		goto part;
+	own(r, inc, m, sd->c.rank);
+	s->state[m->layer] = 1;
 	t->run = r;
 	t->step = s;
 	t->layer = m->layer;
 	return SWD_ASM_ACCEPT;
+part:
+	s->last_ms = now;
+	own(r, inc, m, sd->c.rank);
+	reason = take_part(a, r, s, sd, m, why, len);
+	if (reason != SWD_ASM_HELD)
+		release(a, r);	/* a step left empty goes */
+	return reason;
 }
 
 void
@@ -681,8 +1338,10 @@ swd_asm_start(swd_asm *a, const swd_ticket *t)
 {
 	struct arun *r = t->run;
 	struct astep *s = t->step;
-	s->state[t->layer] = 2;
-	s->in_work++;
+	if (s && !t->copy)
+		s->state[t->layer] = 2;
+	if (s)
+		s->in_work++;
 	r->jobs++;
 	a->jobs++;
 }
@@ -692,8 +1351,40 @@ swd_asm_cancel(swd_asm *a, const swd_ticket *t)
 {
 	struct arun *r = t->run;
 	struct astep *s = t->step;
+	if (t->copy) {
+		((struct asend *)t->sender)->c.uncompared++;
+		return;
+	}
 	s->state[t->layer] = 0;
 	release(a, r);
+}
+
+/* A copy computed: compared now if its step is written, else when it is. */
+static void
+copy_done(swd_asm *a, const swd_ticket *t, swd_layer *ly)
+{
+	struct arun *r = t->run;
+	struct astep *s = t->step;
+	struct asend *sd = t->sender;
+	struct pcopy *c = NULL;
+	if (!ly) {
+		sd->c.uncompared++;
+	} else if (!s) {
+		judge_copy(r, sd->c.inc == r->dg.inc ? r->dg.step : -1, t->layer, ly, sd,
+		    t->head0, t->row0);
+		swd_layer_free(ly, a->c.inflight);
+	} else if ((c = calloc(1, sizeof(*c)))) {
+		c->ly = ly;
+		c->snd = sd;
+		c->layer = t->layer;
+		c->head0 = t->head0;
+		c->row0 = t->row0;
+		c->next = s->copies;
+		s->copies = c;
+	} else {
+		sd->c.uncompared++;
+		swd_layer_free(ly, a->c.inflight);
+	}
 }
 
 int
@@ -705,13 +1396,21 @@ swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
 	a->now = now;
 	a->jobs--;
 	r->jobs--;
-	s->in_work--;
+	if (s)
+		s->in_work--;
+	if (t->copy) {
+		copy_done(a, t, ly);
+		release(a, r);
+		maybe_finish(a, r);
+		return SWD_ASM_ACCEPT;
+	}
 	s->last_ms = now;
 	if (!ly) {
 		s->state[t->layer] = 0;
 	} else {
 		s->layers[t->layer] = ly;
 		s->state[t->layer] = 3;
+		s->partial += ly->miss_rank != NULL;
 		s->have++;
 	}
 	release(a, r);
@@ -765,13 +1464,11 @@ inc_known(swd_asm *a, const char *run, uint64_t inc)
 int
 swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 {
-	int found = 0;
+	int found = 0, inc_ended = 1;
 	/* a named end ends the runs (shapes) that heard it, or all of the id */
 	int only_known = m->inc && inc_known(a, m->run, m->inc);
 
 	a->now = now;
-	if (m->inc)
-		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 	for (struct arun *r = a->runs, *next; r; r = next) {
 		next = r->next;
 		if (strcmp(r->meta.run, m->run) || (only_known && !find_inc(r, m->inc)))
@@ -781,13 +1478,29 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		r->last_ms = now;
 		uint64_t incv = msg_inc(a, r, m);
 		struct ainc *inc = get_inc(a, r, incv, m);
-		if (inc)
-			seq_check(r, inc, m->seq);
+		struct asend *sd = inc ? get_sender(a, r, inc, m) : NULL;
+		if (sd) {
+			sd->c.messages++;
+			seq_check(r, inc, sd, m->seq);
+			if (!sd->c.ended) {
+				sd->c.ended = 1;
+				inc->nended++;
+			}
+		}
+		/* several senders: the incarnation ends with the last of them (7b) */
+		if (inc && inc->nended < inc->senders) {
+			inc_ended = 0;
+			log_info("run %s: rank %u ended its part (%u of %u senders ended)",
+			    r->meta.run, m->rank, inc->nended, inc->senders);
+			continue;
+		}
 		r->ending = 1;
 		log_info("run %s: end received (this session: lost %lld, incomplete %lld)", r->meta.run,
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);
 	}
+	if (m->inc && inc_ended)
+		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 	if (!found)
 		found = end_closed(a, m->run);
 	return found ? SWD_ASM_ACCEPT : SWD_DROP_UNKNOWN_RUN;
@@ -802,8 +1515,29 @@ swd_asm_tick(swd_asm *a, uint64_t now)
 		/* a step is given up only when its input stopped coming */
 		for (struct astep *s = r->open, *sn; s; s = sn) {
 			sn = s->next;
+			int late = now - s->last_ms >= (uint64_t)a->c.step_timeout_ms;
+			/* gathered layers: whole ones that could not start, or at the
+			 * timeout as they are, their missing heads named */
+			int started = 0;
+			for (uint32_t l = 0; s->g && l < r->meta.layers && !s->timed_out; l++) {
+				struct gather *g = s->g[l];
+				if (!g || (!late && g->covered < (uint64_t)r->meta.heads * r->meta.rows))
+					continue;
+				if (launch(a, r, s, l, 1) == SWD_ASM_ACCEPT) {
+					started++;
+				} else if (late) {
+					log_warn("run %s: step %lld layer %u: its parts could not be "
+					    "computed (budget): the layer is missing", r->meta.run,
+					    (long long)s->step, l);
+					gather_free(a, g);
+					s->g[l] = NULL;
+					s->state[l] = 0;
+				}
+			}
+			if (late && started)
+				s->timed_out = 1;
 			if (s->in_work == 0 && !whole(r, s) && !memchr(s->state, 1, r->meta.layers) &&
-			    now - s->last_ms >= (uint64_t)a->c.step_timeout_ms)
+			    !memchr(s->state, 4, r->meta.layers) && late)
 				emit_step(a, r, s);
 		}
 		release(a, r);
@@ -824,6 +1558,7 @@ swd_asm_shutdown(swd_asm *a)
 	while (a->runs) {
 		struct arun *r = a->runs;
 		emit_all(a, r);
+		emit_senders(a, r, NULL);
 		unlink_run(a, r);
 		free_run(a, r);
 	}
@@ -855,7 +1590,21 @@ swd_asm_runs(const swd_asm *a, swd_asm_run *out, size_t max)
 		out[n].lost = r->lost;
 		out[n].incomplete = r->incomplete;
 		out[n].messages = r->messages;
+		out[n].last_gap = r->last_gap;
 	}
+	return n;
+}
+
+size_t
+swd_asm_senders(const swd_asm *a, swd_sender *out, const char **run, size_t max)
+{
+	size_t n = 0;
+	for (const struct arun *r = a->runs; r; r = r->next)
+		for (const struct ainc *i = r->incs; i; i = i->next)
+			for (const struct asend *d = i->snd; d && n < max; d = d->next) {
+				run[n] = r->meta.run;
+				out[n++] = d->c;
+			}
 	return n;
 }
 

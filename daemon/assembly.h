@@ -18,7 +18,13 @@
  *    have their neighbour), and in any order otherwise: the stored result
  *    does not depend on it (LAYOUT.md, the view);
  *  - a full run table closes its least recently active run without an end
- *    (its file is resumed when it speaks again) before it refuses a run.
+ *    (its file is resumed when it speaks again) before it refuses a run;
+ *  - several senders of one incarnation (PROTOCOL.md 7b): each has its own
+ *    seq, counters and end; parts of a layer (some heads, some rows) are
+ *    gathered here, in memory counted against the budget, and the layer is
+ *    computed once whole, as if one message had carried it; a part that
+ *    repeats cells already received is a duplicate, computed only to be
+ *    compared with what was kept.
  */
 #ifndef SWD_ASSEMBLY_H
 #define SWD_ASSEMBLY_H
@@ -28,12 +34,19 @@
 #include "daemon/daemon.h"
 #include "daemon/status.h"
 
+struct swd_ticket;
+
 typedef struct swd_asm_conf {
 	int64_t step_timeout_ms;	/* an incomplete step waits this long after its last arrival */
 	int64_t max_open_steps;		/* steps being assembled per run */
 	int64_t max_runs;		/* runs tracked at once */
 	int64_t run_idle_s;		/* a run silent this long is closed (file kept) */
 	atomic_llong *inflight;		/* bytes held, released as layers are freed */
+	int64_t budget_bytes;		/* parts gathered stay under it with the rest (0: none) */
+	/* starts the work of a gathered layer (below); NULL: parts are refused */
+	int (*work)(void *ud, const struct swd_ticket *t, const swp_msg *m, void *data,
+	    size_t bytes, int32_t *miss);
+	void *work_ud;
 } swd_asm_conf;
 
 /* Where assembled steps and run ends go (the writer); the callee owns it. */
@@ -44,11 +57,27 @@ typedef struct swd_asm swd_asm;
 /* What swd_asm_admit, _done and _end return when nothing is dropped (the
  * drop reasons are SWD_DROP_*, from 0). */
 #define SWD_ASM_ACCEPT (-1)
+/* swd_asm_admit: the part was taken into its layer; nothing to compute now */
+#define SWD_ASM_HELD (-2)
+/* swd_asm_admit: a duplicate (counted as such by the caller) to be
+ * computed like a layer and handed to swd_asm_done, which compares it */
+#define SWD_ASM_COPY (-3)
 
-/* A layer admitted for work: what swd_asm_done needs to find its step. */
+/*
+ * A layer admitted for work: what swd_asm_done needs to find its step.
+ * A gathered layer's work is started by the assembly through conf.work:
+ * m is the whole layer (head0 0, all heads and rows; m->qpos, when not
+ * NULL, and data, bytes already counted in inflight, and miss, or NULL
+ * when every cell came, [heads] entries for swd_layer.miss_rank, become the callee's
+ * when it returns SWD_ASM_ACCEPT); else it returns a drop reason (budget,
+ * nomem), and the assembly keeps what it passed and tries again later. The result comes back through swd_asm_done like any layer.
+ */
 typedef struct swd_ticket {
 	void *run, *step;
 	uint32_t layer;
+	int copy;		/* SWD_ASM_COPY: compared, never stored */
+	void *sender;
+	uint32_t head0, row0;	/* a copy's place in its layer */
 } swd_ticket;
 
 /* Counters the daemon reports (status). */
@@ -62,6 +91,7 @@ typedef struct swd_asm_run {
 	uint32_t layers, heads, incarnations;
 	int fixed_probe;
 	int64_t steps_done, last_step, open_steps, lost, incomplete, messages;
+	const char *last_gap;	/* "" or the last missing heads, named by rank */
 } swd_asm_run;
 
 swd_asm *swd_asm_new(const swd_asm_conf *c, swd_asm_emit emit, void *ud);
@@ -70,8 +100,10 @@ void swd_asm_free(swd_asm **a);
 
 /*
  * A decoded snapshot arrives at time now (ms, monotonic). Returns SWD_ASM_ACCEPT and
- * fills *t when its layer is to be computed (then exactly one of
- * swd_asm_start or swd_asm_cancel follows), or an SWD_DROP_* reason with
+ * fills *t when its layer is to be computed from the message (then exactly
+ * one of swd_asm_start or swd_asm_cancel follows), SWD_ASM_COPY likewise
+ * for a duplicate to compare, SWD_ASM_HELD when a part was taken (its
+ * layer is computed once whole, through conf.work), or an SWD_DROP_* reason with
  * why (the message is not stored and the caller counts the reason).
  */
 int swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t,
@@ -101,6 +133,9 @@ int64_t swd_asm_jobs(const swd_asm *a);
 
 /* Fills at most max runs' figures; returns the number filled. */
 size_t swd_asm_runs(const swd_asm *a, swd_asm_run *out, size_t max);
+/* Fills at most max senders' counters, every run's; returns the number
+ * filled. run[i] is the run id of out[i] (pointers into the assembly). */
+size_t swd_asm_senders(const swd_asm *a, swd_sender *out, const char **run, size_t max);
 const swd_asm_stats *swd_asm_get_stats(const swd_asm *a);
 
 #endif

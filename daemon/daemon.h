@@ -22,6 +22,9 @@
 /* What a worker computed for one layer of one snapshot. */
 typedef struct swd_layer {
 	uint32_t layer;
+	int32_t *miss_rank;	/* [heads] or NULL (all present): -1 present, else the
+				 * rank that should have sent the head (-2: none known);
+				 * a missing head holds rows 0, absent rows, no pairs */
 	uint32_t heads, rows, keys;
 	swm_head_acc *acc;	/* [heads] */
 	swm_pair_acc *pairs;	/* [heads * heads] or NULL */
@@ -69,7 +72,28 @@ swd_wall_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP, WQ_INC };
+/*
+ * One sender of a run (PROTOCOL.md 7b): an incarnation's rank, with what
+ * this daemon session counted of it since the run was opened.
+ */
+typedef struct swd_sender {
+	uint64_t inc;
+	uint32_t rank, senders;
+	uint64_t first_seq;	/* the first seq of it this session saw */
+	uint64_t seq_next;	/* the next seq expected of it */
+	int64_t messages;	/* received, whatever became of them */
+	int64_t lost;		/* missing by seq */
+	int64_t duplicates;	/* parts or layers it sent that another had sent */
+	int64_t overlaps;	/* parts dropped: partly another's */
+	int64_t mismatches;	/* parts dropped: qpos unlike the layer's other parts */
+	int64_t disagree;	/* duplicates that differ from the kept data */
+	int64_t uncompared;	/* duplicates that could not be compared */
+	int64_t missing;	/* heads of layers it was to send that never came */
+	int64_t after_end;	/* messages after its end */
+	int ended;
+} swd_sender;
+
+enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP, WQ_INC, WQ_SENDERS };
 
 /* A unit of work for the writer. */
 typedef struct swd_witem {
@@ -87,6 +111,11 @@ typedef struct swd_witem {
 	int has_resume;		/* the incarnation declared a resume from step resume */
 	int reopen;		/* WQ_END of a run closed idle: open its file to mark it */
 	int64_t resume;
+	uint32_t inc_senders;	/* the incarnation's senders (1: one process) */
+	int32_t *missing_rank;	/* [layers * heads] or NULL: as swd_layer.miss_rank,
+				 * for every head; a layer never sent names its owner */
+	swd_sender *snd;	/* WQ_SENDERS (and with WQ_STEP): counters to store */
+	size_t nsnd;
 	struct swd_witem *next;
 } swd_witem;
 

@@ -35,6 +35,9 @@ struct job {
 	int64_t step;
 	swp_msg msg;
 	zmq_msg_t tensor;
+	void *data;		/* a gathered layer's tensor (then tensor is empty) */
+	size_t data_bytes;
+	int32_t *miss;		/* [heads] heads to mark missing, or NULL */
 	size_t reserved;
 	swd_layer *out;
 	int64_t rows_counted, rejects[SWM_STATUS__N];
@@ -121,14 +124,15 @@ work_cb(uv_work_t *req)
 	ly->keys = K;
 	ly->bytes = j->reserved;
 	int fixed = m->fixed_probe;
-	int pairs = D.cfg.pair_metrics && H > 1 && m->kind != SWP_ROWSTATS;
+	/* a copy (PROTOCOL.md 7b) is computed to be compared: heads and rows only */
+	int pairs = D.cfg.pair_metrics && H > 1 && m->kind != SWP_ROWSTATS && !j->t.copy;
 	ly->acc = calloc(H, sizeof(*ly->acc));
 	if (pairs)
 		ly->pairs = calloc((size_t)H * H, sizeof(*ly->pairs));
 	if (fixed)
 		ly->rows_st = calloc((size_t)H * R, sizeof(*ly->rows_st));
 	size_t nln = 0;
-	if (fixed && m->kind != SWP_ROWSTATS && D.cfg.drift_rows > 0) {
+	if (fixed && m->kind != SWP_ROWSTATS && D.cfg.drift_rows > 0 && !j->t.copy) {
 		nln = (size_t)D.cfg.drift_rows < R ? (size_t)D.cfg.drift_rows : R;
 		ly->ln = malloc((size_t)H * nln * K * sizeof(float) + nln * sizeof(uint32_t));
 		if (ly->ln) {
@@ -144,7 +148,7 @@ work_cb(uv_work_t *req)
 	}
 	swm_opts o;
 	swm_opts_default(&o);
-	const void *data = zmq_msg_data(&j->tensor);
+	const void *data = j->data ? j->data : zmq_msg_data(&j->tensor);
 	if (m->kind == SWP_ROWSTATS) {
 		double tol = swm_opts_tol(&o, (swm_dtype)m->dtype);
 		for (uint32_t h = 0; h < H; h++)
@@ -194,6 +198,24 @@ work_cb(uv_work_t *req)
 		ly->pair_idx = pick;	/* recorded in the run file (row_use) */
 		ly->npair = (uint32_t)npair;
 	}
+	if (j->miss) {
+		/* heads whose parts never came: no rows, absent rows, no pairs */
+		for (uint32_t h = 0; h < H; h++) {
+			if (j->miss[h] == -1)
+				continue;
+			memset(&ly->acc[h], 0, sizeof(ly->acc[h]));
+			for (uint32_t r = 0; ly->rows_st && r < R; r++) {
+				swm_row *w = &ly->rows_st[(size_t)h * R + r];
+				memset(w, 0, sizeof(*w));
+				w->s = w->w = w->H = w->hb = w->Hc = w->C = w->b = NAN;
+				w->status = (swm_status)SW_ROW_ABSENT;
+			}
+			free(ly->pairs);
+			ly->pairs = NULL;
+		}
+		ly->miss_rank = j->miss;
+		j->miss = NULL;
+	}
 	for (uint32_t h = 0; h < H; h++) {
 		j->rows_counted += (int64_t)ly->acc[h].rows;
 		for (int s = 1; s < SWM_STATUS__N; s++)
@@ -208,8 +230,10 @@ after_work_cb(uv_work_t *req, int status)
 	struct job *j = req->data;
 	(void)status;
 	D.jobs--;
-	size_t tensor_bytes = zmq_msg_size(&j->tensor);
+	size_t tensor_bytes = j->data ? j->data_bytes : zmq_msg_size(&j->tensor);
 	zmq_msg_close(&j->tensor);
+	free(j->data);
+	free(j->miss);
 	atomic_fetch_sub(&D.inflight, (long long)tensor_bytes);
 	atomic_fetch_add(&D.rows, j->rows_counted);
 	for (int s = 1; s < SWM_STATUS__N; s++)
@@ -278,13 +302,19 @@ handle(zmq_msg_t *frames, size_t n)
 	}
 	swd_ticket t;
 	rc = swd_asm_admit(D.as, &m, mono_ms(), &t, why, sizeof(why));
-	if (rc != SWD_ASM_ACCEPT) {
+	if (rc == SWD_ASM_HELD)
+		goto out;	/* a part, gathered into its layer */
+	if (rc == SWD_ASM_COPY)
+		drop(SWD_DROP_DUPLICATE, m.run, why);	/* not stored; computed to compare */
+	else if (rc != SWD_ASM_ACCEPT) {
 		drop(rc, m.run, why);
 		goto out;
 	}
 	size_t need = m.tensor_bytes + result_bytes(&m, m.fixed_probe);
 	if ((int64_t)atomic_load(&D.inflight) + (int64_t)need > D.cfg.budget_mb << 20) {
 		swd_asm_cancel(D.as, &t);
+		if (t.copy)	/* counted a duplicate already; only its comparison is lost */
+			goto out;
 		snprintf(why, sizeof(why), "%zu bytes would pass the budget of %lld MiB", need,
 		    (long long)D.cfg.budget_mb);
 		drop(SWD_DROP_BUDGET, m.run, why);
@@ -320,6 +350,45 @@ handle(zmq_msg_t *frames, size_t n)
 	D.jobs++;
 out:
 	swp_msg_clear(&m);
+}
+
+/*
+ * The assembly's gathered layers (parts of several senders, PROTOCOL.md
+ * 7b): data and bytes are counted in inflight already; the result's bytes
+ * are added here. SWD_ASM_ACCEPT, or a drop reason (the assembly keeps
+ * what it passed).
+ */
+static int
+start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes,
+    int32_t *miss)
+{
+	(void)ud;
+	size_t need = result_bytes(m, m->fixed_probe);
+	if ((int64_t)atomic_load(&D.inflight) + (int64_t)need > D.cfg.budget_mb << 20)
+		return SWD_DROP_BUDGET;
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return SWD_DROP_NOMEM;
+	j->t = *t;
+	j->step = m->step;
+	j->msg = *m;
+	j->msg.tensor = NULL;
+	zmq_msg_init(&j->tensor);
+	j->reserved = need + bytes;
+	j->req.data = j;
+	j->data = data;
+	j->data_bytes = bytes;
+	j->miss = miss;
+	atomic_fetch_add(&D.inflight, (long long)need);
+	if (uv_queue_work(D.loop, &j->req, work_cb, after_work_cb) != 0) {
+		/* cannot happen with a valid loop: the assembly keeps what it passed */
+		atomic_fetch_sub(&D.inflight, (long long)need);
+		zmq_msg_close(&j->tensor);
+		free(j);
+		return SWD_DROP_NOMEM;
+	}
+	D.jobs++;
+	return SWD_ASM_ACCEPT;
 }
 
 /* Receives one multipart message; 1 if one was read, 0 if none was ready. */
@@ -438,9 +507,21 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 		runs[i].lost = ar[i].lost;
 		runs[i].incomplete = ar[i].incomplete;
 		runs[i].messages = ar[i].messages;
+		runs[i].last_gap = ar[i].last_gap;
 	}
 	st->nruns = n;
 	st->runs = runs;
+	static swd_sender sd[1024];
+	static const char *sr[1024];
+	static swd_status_sender ss[1024];
+	size_t ns = swd_asm_senders(D.as, sd, sr, 1024);
+	for (size_t i = 0; i < ns; i++)
+		ss[i] = (swd_status_sender){ sr[i], sd[i].inc, sd[i].rank, sd[i].senders,
+		    sd[i].messages, sd[i].lost, sd[i].duplicates, sd[i].disagree, sd[i].uncompared,
+		    sd[i].overlaps, sd[i].mismatches, sd[i].missing, sd[i].after_end,
+		    sd[i].seq_next, sd[i].ended };
+	st->nsenders = ns;
+	st->senders = ss;
 	st->messages = D.messages;
 	st->bytes = D.bytes;
 	st->rows = atomic_load(&D.rows);
@@ -483,7 +564,7 @@ ctl_poll_cb(uv_poll_t *h, int status, int events)
 	(void)h;
 	(void)status;
 	(void)events;
-	static char out[1 << 16];
+	static char out[1 << 18];	/* a line per sender: 1024 of them fit */
 	static swd_status_run runs[256];
 	while (D.ctl && sock_readable(D.ctl)) {
 		char req[256];
@@ -805,7 +886,7 @@ main(int argc, char **argv)
 		return 2;
 	}
 	swd_asm_conf ac = { D.cfg.step_timeout_ms, D.cfg.max_open_steps, D.cfg.max_runs,
-	    D.cfg.run_idle_s, &D.inflight };
+	    D.cfg.run_idle_s, &D.inflight, D.cfg.budget_mb << 20, start_gathered, NULL };
 	if (!(D.as = swd_asm_new(&ac, to_writer, NULL))) {
 		log_err("out of memory");
 		return 2;

@@ -7,7 +7,8 @@
 
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
-	"nomem", "stopping", "unknown_run", "open_steps", "write_error"
+	"nomem", "stopping", "unknown_run", "open_steps", "write_error",
+	"senders_mismatch", "overlap", "part_mismatch"
 };
 
 struct buf {
@@ -45,6 +46,21 @@ section(struct buf *b, const char *name, const swd_status *st)
 			    (long long)r->steps_written, (long long)r->last_step,
 			    (long long)r->open_steps, (long long)r->messages, (long long)r->lost,
 			    (long long)r->incomplete);
+			if (r->last_gap && r->last_gap[0])
+				put(b, "gap: %s %s\n", r->run, r->last_gap);
+		}
+	} else if (!strcmp(name, "senders")) {
+		put(b, "# senders\nsenders: %zu\n", st->nsenders);
+		for (size_t i = 0; i < st->nsenders; i++) {
+			const swd_status_sender *d = &st->senders[i];
+			put(b, "sender: %s inc=%llu rank=%u/%u messages=%lld lost=%lld "
+			    "duplicates=%lld disagree=%lld uncompared=%lld overlaps=%lld "
+			    "mismatches=%lld missing=%lld after_end=%lld seq_next=%llu ended=%d\n",
+			    d->run, (unsigned long long)d->inc, d->rank, d->senders,
+			    (long long)d->messages, (long long)d->lost, (long long)d->duplicates,
+			    (long long)d->disagree, (long long)d->uncompared, (long long)d->overlaps,
+			    (long long)d->mismatches, (long long)d->missing, (long long)d->after_end,
+			    (unsigned long long)d->seq_next, d->ended);
 		}
 	} else if (!strcmp(name, "traffic")) {
 		put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
@@ -81,7 +97,7 @@ section(struct buf *b, const char *name, const swd_status *st)
 }
 
 static const char *const sections[] = {
-	"server", "runs", "traffic", "drops", "rejects", "queue", "writer", "loop"
+	"server", "runs", "senders", "traffic", "drops", "rejects", "queue", "writer", "loop"
 };
 
 size_t

@@ -11,14 +11,14 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 11
+#define SWD_DROP_REASONS 14
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
 enum {
 	SWD_DROP_BUDGET, SWD_DROP_DUPLICATE, SWD_DROP_LATE, SWD_DROP_MISMATCH,
 	SWD_DROP_AFTER_END, SWD_DROP_TOO_MANY_RUNS, SWD_DROP_NOMEM,
 	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN, SWD_DROP_OPEN_STEPS,
-	SWD_DROP_WRITE
+	SWD_DROP_WRITE, SWD_DROP_SENDERS, SWD_DROP_OVERLAP, SWD_DROP_PART_MISMATCH
 };
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */
@@ -27,7 +27,19 @@ typedef struct swd_status_run {
 	const char *run, *model, *split_form;
 	uint32_t layers, heads;
 	int64_t steps_written, last_step, open_steps, lost, incomplete, messages;
+	const char *last_gap;	/* NULL or "": none; else the last missing heads by rank */
 } swd_status_run;
+
+/* One sender of a run (PROTOCOL.md 7b), for the senders section. */
+typedef struct swd_status_sender {
+	const char *run;
+	uint64_t inc;
+	uint32_t rank, senders;
+	int64_t messages, lost, duplicates, disagree, uncompared, overlaps, mismatches,
+	    missing, after_end;
+	uint64_t seq_next;
+	int ended;
+} swd_status_sender;
 
 /* A plain snapshot of the daemon's figures. */
 typedef struct swd_status {
@@ -36,6 +48,8 @@ typedef struct swd_status {
 	long pid;
 	size_t nruns;
 	const swd_status_run *runs;
+	size_t nsenders;
+	const swd_status_sender *senders;
 	int64_t messages, bytes, rows, steps_complete, steps_incomplete;
 	double rows_per_s, msgs_per_s;	/* over the last 10 s */
 	int64_t drops[SWD_DROP_REASONS];
@@ -49,8 +63,8 @@ typedef struct swd_status {
 
 /*
  * Answers one control request (a command line: "status", "status SECTION",
- * "ping", "help") into out. Sections: server, runs, traffic, drops,
- * rejects, queue, writer, loop. Returns the reply length (truncated to
+ * "ping", "help") into out. Sections: server, runs, senders, traffic,
+ * drops, rejects, queue, writer, loop. Returns the reply length (truncated to
  * outlen - 1, always NUL-terminated).
  */
 size_t swd_control_reply(const char *req, size_t reqlen, const swd_status *st,

@@ -37,8 +37,24 @@ struct winc {
 	struct winc *next;
 };
 
+/*
+ * A row of the file's sender table: what earlier daemon sessions stored
+ * (base) and where it is. The row is rewritten as base + this session's
+ * counts whenever they change.
+ */
+struct wsend {
+	uint64_t inc;
+	uint32_t rank;
+	int64_t row;
+	uint64_t base[SW_SENDER_FIELDS];
+	int seen;		/* it spoke in this session */
+	struct wsend *next;
+};
+
 struct wrun {
 	swd_meta meta;
+	struct wsend *snd;
+	int64_t nsnd;		/* rows of the sender table */
 	sw_runfile *f;
 	int broken;		/* no file could be opened: steps are dropped, counted */
 	int dirty;
@@ -88,6 +104,7 @@ swd_layer_free(swd_layer *l, atomic_llong *inflight)
 	free(l->rows_st);
 	free(l->ln);
 	free(l->pair_idx);
+	free(l->miss_rank);
 	free(l);
 }
 
@@ -105,6 +122,8 @@ static void
 free_item(swd_witem *it, atomic_llong *inflight)
 {
 	free_layers(it->layers, it->meta.layers, inflight);
+	free(it->missing_rank);
+	free(it->snd);
 	free(it);
 }
 
@@ -114,6 +133,11 @@ wrun_free(struct wrun *r, atomic_llong *inflight)
 	free(r->prev);
 	free_layers(r->prev_layers, r->meta.layers, inflight);
 	free(r->keys);
+	while (r->snd) {
+		struct wsend *d = r->snd;
+		r->snd = d->next;
+		free(d);
+	}
 	while (r->incs) {
 		struct winc *i = r->incs;
 		r->incs = i->next;
@@ -214,8 +238,110 @@ load_rows(struct wrun *r)
 	}
 	r->incomplete_base = rows.incomplete;
 	sw_rows_free(&rows);
+	/* the sender table: counts of earlier sessions go on */
+	uint64_t *tab = NULL;
+	int64_t ns = rc == 0 ? sw_runfile_senders(r->f, &tab, err, sizeof(err)) : 0;
+	if (ns < 0) {
+		log_err("run %s: %s", r->meta.run, err);
+		rc = -1;
+	}
+	for (int64_t k = 0; k < ns && rc == 0; k++) {
+		struct wsend *d = calloc(1, sizeof(*d));
+		if (!d) {
+			rc = -1;
+			break;
+		}
+		memcpy(d->base, tab + k * SW_SENDER_FIELDS, sizeof(d->base));
+		d->inc = d->base[SW_S_INC];
+		d->rank = (uint32_t)d->base[SW_S_RANK];
+		d->row = k;
+		d->next = r->snd;
+		r->snd = d;
+	}
+	r->nsnd = ns > 0 ? ns : 0;
+	free(tab);
 	return rc;
 }
+
+static struct wsend *
+get_wsend(struct wrun *r, uint64_t inc, uint32_t rank)
+{
+	struct wsend *d;
+	for (d = r->snd; d; d = d->next)
+		if (d->inc == inc && d->rank == rank)
+			return d;
+	if ((d = calloc(1, sizeof(*d)))) {
+		d->inc = inc;
+		d->rank = rank;
+		d->row = r->nsnd++;
+		d->next = r->snd;
+		r->snd = d;
+	}
+	return d;
+}
+
+/*
+ * A sender of a several-sender incarnation first heard in this session:
+ * what it sent below its first seq here that the file does not account
+ * for (its table row's seq_next; all of it for a sender new to the file)
+ * no daemon stored. Counted before any of its steps carries the totals.
+ */
+static void
+sender_gap(swd_writer *w, struct wrun *r, struct wsend *d, const swd_sender *c)
+{
+	uint64_t held = d->base[SW_S_SEQ_NEXT];
+	d->seen = 1;
+	if (c->senders <= 1 || c->first_seq <= held)
+		return;	/* one sender: counted per incarnation (first_seen) */
+	int64_t gap = (int64_t)(c->first_seq - held);
+	d->base[SW_S_LOST] += (uint64_t)gap;
+	struct winc *wi = get_winc(r, c->inc);
+	if (wi)
+		wi->lost_prev += gap;
+	r->lost_prev += gap;
+	atomic_fetch_add(&w->st.lost_restart, gap);
+	log_warn("run %s: %lld message(s) of rank %u of incarnation %llu no daemon stored "
+	    "(seq below %llu)", r->meta.run, (long long)gap, c->rank,
+	    (unsigned long long)c->inc, (unsigned long long)c->first_seq);
+}
+
+/* This session's counters of some senders into the file's table. */
+static void
+put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n)
+{
+	char err[512];
+	for (size_t k = 0; k < n && r->f; k++) {
+		const swd_sender *c = &snd[k];
+		struct wsend *d = get_wsend(r, c->inc, c->rank);
+		if (!d)
+			return;
+		if (!d->seen)
+			sender_gap(w, r, d, c);
+		uint64_t v[SW_SENDER_FIELDS];
+		const uint64_t *b = d->base;
+		v[SW_S_INC] = c->inc;
+		v[SW_S_RANK] = c->rank;
+		v[SW_S_SENDERS] = c->senders;
+		v[SW_S_MESSAGES] = b[SW_S_MESSAGES] + (uint64_t)c->messages;
+		v[SW_S_LOST] = b[SW_S_LOST] + (uint64_t)c->lost;
+		v[SW_S_DUPLICATES] = b[SW_S_DUPLICATES] + (uint64_t)c->duplicates;
+		v[SW_S_OVERLAPS] = b[SW_S_OVERLAPS] + (uint64_t)c->overlaps;
+		v[SW_S_MISMATCHES] = b[SW_S_MISMATCHES] + (uint64_t)c->mismatches;
+		v[SW_S_DISAGREE] = b[SW_S_DISAGREE] + (uint64_t)c->disagree;
+		v[SW_S_UNCOMPARED] = b[SW_S_UNCOMPARED] + (uint64_t)c->uncompared;
+		v[SW_S_MISSING] = b[SW_S_MISSING] + (uint64_t)c->missing;
+		v[SW_S_AFTER_END] = b[SW_S_AFTER_END] + (uint64_t)c->after_end;
+		v[SW_S_SEQ_NEXT] = c->seq_next > b[SW_S_SEQ_NEXT] ? c->seq_next : b[SW_S_SEQ_NEXT];
+		v[SW_S_ENDED] = c->ended || b[SW_S_ENDED];
+		if (sw_runfile_put_sender(r->f, d->row, v, err, sizeof(err)) != 0) {
+			log_err("run %s: writing the sender table failed: %s", r->meta.run, err);
+			atomic_fetch_add(&w->st.write_errors, 1);
+			return;
+		}
+		r->dirty = 1;
+	}
+}
+
 
 /*
  * Opens the run's file: the first generation whose file holds this run
@@ -361,6 +487,15 @@ wrun_remove(swd_writer *w, struct wrun *r)
 	wrun_free(r, w->inflight);
 }
 
+/* WQ_SENDERS: counters of the run's senders (a new one, or at its close). */
+static void
+senders_item(swd_writer *w, swd_witem *it)
+{
+	struct wrun *r = wrun_get(w, &it->meta, it);
+	if (r && !r->broken)
+		put_senders(w, r, it->snd, it->nsnd);
+}
+
 /* Drift of one head between two fixed-probe steps (§4), over common rows. */
 static void
 drift(const swd_layer *a, const swd_layer *b, uint32_t h, uint32_t sink,
@@ -424,7 +559,8 @@ inc_seen(swd_writer *w, swd_witem *it)
 {
 	struct wrun *r = wrun_get(w, &it->meta, it);
 	struct winc *wi = r && !r->broken ? get_winc(r, it->inc) : NULL;
-	if (wi && !wi->seen)
+	/* several senders: per sender, from the sender table (sender_gap) */
+	if (wi && !wi->seen && it->inc_senders <= 1)
 		first_seen(w, r, wi, it->first_seq);
 }
 
@@ -456,8 +592,9 @@ write_step(swd_writer *w, swd_witem *it)
 	struct winc *wi = get_winc(r, it->inc);
 	if (!wi)
 		return -1;
-	if (!wi->seen && it->inc_named)
+	if (!wi->seen && it->inc_named && it->inc_senders <= 1)
 		first_seen(w, r, wi, it->first_seq);
+	put_senders(w, r, it->snd, it->nsnd);
 	char rerr[512];
 	if (it->has_resume && !wi->resumed) {
 		if (sw_runfile_add_resume(r->f, it->inc, it->resume, rerr, sizeof(rerr)) != 0) {
@@ -503,9 +640,11 @@ write_step(swd_writer *w, swd_witem *it)
 		    mat[SW_P_JS_KEEP], mat[SW_P_JS_DROP], mat[SW_P_PAIR_SINK],
 		    mat[SW_P_PAIR_CONTENT], NULL };
 		swm_layer_finish(ly ? ly->acc : zacc, ly ? ly->pairs : NULL, H, scratch, &lv);
-		flip[l * 3 + 0] = lv.flip[0];
-		flip[l * 3 + 1] = lv.flip[1];
-		flip[l * 3 + 2] = ly ? lv.flip[2] : NAN;
+		/* flips compare every pair of heads: none with a head missing */
+		int allh = ly && !ly->miss_rank;
+		flip[l * 3 + 0] = allh ? lv.flip[0] : NAN;
+		flip[l * 3 + 1] = allh ? lv.flip[1] : NAN;
+		flip[l * 3 + 2] = allh ? lv.flip[2] : NAN;
 		for (uint32_t h = 0; h < H; h++) {
 			size_t i = (size_t)l * H + h;
 			const swm_head *c = &cur[i];
@@ -557,6 +696,7 @@ write_step(swd_writer *w, swd_witem *it)
 	st.inc = it->inc;
 	st.seq_next = it->seq_next;
 	st.prev_row = adjacent ? r->prev_row : -1;
+	st.missing_rank = it->missing_rank;
 	for (uint32_t l = 0; l < L; l++)
 		rs[l] = it->layers[l] ? it->layers[l]->rows_st : NULL;
 	st.row_stats = m->fixed_probe ? (const swm_row *const *)rs : NULL;
@@ -731,6 +871,8 @@ writer_main(void *arg)
 				close_run(w, it);
 			else if (it->type == WQ_INC)
 				inc_seen(w, it);
+			else if (it->type == WQ_SENDERS)
+				senders_item(w, it);
 			free_item(it, w->inflight);
 		}
 		if (mono_ms() - w->last_flush_ms >= w->cfg.flush_ms || stopping)

@@ -73,6 +73,7 @@ enum {
 	D_INC_LOST,
 	D_SEQ_NEXT,
 	D_PREV_ROW,
+	D_MISSING_RANK,			/* layout 3 */
 	D_ROWSTAT,			/* SW_ROWSTAT_FIELDS of them, row_stats files only */
 	D_ROW_STATUS = D_ROWSTAT + SW_ROWSTAT_FIELDS,
 	D_ROW_USE,
@@ -80,17 +81,25 @@ enum {
 	D_ENDED,
 	D_RES_INC,
 	D_RES_STEP,			/* the resume records' commit marker */
+	D_SENDERS,			/* layout 3: the sender table, not indexed by step */
 	D__N
 };
 
-/* Datasets that layout 1 does not have (readers skip them there). */
+/* Datasets that layout 3 added, and those layout 1 does not have. */
+#define D_V3(d) ((d) == D_MISSING_RANK || (d) == D_SENDERS)
 #define D_V2(d) (((d) >= D_INC && (d) < D_STEP) || (d) >= D_RES_INC)
 /* Datasets only in files with per-row statistics. */
 #define D_ROWWISE(d) ((d) >= D_ROWSTAT && (d) <= D_ROW_STATUS)
 
 /* Shapes after the first axis (P: the probe's rows). */
-enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3, SH_TLHP, SH_TP };
-enum etype { E_F64, E_I64, E_U8, E_I8, E_U64 };
+enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3, SH_TLHP, SH_TP, SH_SF };
+enum etype { E_F64, E_I64, E_U8, E_I8, E_U64, E_I32 };
+
+const char *const sw_sender_field_names[SW_SENDER_FIELDS] = {
+	"inc", "rank", "senders", "messages", "lost", "duplicates", "overlaps",
+	"mismatches", "disagree", "uncompared", "missing", "after_end", "seq_next",
+	"ended"
+};
 
 const char *const sw_rowstat_field_names[SW_ROWSTAT_FIELDS] = {
 	"row_sink_mass", "row_content_mass", "row_entropy", "row_sink_entropy",
@@ -117,6 +126,7 @@ struct sw_runfile {
 	double *rs;		/* layers * heads * rows, one row-stat field repacked */
 	uint8_t *rst;		/* layers * heads * rows statuses */
 	uint8_t *use;		/* rows zeros, for a step without row_use */
+	int32_t *present;	/* layers * heads -1s, for a step without missing_rank */
 };
 
 static void
@@ -140,6 +150,8 @@ spec(int d, struct dspec *s)
 		[D_INC_LOST] = { "inc_lost", E_I64, SH_T },
 		[D_SEQ_NEXT] = { "seq_next", E_U64, SH_T },
 		[D_PREV_ROW] = { "prev_row", E_I64, SH_T },
+		[D_MISSING_RANK] = { "missing_rank", E_I32, SH_TLH },
+		[D_SENDERS] = { "senders", E_U64, SH_SF },
 		[D_ROW_STATUS] = { "row_status", E_U8, SH_TLHP },
 		[D_ROW_USE] = { "row_use", E_U8, SH_TP },
 		[D_STEP] = { "step", E_I64, SH_T },
@@ -200,6 +212,9 @@ shape_dims(enum shape sh, uint32_t layers, uint32_t heads, uint32_t rows, hsize_
 	case SH_TP:
 		dims[1] = rows;
 		return 2;
+	case SH_SF:
+		dims[1] = SW_SENDER_FIELDS;
+		return 2;
 	}
 	return 1;
 }
@@ -211,6 +226,8 @@ shape_axes(int d, enum shape sh)
 		return "mark";
 	if (d == D_RES_INC || d == D_RES_STEP)
 		return "resume";
+	if (d == D_SENDERS)
+		return "sender,field";
 	switch (sh) {
 	case SH_T: return "step";
 	case SH_TL: return "step,layer";
@@ -220,6 +237,7 @@ shape_axes(int d, enum shape sh)
 	case SH_TL3: return "step,layer,metric";
 	case SH_TLHP: return "step,layer,head,row";
 	case SH_TP: return "step,row";
+	case SH_SF: return "sender,field";
 	}
 	return "step";
 }
@@ -233,6 +251,7 @@ file_type(enum etype t)
 	case E_U8: return H5T_STD_U8LE;
 	case E_I8: return H5T_STD_I8LE;
 	case E_U64: return H5T_STD_U64LE;
+	case E_I32: return H5T_STD_I32LE;
 	}
 	return H5T_IEEE_F64LE;
 }
@@ -246,6 +265,7 @@ mem_type(enum etype t)
 	case E_U8: return H5T_NATIVE_UINT8;
 	case E_I8: return H5T_NATIVE_INT8;
 	case E_U64: return H5T_NATIVE_UINT64;
+	case E_I32: return H5T_NATIVE_INT32;
 	}
 	return H5T_NATIVE_DOUBLE;
 }
@@ -261,6 +281,7 @@ type_name(enum etype t)
 	case E_U8: return "uint8";
 	case E_I8: return "int8";
 	case E_U64: return "uint64";
+	case E_I32: return "int32";
 	}
 	return "float64";
 }
@@ -288,7 +309,7 @@ sw_schema_at(size_t i)
 			tab[d].name = s.name;
 			tab[d].dims = shape_axes(d, s.shape);
 			tab[d].type = type_name(s.type);
-			tab[d].version = D_V2(d) ? 2 : 1;
+			tab[d].version = D_V3(d) ? 3 : D_V2(d) ? 2 : 1;
 			tab[d].row_stats = D_ROWWISE(d);
 		}
 		made = 1;
@@ -467,7 +488,8 @@ write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
 	    attr_u32(file, "generation", gen) < 0 ||
 	    attr_write(file, "row_stats", H5T_STD_U8LE, H5T_NATIVE_UINT8, &rowstats) < 0 ||
 	    /* every logarithm and sum in double (METRICS.md §6) */
-	    attr_str(file, "log_precision", "float64") < 0) {
+	    attr_str(file, "log_precision", "float64") < 0 ||
+	    attr_str(file, "sender_fields", SW_SENDER_FIELD_LIST) < 0) {
 		sw_h5_fail(err, errlen, "writing the file attributes failed");
 		return -1;
 	}
@@ -1187,6 +1209,7 @@ runfile_free(sw_runfile *f)
 	free(f->rs);
 	free(f->rst);
 	free(f->use);
+	free(f->present);
 	free(f->path);
 	free(f);
 }
@@ -1235,7 +1258,11 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 		f->rst = malloc(lh * f->rows);
 	}
 	f->use = calloc(f->rows + 1, 1);
-	if (!f->path || !f->nan || !f->rej || !f->use || (f->row_stats && (!f->rs || !f->rst))) {
+	f->present = malloc(lh * sizeof(int32_t) + 1);
+	for (size_t i = 0; f->present && i < lh; i++)
+		f->present[i] = -1;
+	if (!f->path || !f->nan || !f->rej || !f->use || !f->present ||
+	    (f->row_stats && (!f->rs || !f->rst))) {
 		snprintf(err, errlen, "run %s: out of memory", meta->run);
 		goto fail;
 	}
@@ -1519,7 +1546,9 @@ sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 	    write_row(f, D_INC, t, H5T_NATIVE_UINT64, &s->inc, err, errlen) < 0 ||
 	    write_row(f, D_INC_LOST, t, H5T_NATIVE_INT64, &s->inc_lost, err, errlen) < 0 ||
 	    write_row(f, D_SEQ_NEXT, t, H5T_NATIVE_UINT64, &s->seq_next, err, errlen) < 0 ||
-	    write_row(f, D_PREV_ROW, t, H5T_NATIVE_INT64, &s->prev_row, err, errlen) < 0)
+	    write_row(f, D_PREV_ROW, t, H5T_NATIVE_INT64, &s->prev_row, err, errlen) < 0 ||
+	    write_row(f, D_MISSING_RANK, t, H5T_NATIVE_INT32,
+	    s->missing_rank ? s->missing_rank : f->present, err, errlen) < 0)
 		return -1;
 	if (f->row_stats && append_row_stats(f, t, s->row_stats, err, errlen) < 0)
 		return -1;
@@ -1551,6 +1580,40 @@ sw_runfile_mark_ended(sw_runfile *f, char *err, size_t errlen)
 	if (f->ended)
 		return 0;
 	return append_ended(f, 1, err, errlen);
+}
+
+int
+sw_runfile_put_sender(sw_runfile *f, int64_t row, const uint64_t *vals, char *err,
+    size_t errlen)
+{
+	quiet();
+	if (row < 0 || (hsize_t)row > f->ext[D_SENDERS]) {
+		snprintf(err, errlen, "%s: sender row %lld past the table's %llu", f->path,
+		    (long long)row, (unsigned long long)f->ext[D_SENDERS]);
+		return -1;
+	}
+	return write_row(f, D_SENDERS, (hsize_t)row, H5T_NATIVE_UINT64, vals, err, errlen) < 0 ?
+	    -1 : 0;
+}
+
+int64_t
+sw_runfile_senders(const sw_runfile *f, uint64_t **vals, char *err, size_t errlen)
+{
+	hsize_t n = f->ext[D_SENDERS];
+	*vals = NULL;
+	if (n == 0)
+		return 0;
+	if (!(*vals = malloc(n * SW_SENDER_FIELDS * sizeof(uint64_t)))) {
+		snprintf(err, errlen, "%s: no memory for the sender table", f->path);
+		return -1;
+	}
+	if (read_col(f, D_SENDERS, n, SW_SENDER_FIELDS, H5T_NATIVE_UINT64, *vals) < 0) {
+		sw_h5_fail(err, errlen, "%s: reading /senders failed", f->path);
+		free(*vals);
+		*vals = NULL;
+		return -1;
+	}
+	return (int64_t)n;
 }
 
 int

@@ -14,7 +14,7 @@
 
 #include "metrics/swm.h"
 
-#define SW_RUNFILE_VERSION 2	/* layout version, an attribute of the file */
+#define SW_RUNFILE_VERSION 3	/* layout version, an attribute of the file */
 #define SW_RUNFILE_VERSION_MIN 1	/* the oldest layout the readers read */
 
 /* Per-head series, each [T, layers, heads] float64, in this order. */
@@ -54,6 +54,21 @@ typedef struct sw_dataset_info {
 size_t sw_schema_count(void);
 const sw_dataset_info *sw_schema_at(size_t i);	/* NULL past the end */
 int sw_schema_find(const char *name);		/* its index, or -1 */
+
+/*
+ * The sender table (layout 3), /senders [S, SW_SENDER_FIELDS] uint64: one
+ * row per sender (incarnation and rank, PROTOCOL.md 7b), its counters over
+ * every daemon session, in this order (the file's sender_fields attribute).
+ */
+enum sw_sender_field {
+	SW_S_INC, SW_S_RANK, SW_S_SENDERS, SW_S_MESSAGES, SW_S_LOST, SW_S_DUPLICATES,
+	SW_S_OVERLAPS, SW_S_MISMATCHES, SW_S_DISAGREE, SW_S_UNCOMPARED, SW_S_MISSING,
+	SW_S_AFTER_END, SW_S_SEQ_NEXT, SW_S_ENDED,
+	SW_SENDER_FIELDS
+};
+#define SW_SENDER_FIELD_LIST "inc,rank,senders,messages,lost,duplicates,overlaps," \
+	"mismatches,disagree,uncompared,missing,after_end,seq_next,ended"
+extern const char *const sw_sender_field_names[SW_SENDER_FIELDS];
 
 /* Dataset names, as LAYOUT.md lists them. */
 extern const char *const sw_head_field_names[SW_HEAD_FIELDS];
@@ -96,6 +111,10 @@ typedef struct sw_step {
 	const swm_row *const *row_stats;	/* [layers] of [heads * rows], NULL where
 					 * missing; NULL: none (files without row stats) */
 	const uint8_t *row_use;		/* [rows]: SW_USE_PAIR | SW_USE_DRIFT, NULL zeros */
+	/* layout 3 */
+	const int32_t *missing_rank;	/* [layers * heads]: -1 present, else the rank
+					 * that should have sent the head (-2 none
+					 * known); NULL: every head present */
 } sw_step;
 
 typedef struct sw_runfile_opts {
@@ -202,6 +221,15 @@ int sw_runfile_flush(sw_runfile *f, char *err, size_t errlen);
  * appends again, a 0 is appended to /ended first. 0 or -1.
  */
 int sw_runfile_mark_ended(sw_runfile *f, char *err, size_t errlen);
+
+/*
+ * The sender table: writes row `row` (an existing one, or the next one,
+ * row == the table's length) of SW_SENDER_FIELDS values. 0 or -1.
+ */
+int sw_runfile_put_sender(sw_runfile *f, int64_t row, const uint64_t *vals, char *err,
+    size_t errlen);
+/* Reads the whole table into a malloc'd [rows * SW_SENDER_FIELDS]; its rows or -1. */
+int64_t sw_runfile_senders(const sw_runfile *f, uint64_t **vals, char *err, size_t errlen);
 
 /*
  * Records that incarnation inc resumes from step `from`: every row of an

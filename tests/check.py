@@ -168,7 +168,7 @@ def case_crash():
     rc, js, err = check_json(path)
     f = js["files"][0]
     assert rc == 0 and f["whole"] and not f["writer_flags"] and not f["cleared"], js
-    assert f["steps"] == n and f["run"] == "crash" and f["layout_version"] == 2, js
+    assert f["steps"] == n and f["run"] == "crash" and f["layout_version"] == 3, js
     assert not f["ended"], js
 
 

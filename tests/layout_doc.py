@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swharness import Daemon, Results, Sender, random_probs  # noqa: E402
 
 SRC = os.environ.get("SW_SRCDIR", os.path.join(os.path.dirname(__file__), ".."))
-TYPES = {"float64": "<f8", "int64": "<i8", "uint64": "<u8", "uint8": "|u1", "int8": "|i1"}
+TYPES = {"float64": "<f8", "int64": "<i8", "uint64": "<u8", "uint8": "|u1", "int8": "|i1", "int32": "<i4"}
 
 
 def doc_table():

@@ -16,6 +16,11 @@ swd_layer_free(swd_layer *l, atomic_llong *inflight)
 {
 	if (l && inflight)
 		atomic_fetch_sub(inflight, (long long)l->bytes);
+	if (l) {
+		free(l->acc);
+		free(l->rows_st);
+		free(l->miss_rank);
+	}
 	free(l);
 }
 
@@ -27,10 +32,35 @@ static struct out {
 	uint32_t have;
 	char run[SWP_RUN_MAX + 1];
 	uint32_t rows;
+	int32_t mrank[64];	/* missing_rank, the first 64 (layer, head) */
+	int has_mrank;
 } out[MAXOUT];
 static int nout;
 static uint64_t incs_seen[MAXOUT];	/* WQ_INC: named incarnations, first seen */
 static int nincs;
+static swd_sender senders[MAXOUT];	/* the latest counters of each (inc, rank) */
+static int nsenders;
+
+static void
+keep_sender(const swd_sender *d)
+{
+	for (int i = 0; i < nsenders; i++)
+		if (senders[i].inc == d->inc && senders[i].rank == d->rank) {
+			senders[i] = *d;
+			return;
+		}
+	ck_assert_int_lt(nsenders, MAXOUT);
+	senders[nsenders++] = *d;
+}
+
+static const swd_sender *
+sender_of(uint64_t inc, uint32_t rank)
+{
+	for (int i = 0; i < nsenders; i++)
+		if (senders[i].inc == inc && senders[i].rank == rank)
+			return &senders[i];
+	return NULL;
+}
 
 static void
 emit(void *ud, swd_witem *it)
@@ -39,6 +69,13 @@ emit(void *ud, swd_witem *it)
 	if (it->type == WQ_INC) {
 		ck_assert_int_lt(nincs, MAXOUT);
 		incs_seen[nincs++] = it->inc;
+		free(it);
+		return;
+	}
+	if (it->type == WQ_SENDERS) {	/* the last counters of each sender */
+		for (size_t i = 0; i < it->nsnd; i++)
+			keep_sender(&it->snd[i]);
+		free(it->snd);
 		free(it);
 		return;
 	}
@@ -52,17 +89,26 @@ emit(void *ud, swd_witem *it)
 	o->have = 0;
 	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
 		o->have += it->layers[l] != NULL;
+	for (size_t i = 0; i < it->nsnd; i++)
+		keep_sender(&it->snd[i]);
+	if (it->missing_rank)
+		memcpy(o->mrank, it->missing_rank, sizeof(o->mrank) < it->meta.layers *
+		    it->meta.heads * sizeof(int32_t) ? sizeof(o->mrank) : it->meta.layers *
+		    it->meta.heads * sizeof(int32_t));
+	o->has_mrank = it->missing_rank != NULL;
 	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
 		swd_layer_free(it->layers[l], NULL);
 	free(it->layers);
+	free(it->missing_rank);
+	free(it->snd);
 	free(it);
 }
 
 static swd_asm *
 mk(int64_t max_runs)
 {
-	swd_asm_conf c = { 1000, 16, max_runs, 600, NULL };
-	nout = nincs = 0;
+	swd_asm_conf c = { 1000, 16, max_runs, 600, NULL, 0, NULL, NULL };
+	nout = nincs = nsenders = 0;
 	return swd_asm_new(&c, emit, NULL);
 }
 
@@ -136,7 +182,7 @@ END_TEST
 
 START_TEST(test_stalled_step_does_not_hold)
 {
-	swd_asm_conf c = { 5000, 16, 8, 600, NULL };
+	swd_asm_conf c = { 5000, 16, 8, 600, NULL, 0, NULL, NULL };
 	nout = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	/* step 0 gets one layer and stalls; step 1 is whole behind it */
@@ -332,8 +378,8 @@ END_TEST
 
 START_TEST(test_full_open_steps_write_whole_first)
 {
-	swd_asm_conf c = { 10000, 4, 8, 600, NULL };
-	nout = nincs = 0;
+	swd_asm_conf c = { 10000, 4, 8, 600, NULL, 0, NULL, NULL };
+	nout = nincs = nsenders = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	/* B's step 0 arriving; A's whole steps 10..12 wait behind it */
 	feed(a, msg("r", 0, 0, 200, 0), 0);
@@ -439,6 +485,348 @@ START_TEST(test_end_keeps_step_order)
 }
 END_TEST
 
+
+/* ---- several senders (PROTOCOL.md 7b) ---------------------------------- */
+
+#define PH 4	/* heads */
+#define PR 4	/* rows */
+#define PK 2	/* keys */
+#define MAXWORK 16
+/* What conf.work was given: the gathered layers, as the daemon would get them. */
+static struct work {
+	swd_ticket t;
+	uint32_t layer, qpos[PR];
+	int has_qpos;
+	float data[PH * PR * PK];
+	int32_t *miss;
+} works[MAXWORK];
+static int nworks;
+static int work_refuse;		/* 1: the callee refuses (budget) */
+
+static int
+work(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes, int32_t *miss)
+{
+	(void)ud;
+	if (work_refuse)
+		return SWD_DROP_BUDGET;
+	ck_assert_int_lt(nworks, MAXWORK);
+	ck_assert_uint_eq(m->shape[0], PH);
+	ck_assert_uint_eq(m->shape[1], PR);
+	ck_assert_uint_eq(m->head0 + m->row0, 0);
+	ck_assert_uint_eq(bytes, sizeof(works[0].data));
+	struct work *w = &works[nworks++];
+	w->t = *t;
+	w->layer = m->layer;
+	memcpy(w->data, data, bytes);
+	w->has_qpos = m->qpos != NULL;
+	if (m->qpos)
+		memcpy(w->qpos, m->qpos, sizeof(w->qpos));
+	w->miss = miss;
+	free(data);
+	free(m->qpos);
+	return SWD_ASM_ACCEPT;
+}
+
+static swd_asm *
+mk2(void)
+{
+	swd_asm_conf c = { 1000, 16, 8, 600, NULL, 0, work, NULL };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	return swd_asm_new(&c, emit, NULL);
+}
+
+/* A stand-in result with per-head means v (sink mass and entropy), PR rows. */
+static swd_layer *
+result(uint32_t heads, uint32_t rows, double v, int32_t *miss)
+{
+	swd_layer *l = calloc(1, sizeof(*l));
+	l->heads = heads;
+	l->rows = rows;
+	l->acc = calloc(heads, sizeof(*l->acc));
+	for (uint32_t h = 0; h < heads; h++) {
+		int gone = miss && miss[h] != -1;
+		l->acc[h].rows = gone ? 0 : rows;
+		l->acc[h].s = gone ? 0 : v * rows;
+		l->acc[h].H = gone ? 0 : 2 * v * rows;
+	}
+	l->miss_rank = miss;
+	return l;
+}
+
+/* The element of cell (h, r, k) of layer l at step s: unique, so placement shows. */
+static float
+cell(int64_t s, uint32_t l, uint32_t h, uint32_t r, uint32_t k)
+{
+	return (float)(s * 1000 + l * 100 + h * 10 + r) + 0.5f * (float)k;
+}
+
+static float partbuf[64][PH * PR * PK];
+static int npart;
+
+/* A part: heads h0..h0+nh-1, rows r0..r0+nr-1 of layer l, sent by rank of 2. */
+static swp_msg
+part(int64_t step, uint32_t l, uint32_t rank, uint64_t seq, uint32_t h0, uint32_t nh,
+    uint32_t r0, uint32_t nr)
+{
+	swp_msg m = msg("p", step, l, 99, seq);
+	m.heads = PH;
+	m.rank = rank;
+	m.senders = 2;
+	m.head0 = h0;
+	m.row0 = r0;
+	m.rows = PR;
+	m.shape[0] = nh;
+	m.shape[1] = nr;
+	m.shape[2] = PK;
+	m.dtype = SWP_F32;
+	float *b = partbuf[npart++ % 64];
+	for (uint32_t h = 0; h < nh; h++)
+		for (uint32_t r = 0; r < nr; r++)
+			for (uint32_t k = 0; k < PK; k++)
+				b[(h * nr + r) * PK + k] = cell(step, l, h0 + h, r0 + r, k);
+	m.tensor = b;
+	m.tensor_bytes = (size_t)nh * nr * PK * sizeof(float);
+	return m;
+}
+
+static int
+give(swd_asm *a, swp_msg m, uint64_t now, swd_ticket *t)
+{
+	char why[256];
+	return swd_asm_admit(a, &m, now, t, why, sizeof(why));
+}
+
+/* Completes every gathered layer the assembly started, in order. */
+static void
+finish_works(swd_asm *a, int from, double v, uint64_t now)
+{
+	for (int i = from; i < nworks; i++)
+		swd_asm_done(a, &works[i].t, result(PH, PR, v, works[i].miss), now);
+}
+
+START_TEST(test_parts_by_heads)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	/* tensor parallel: rank 0 heads 0-1, rank 1 heads 2-3, of both layers,
+	 * interleaved; each rank numbers its own messages */
+	for (uint32_t l = 0; l < 2; l++) {
+		ck_assert_int_eq(give(a, part(5, l, 1, l, 2, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+		ck_assert_int_eq(give(a, part(5, l, 0, l, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	}
+	ck_assert_int_eq(nworks, 2);	/* each layer whole: started once */
+	for (int i = 0; i < 2; i++) {
+		ck_assert_ptr_null(works[i].miss);
+		for (uint32_t h = 0; h < PH; h++)
+			for (uint32_t r = 0; r < PR; r++)
+				for (uint32_t k = 0; k < PK; k++)
+					ck_assert(works[i].data[(h * PR + r) * PK + k] ==
+					    cell(5, works[i].layer, h, r, k));
+	}
+	finish_works(a, 0, 0.5, 1);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 5);
+	ck_assert_uint_eq(out[0].have, 2);
+	ck_assert_int_eq(out[0].has_mrank, 0);
+	ck_assert_int_eq(nsenders, 2);
+	for (uint32_t k = 0; k < 2; k++) {
+		const swd_sender *d = sender_of(99, k);
+		ck_assert_ptr_nonnull(d);
+		ck_assert_int_eq(d->messages, 2);
+		ck_assert_int_eq(d->lost, 0);	/* interleaved seqs of two senders */
+		ck_assert_uint_eq(d->senders, 2);
+	}
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_parts_by_rows)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	uint32_t q[PR] = { 3, 5, 7, 9 };
+	/* context parallel: rows 0-1 and 2-3, with their query positions */
+	swp_msg m1 = part(0, 0, 1, 0, 0, PH, 2, 2), m0 = part(0, 0, 0, 0, 0, PH, 0, 2);
+	m1.qpos = q + 2;
+	m0.qpos = q;
+	ck_assert_int_eq(give(a, m1, 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 0);
+	ck_assert_int_eq(give(a, m0, 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 1);
+	ck_assert(works[0].has_qpos);
+	for (uint32_t r = 0; r < PR; r++)
+		ck_assert_uint_eq(works[0].qpos[r], q[r]);
+	for (uint32_t h = 0; h < PH; h++)
+		for (uint32_t r = 0; r < PR; r++)
+			ck_assert(works[0].data[(h * PR + r) * PK] == cell(0, 0, h, r, 0));
+	/* a part of layer 1 without qpos, then one with: not one layer */
+	swp_msg n0 = part(0, 1, 0, 1, 0, PH, 0, 2), n1 = part(0, 1, 1, 1, 0, PH, 2, 2);
+	n1.qpos = q + 2;
+	ck_assert_int_eq(give(a, n0, 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, n1, 0, &t), SWD_DROP_PART_MISMATCH);
+	swd_asm_tick(a, 5000);	/* layer 1 times out without rank 1's rows */
+	ck_assert_int_eq(nworks, 2);
+	ck_assert_ptr_nonnull(works[1].miss);
+	for (uint32_t h = 0; h < PH; h++)
+		ck_assert_int_eq(works[1].miss[h], 1);	/* every head lacks rows of rank 1 */
+	finish_works(a, 0, 0.5, 5001);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].has_mrank, 1);
+	for (uint32_t h = 0; h < PH; h++) {
+		ck_assert_int_eq(out[0].mrank[h], -1);		/* layer 0 whole */
+		ck_assert_int_eq(out[0].mrank[PH + h], 1);	/* layer 1: rank 1's */
+	}
+	swd_asm_free(&a);
+	const swd_sender *d = sender_of(99, 1);
+	ck_assert_int_eq(d->mismatches, 1);
+	ck_assert_int_eq(d->missing, PH);
+}
+END_TEST
+
+START_TEST(test_withheld_part_named)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	/* step 0 whole; at step 1 rank 1 withholds heads 2-3 of layer 1 */
+	for (int64_t s = 0; s < 2; s++)
+		for (uint32_t l = 0; l < 2; l++) {
+			give(a, part(s, l, 0, (uint64_t)(s * 2 + l), 0, 2, 0, PR), (uint64_t)s, &t);
+			if (s == 0 || l == 0)
+				give(a, part(s, l, 1, (uint64_t)(s * 2 + l), 2, 2, 0, PR), (uint64_t)s, &t);
+		}
+	ck_assert_int_eq(nworks, 3);
+	finish_works(a, 0, 0.5, 2);
+	ck_assert_int_eq(nout, 1);	/* step 0 */
+	swd_asm_tick(a, 1500);	/* 1000 ms after step 1's last arrival */
+	ck_assert_int_eq(nworks, 4);
+	ck_assert_uint_eq(works[3].layer, 1);
+	int32_t want[PH] = { -1, -1, 1, 1 };
+	for (uint32_t h = 0; h < PH; h++)
+		ck_assert_int_eq(works[3].miss[h], want[h]);
+	finish_works(a, 3, 0.5, 1501);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[1].step, 1);
+	ck_assert_uint_eq(out[1].have, 2);
+	for (uint32_t h = 0; h < PH; h++) {
+		ck_assert_int_eq(out[1].mrank[h], -1);
+		ck_assert_int_eq(out[1].mrank[PH + h], want[h]);
+	}
+	swd_asm_run ar[1];
+	ck_assert_uint_eq(swd_asm_runs(a, ar, 1), 1);
+	ck_assert_int_eq(ar[0].incomplete, 1);
+	ck_assert_str_eq(ar[0].last_gap, "step 1 layer 1 heads 2-3 missing (rank 1)");
+	swd_sender sd[4];
+	const char *rn[4];
+	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 4), 2);
+	ck_assert_int_eq(sd[1].rank, 1);
+	ck_assert_int_eq(sd[1].missing, 2);
+	ck_assert_int_eq(sd[0].missing, 0);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_overlap_and_copies)
+{
+	swd_asm *a = mk2();
+	swd_ticket t0, t, c1, c2;
+	/* data parallel: both ranks send all of layer 0; rank 1's is a copy */
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, PH, 0, PR), 0, &t0), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t0);
+	ck_assert_int_eq(give(a, part(0, 0, 1, 0, 0, PH, 0, PR), 0, &c1), SWD_ASM_COPY);
+	swd_asm_start(a, &c1);
+	/* layer 1: rank 0 heads 0-2, rank 1 heads 2-3 overlaps, then heads 3 only */
+	ck_assert_int_eq(give(a, part(0, 1, 0, 1, 0, 3, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(0, 1, 1, 1, 2, 2, 0, PR), 0, &c2), SWD_DROP_OVERLAP);
+	ck_assert_int_eq(give(a, part(0, 1, 1, 2, 3, 1, 0, PR), 0, &c2), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 1);
+	/* rank 1 sends heads 1-2 of layer 1 again: a copy of rank 0's cells */
+	ck_assert_int_eq(give(a, part(0, 1, 1, 3, 1, 2, 0, PR), 0, &c2), SWD_ASM_COPY);
+	swd_asm_start(a, &c2);
+	swd_asm_done(a, &c1, result(PH, PR, 0.5, NULL), 1);	/* agrees */
+	swd_asm_done(a, &c2, result(2, PR, 0.25, NULL), 1);	/* differs */
+	ck_assert_int_eq(nout, 0);
+	swd_asm_done(a, &t0, result(PH, PR, 0.5, NULL), 1);
+	finish_works(a, 0, 0.5, 1);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_uint_eq(out[0].have, 2);
+	/* a copy after the step was written is compared with what was kept */
+	ck_assert_int_eq(give(a, part(0, 0, 1, 4, 0, PH, 0, PR), 2, &c1), SWD_ASM_COPY);
+	swd_asm_start(a, &c1);
+	swd_asm_done(a, &c1, result(PH, PR, 0.5 + 2e-6, NULL), 2);
+	swd_sender sd[4];
+	const char *rn[4];
+	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 4), 2);
+	ck_assert_int_eq(sd[1].duplicates, 3);
+	ck_assert_int_eq(sd[1].disagree, 2);
+	ck_assert_int_eq(sd[1].uncompared, 0);
+	ck_assert_int_eq(sd[1].overlaps, 1);
+	ck_assert_int_eq(sd[0].duplicates + sd[0].disagree + sd[0].overlaps, 0);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_senders_end_and_seq)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	/* pipeline: rank 0 holds layer 0, rank 1 layer 1 (whole layers) */
+	for (int64_t s = 0; s < 2; s++) {
+		give(a, part(s, 0, 0, (uint64_t)s, 0, PH, 0, PR), 0, &t);
+		swd_asm_start(a, &t);
+		swd_asm_done(a, &t, result(PH, PR, 0.5, NULL), 0);
+	}
+	/* rank 1 skips its seq 0: one lost, its own */
+	give(a, part(0, 1, 1, 1, 0, PH, 0, PR), 0, &t);
+	swd_asm_start(a, &t);
+	swd_asm_done(a, &t, result(PH, PR, 0.5, NULL), 0);
+	ck_assert_int_eq(nout, 1);
+	swp_msg e = part(0, 0, 0, 2, 0, PH, 0, PR);
+	e.type = SWP_END;
+	ck_assert_int_eq(swd_asm_end(a, &e, 1), SWD_ASM_ACCEPT);
+	/* rank 0 ended its part; the run goes on for rank 1 */
+	ck_assert_int_eq(give(a, part(1, 0, 0, 3, 0, PH, 0, PR), 1, &t), SWD_DROP_AFTER_END);
+	ck_assert_int_eq(give(a, part(1, 1, 1, 2, 0, PH, 0, PR), 1, &t), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t);
+	swd_asm_done(a, &t, result(PH, PR, 0.5, NULL), 1);
+	ck_assert_int_eq(nout, 2);
+	for (int i = 0; i < nout; i++)
+		ck_assert_int_eq(out[i].type, WQ_STEP);
+	/* a message that says 3 senders: not this incarnation's */
+	swp_msg x = part(2, 1, 1, 3, 0, PH, 0, PR);
+	x.senders = 3;
+	ck_assert_int_eq(give(a, x, 1, &t), SWD_DROP_SENDERS);
+	e = part(0, 0, 1, 4, 0, PH, 0, PR);
+	e.type = SWP_END;
+	ck_assert_int_eq(swd_asm_end(a, &e, 2), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(out[nout - 1].type, WQ_END);
+	const swd_sender *d0 = sender_of(99, 0), *d1 = sender_of(99, 1);
+	ck_assert(d0->ended && d1->ended);
+	ck_assert_int_eq(d0->lost, 0);
+	ck_assert_int_eq(d1->lost, 1);
+	ck_assert_int_eq(d0->after_end, 1);
+	ck_assert_uint_eq(d1->seq_next, 5);
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_parts_wait_for_budget)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	work_refuse = 1;	/* the whole layer cannot start now: budget */
+	give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t);
+	ck_assert_int_eq(give(a, part(0, 0, 1, 0, 2, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 0);
+	work_refuse = 0;
+	swd_asm_tick(a, 10);	/* it starts at the next tick, whole */
+	ck_assert_int_eq(nworks, 1);
+	ck_assert_ptr_null(works[0].miss);
+	swd_asm_free(&a);
+	for (int i = 0; i < nworks; i++)
+		free(works[i].miss);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -461,6 +849,14 @@ suite(void)
 	tcase_add_test(tc, test_end_after_idle_close);
 	tcase_add_test(tc, test_end_keeps_step_order);
 	suite_add_tcase(s, tc);
+	TCase *tp = tcase_create("senders");
+	tcase_add_test(tp, test_parts_by_heads);
+	tcase_add_test(tp, test_parts_by_rows);
+	tcase_add_test(tp, test_withheld_part_named);
+	tcase_add_test(tp, test_overlap_and_copies);
+	tcase_add_test(tp, test_senders_end_and_seq);
+	tcase_add_test(tp, test_parts_wait_for_budget);
+	suite_add_tcase(s, tp);
 	return s;
 }
 

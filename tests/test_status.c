@@ -23,9 +23,15 @@ sample(swd_status_run *runs)
 	st.data_dir = "/d";
 	st.pid = 42;
 	st.uptime_s = 1.5;
-	runs[0] = (swd_status_run){ "r1", "gpt", "paired", 2, 4, 10, 90, 1, 3, 1, 21 };
+	runs[0] = (swd_status_run){ "r1", "gpt", "paired", 2, 4, 10, 90, 1, 3, 1, 21,
+	    "step 5 layer 1 heads 2-3 missing (rank 1)" };
 	st.nruns = 1;
 	st.runs = runs;
+	static swd_status_sender snd[2];
+	snd[0] = (swd_status_sender){ "r1", 77, 0, 2, 11, 0, 0, 0, 0, 0, 0, 0, 0, 11, 1 };
+	snd[1] = (swd_status_sender){ "r1", 77, 1, 2, 10, 1, 3, 1, 2, 4, 5, 2, 6, 12, 0 };
+	st.nsenders = 2;
+	st.senders = snd;
 	st.messages = 21;
 	st.rows_per_s = 12.5;
 	st.drops[SWD_DROP_BUDGET] = 7;
@@ -44,7 +50,7 @@ START_TEST(test_reply)
 	char out[8192];
 	size_t n = swd_control_reply("status", 6, &st, out, sizeof(out));
 	ck_assert_uint_eq(n, strlen(out));
-	const char *secs[] = { "# server", "# runs", "# traffic", "# drops", "# rejects",
+	const char *secs[] = { "# server", "# runs", "# senders", "# traffic", "# drops", "# rejects",
 	    "# queue", "# writer", "# loop" };
 	const char *prev = out;
 	for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
@@ -54,7 +60,13 @@ START_TEST(test_reply)
 	}
 	ck_assert(strstr(out, "version: 9.9\n"));
 	ck_assert(strstr(out, "run: r1 model=gpt layers=2 heads=4 split=paired steps=10 "
-	    "last_step=90 open_steps=1 messages=21 lost=3 incomplete=1\n"));
+	    "last_step=90 open_steps=1 messages=21 lost=3 incomplete=1\n"
+	    "gap: r1 step 5 layer 1 heads 2-3 missing (rank 1)\n"));
+	ck_assert(strstr(out, "# senders\nsenders: 2\nsender: r1 inc=77 rank=0/2 messages=11 "
+	    "lost=0 duplicates=0 disagree=0 uncompared=0 overlaps=0 mismatches=0 missing=0 "
+	    "after_end=0 seq_next=11 ended=1\nsender: r1 inc=77 rank=1/2 messages=10 lost=1 "
+	    "duplicates=3 disagree=1 uncompared=2 overlaps=4 mismatches=5 missing=2 "
+	    "after_end=6 seq_next=12 ended=0\n"));
 	ck_assert(strstr(out, "budget: 7\n"));
 	ck_assert(strstr(out, "bad_version: 2\n"));
 	ck_assert(strstr(out, "sum: 5\n"));
@@ -69,7 +81,8 @@ START_TEST(test_reply)
 	swd_control_reply("ping", 4, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "pong\n");
 	swd_control_reply("help", 4, &st, out, sizeof(out));
-	ck_assert(strstr(out, "sections: server runs traffic drops rejects queue writer loop"));
+	ck_assert(strstr(out, "sections: server runs senders traffic drops rejects queue writer "
+	    "loop"));
 	swd_control_reply("reboot now", 10, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "error: unknown command 'reboot' (try help)\n");
 	/* untrusted bytes: no NUL, longer than the command buffer */
