@@ -18,6 +18,7 @@
 #define IMPLICIT_RING 256	/* closed runs' inferred incarnations, to go on with */
 #define CLOSED_RING 64		/* runs closed idle, for an end that comes later */
 
+#define DIGESTS 8		/* written steps a late copy is still compared with */
 #define CMP_TOL 1e-6		/* PROTOCOL.md 7b: copies differ beyond this (s, nats) */
 
 /* A sender of an incarnation (PROTOCOL.md 7b): its seq and its counters. */
@@ -105,7 +106,8 @@ struct arun {
 	int64_t nopen, jobs;
 	int ending;
 	uint64_t last_ms;
-	struct digest dg;
+	struct digest dg[DIGESTS];	/* the last steps written, round robin */
+	unsigned ndg;
 	char last_gap[160];
 	struct arun *next;
 };
@@ -256,7 +258,8 @@ free_run(swd_asm *a, struct arun *r)
 		free(i->owner);
 		free(i);
 	}
-	digest_free(a, &r->dg);
+	for (int k = 0; k < DIGESTS; k++)
+		digest_free(a, &r->dg[k]);
 	free(r);
 }
 
@@ -437,11 +440,23 @@ missing_ranks(swd_asm *a, struct arun *r, struct astep *s)
 	return mr;
 }
 
+static struct digest *
+find_digest(struct arun *r, int64_t step, uint64_t inc)
+{
+	for (int k = 0; k < DIGESTS; k++)
+		if (r->dg[k].valid && r->dg[k].step == step && r->dg[k].inc == inc)
+			return &r->dg[k];
+	return NULL;
+}
+
 /* The run's digest of a step of a several-sender incarnation, to compare copies. */
 static void
 digest_step(swd_asm *a, struct arun *r, struct astep *s)
 {
-	struct digest *d = &r->dg;
+	struct digest *d = find_digest(r, s->step, s->inc->inc);
+	if (!d)
+		d = &r->dg[r->ndg++ % DIGESTS];
+	d->valid = 0;
 	uint32_t L = r->meta.layers, H = r->meta.heads, R = r->meta.rows;
 	size_t LH = (size_t)L * H, LHR = LH * R;
 	int fixed = r->meta.fixed_probe;
@@ -498,10 +513,9 @@ digest_step(swd_asm *a, struct arun *r, struct astep *s)
  * compared; what says where they differ.
  */
 static int
-compare_copy(const struct arun *r, uint32_t l, const swd_layer *cl, uint32_t head0,
-    uint32_t row0, char *what, size_t wl)
+compare_copy(const struct arun *r, const struct digest *d, uint32_t l, const swd_layer *cl,
+    uint32_t head0, uint32_t row0, char *what, size_t wl)
 {
-	const struct digest *d = &r->dg;
 	uint32_t H = r->meta.heads, R = r->meta.rows;
 	int cmp = 0;
 	if (r->meta.fixed_probe && d->rs && cl->rows_st) {
@@ -548,8 +562,8 @@ judge_copy(struct arun *r, int64_t step, uint32_t l, const swd_layer *cl, struct
     uint32_t head0, uint32_t row0)
 {
 	char what[256];
-	int v = r->dg.valid && r->dg.step == step && r->dg.inc == sd->c.inc ?
-	    compare_copy(r, l, cl, head0, row0, what, sizeof(what)) : -1;
+	const struct digest *d = find_digest(r, step, sd->c.inc);
+	int v = d ? compare_copy(r, d, l, cl, head0, row0, what, sizeof(what)) : -1;
 	if (v < 0) {
 		sd->c.uncompared++;
 	} else if (v > 0) {
@@ -690,18 +704,23 @@ unblocked(const swd_asm *a, struct arun *r)
  * earlier step whose input stopped coming they go at once, not after its
  * timeout, so that a stalled step never holds whole ones in memory.
  */
+static int settle(swd_asm *a, struct arun *r, struct astep *s);
+
 static void
 release(swd_asm *a, struct arun *r)
 {
 	struct astep *m;
 	for (;;) {
 		if ((m = min_open(r)) && m->in_work == 0 && !memchr(m->state, 1, r->meta.layers) &&
-		    (complete(a, r, m) || m->have == 0))
-			emit_step(a, r, m);
-		else if (m && (m = unblocked(a, r)))
-			emit_step(a, r, m);
-		else
+		    (complete(a, r, m) || (m->have == 0 && !memchr(m->state, 4, r->meta.layers)))) {
+			if (settle(a, r, m))
+				emit_step(a, r, m);
+		} else if (m && (m = unblocked(a, r))) {
+			if (settle(a, r, m))
+				emit_step(a, r, m);
+		} else {
 			break;
+		}
 	}
 }
 
@@ -1103,7 +1122,7 @@ launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 	}
 	m.tensor = g->buf;
 	m.tensor_bytes = g->buf_bytes;
-	swd_ticket t = { r, s, l, 0, NULL, 0, 0 };
+	swd_ticket t = { .run = r, .step = s, .layer = l };
 	s->state[l] = 2;
 	s->in_work++;
 	r->jobs++;
@@ -1124,6 +1143,34 @@ launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 	gather_free(a, g);
 	s->g[l] = NULL;
 	return SWD_ASM_ACCEPT;
+}
+
+/*
+ * A step about to go out (its time is up, or its senders ended) with
+ * gathered layers: they start first, as they are, their missing heads
+ * named; it goes out when they are done. 1 if it can go now.
+ */
+static int
+settle(swd_asm *a, struct arun *r, struct astep *s)
+{
+	int started = 0;
+	for (uint32_t l = 0; s->g && l < r->meta.layers; l++) {
+		struct gather *g = s->g[l];
+		if (!g)
+			continue;
+		if (launch(a, r, s, l, 1) == SWD_ASM_ACCEPT) {
+			started++;
+			continue;
+		}
+		log_warn("run %s: step %lld layer %u: its parts could not be computed (budget): "
+		    "the layer is missing", r->meta.run, (long long)s->step, l);
+		gather_free(a, g);
+		s->g[l] = NULL;
+		s->state[l] = 0;
+	}
+	if (started)
+		s->timed_out = 1;
+	return !started;
 }
 
 /* Takes a part into its layer (its cells are new). SWD_ASM_HELD or a reason. */
@@ -1211,6 +1258,7 @@ copy_ticket(struct arun *r, struct astep *s, struct asend *sd, const swp_msg *m,
 	t->step = s;
 	t->layer = m->layer;
 	t->copy = 1;
+	t->cstep = m->step;
 	t->sender = sd;
 	t->head0 = m->head0;
 	t->row0 = m->row0;
@@ -1285,7 +1333,7 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		if (written != 2)
 			return SWD_DROP_LATE;
 		sd->c.duplicates++;
-		if (several && r->dg.valid && r->dg.step == m->step && r->dg.inc == inc->inc)
+		if (several && find_digest(r, m->step, inc->inc))
 			return copy_ticket(r, NULL, sd, m, t);
 		if (several)
 			sd->c.uncompared++;
@@ -1370,8 +1418,7 @@ copy_done(swd_asm *a, const swd_ticket *t, swd_layer *ly)
 	if (!ly) {
 		sd->c.uncompared++;
 	} else if (!s) {
-		judge_copy(r, sd->c.inc == r->dg.inc ? r->dg.step : -1, t->layer, ly, sd,
-		    t->head0, t->row0);
+		judge_copy(r, t->cstep, t->layer, ly, sd, t->head0, t->row0);
 		swd_layer_free(ly, a->c.inflight);
 	} else if ((c = calloc(1, sizeof(*c)))) {
 		c->ly = ly;
@@ -1516,28 +1563,13 @@ swd_asm_tick(swd_asm *a, uint64_t now)
 		for (struct astep *s = r->open, *sn; s; s = sn) {
 			sn = s->next;
 			int late = now - s->last_ms >= (uint64_t)a->c.step_timeout_ms;
-			/* gathered layers: whole ones that could not start, or at the
-			 * timeout as they are, their missing heads named */
-			int started = 0;
-			for (uint32_t l = 0; s->g && l < r->meta.layers && !s->timed_out; l++) {
-				struct gather *g = s->g[l];
-				if (!g || (!late && g->covered < (uint64_t)r->meta.heads * r->meta.rows))
-					continue;
-				if (launch(a, r, s, l, 1) == SWD_ASM_ACCEPT) {
-					started++;
-				} else if (late) {
-					log_warn("run %s: step %lld layer %u: its parts could not be "
-					    "computed (budget): the layer is missing", r->meta.run,
-					    (long long)s->step, l);
-					gather_free(a, g);
-					s->g[l] = NULL;
-					s->state[l] = 0;
-				}
-			}
-			if (late && started)
-				s->timed_out = 1;
-			if (s->in_work == 0 && !whole(r, s) && !memchr(s->state, 1, r->meta.layers) &&
-			    !memchr(s->state, 4, r->meta.layers) && late)
+			/* gathered layers that are whole and could not start yet */
+			for (uint32_t l = 0; s->g && l < r->meta.layers && !late; l++)
+				if (s->g[l] && s->g[l]->covered == (uint64_t)r->meta.heads * r->meta.rows)
+					launch(a, r, s, l, 0);
+			/* at the timeout the rest start as they are, their missing heads named */
+			if (late && s->in_work == 0 && !whole(r, s) &&
+			    !memchr(s->state, 1, r->meta.layers) && settle(a, r, s))
 				emit_step(a, r, s);
 		}
 		release(a, r);

@@ -76,6 +76,7 @@ typedef struct swd_ticket {
 	void *run, *step;
 	uint32_t layer;
 	int copy;		/* SWD_ASM_COPY: compared, never stored */
+	int64_t cstep;		/* a copy's step */
 	void *sender;
 	uint32_t head0, row0;	/* a copy's place in its layer */
 } swd_ticket;

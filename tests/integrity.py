@@ -7,44 +7,21 @@ shuffled, by three parallel senders, and with a resume (a new incarnation
 re-sending the last 4 steps). Every report must agree with the others to
 1e-9 and with an independent float64 numpy computation of the paired split
 (METRICS.md §3) to 1e-6."""
-import glob
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 np.seterr(divide="ignore", invalid="ignore")    # log 0 of masked keys: masked after
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swharness import SINKWATCH, Daemon, Results, Sender, run_cmd  # noqa: E402
+from swharness import SINKWATCH, Daemon, Results, Sender, example_probes, run_cmd  # noqa: E402
 
 L, H, K = 2, 4, 64
-SRC = os.environ.get("SW_SRCDIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-EXAMPLE = os.path.join(SRC, "contrib", "examples", "train_tiny_gpt.py")
 
 
-def real_probes():
-    """{step: [L][H, rows, K] float32} and qpos: the example's probe attention
-    at steps 0, 3, .., 45 (masked keys 0), trained with no daemon listening."""
-    from swharness import free_port
-    d = tempfile.mkdtemp(prefix="sinkwatch-integrity-")
-    subprocess.run([sys.executable, EXAMPLE, "--steps", "45", "--every", "3", "--batch", "8",
-                    "--layers", str(L), "--heads", str(H), "--context", str(K),
-                    "--dump-probes", d, "--connect", "tcp://127.0.0.1:%d" % free_port(),
-                    "--flush-timeout", "0", "--run", "integrity", "--log-every", "1000"],
-                   check=True, capture_output=True, timeout=300)
-    data = {}
-    for path in sorted(glob.glob(os.path.join(d, "probe_*.npy"))):
-        st = int(os.path.basename(path)[6:-4])
-        a = np.load(path).astype(np.float32)
-        data[st] = [np.ascontiguousarray(a[lay]) for lay in range(L)]
-    return data, np.load(os.path.join(d, "qpos.npy")).astype(np.int64)
-
-
-DATA, QPOS = real_probes()
+DATA, QPOS = example_probes(L, H, K, run="integrity")
 STEPS = sorted(DATA)
 assert len(STEPS) == 16, STEPS
 

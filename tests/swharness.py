@@ -5,6 +5,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -199,6 +200,27 @@ class Sender:
 
     def close(self):
         self.s.close()
+
+
+def example_probes(layers, heads, context, steps=45, every=3, run="probes"):
+    """The probe attention of contrib/examples/train_tiny_gpt.py (trained
+    with no daemon listening) dumped every `every` steps: ({step: [layers]
+    of [heads, rows, context] float32}, qpos int64)."""
+    import glob
+    src = os.environ.get("SW_SRCDIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    d = tempfile.mkdtemp(prefix="sinkwatch-probes-")
+    subprocess.run([sys.executable, os.path.join(src, "contrib", "examples", "train_tiny_gpt.py"),
+                    "--steps", str(steps), "--every", str(every), "--batch", "8",
+                    "--layers", str(layers), "--heads", str(heads), "--context", str(context),
+                    "--dump-probes", d, "--connect", "tcp://127.0.0.1:%d" % free_port(),
+                    "--flush-timeout", "0", "--run", run, "--log-every", "1000"],
+                   check=True, capture_output=True, timeout=300)
+    data = {}
+    for path in sorted(glob.glob(os.path.join(d, "probe_*.npy"))):
+        st = int(os.path.basename(path)[6:-4])
+        a = np.load(path).astype(np.float32)
+        data[st] = [np.ascontiguousarray(a[lay]) for lay in range(layers)]
+    return data, np.load(os.path.join(d, "qpos.npy")).astype(np.int64)
 
 
 def random_probs(rng, heads, rows, keys, qpos=None, sink_strength=2.0, dtype=np.float32):

@@ -664,12 +664,14 @@ START_TEST(test_parts_by_rows)
 	n1.qpos = q + 2;
 	ck_assert_int_eq(give(a, n0, 0, &t), SWD_ASM_HELD);
 	ck_assert_int_eq(give(a, n1, 0, &t), SWD_DROP_PART_MISMATCH);
+	finish_works(a, 0, 0.5, 1);
 	swd_asm_tick(a, 5000);	/* layer 1 times out without rank 1's rows */
 	ck_assert_int_eq(nworks, 2);
 	ck_assert_ptr_nonnull(works[1].miss);
 	for (uint32_t h = 0; h < PH; h++)
 		ck_assert_int_eq(works[1].miss[h], 1);	/* every head lacks rows of rank 1 */
-	finish_works(a, 0, 0.5, 5001);
+	ck_assert_int_eq(nout, 0);
+	finish_works(a, 1, 0.5, 5001);
 	ck_assert_int_eq(nout, 1);
 	ck_assert_int_eq(out[0].has_mrank, 1);
 	for (uint32_t h = 0; h < PH; h++) {
