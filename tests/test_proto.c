@@ -437,6 +437,10 @@ START_TEST(test_golden_manifest_complete)
 		"bad_array_huge.msg", "bad_str_huge.msg", "bad_kind.msg", "bad_dtype.msg",
 		"bad_rowstats_keys.msg", "bad_layer.msg", "bad_topic.msg",
 		"bad_missing_field.msg", "bad_trailing.msg", "bad_frames4.msg",
+		"snap_v2_pipeline.msg", "snap_v2_tensor.msg", "snap_v2_context.msg",
+		"snap_v2_data.msg", "end_v2.msg", "bad_v2_rank.msg", "bad_v2_senders_0.msg",
+		"bad_v2_head0.msg", "bad_v2_head0_shape.msg", "bad_v2_row0_shape.msg",
+		"bad_v2_no_inc.msg", "bad_v1_part.msg",
 	};
 	DIR *d = opendir(SW_GOLDEN_DIR);
 	struct dirent *de;
@@ -462,7 +466,7 @@ START_TEST(test_golden_manifest_complete)
 		    (strcmp(manifest[i].err, "ok") != 0), "%s: bad_ prefix and status "
 		    "disagree", manifest[i].name);
 	}
-	ck_assert_int_ge(nok, 6);
+	ck_assert_int_ge(nok, 14);
 	for (j = 0; j < sizeof required / sizeof required[0]; j++)
 		ck_assert_msg(manifest_find(required[j]) != NULL, "%s missing", required[j]);
 }
@@ -504,7 +508,7 @@ START_TEST(test_golden_ok_reencode)
 		golden_free(&g);
 		checked++;
 	}
-	ck_assert_int_ge(checked, 6);
+	ck_assert_int_ge(checked, 14);
 }
 END_TEST
 
@@ -531,7 +535,7 @@ START_TEST(test_golden_bad)
 		golden_free(&g);
 		checked++;
 	}
-	ck_assert_int_ge(checked, 14);
+	ck_assert_int_ge(checked, 23);
 }
 END_TEST
 
@@ -643,6 +647,176 @@ START_TEST(test_golden_fields)
 	ck_assert_uint_eq(m.seq, (1ull << 32) + 5);
 	ck_assert(isnan(m.time));
 	golden_free(&g);
+}
+END_TEST
+
+/* What the decoder fills in for version 1: one sender, whole layers. */
+static void
+assert_v1_defaults(const swp_msg *m)
+{
+	ck_assert_uint_eq(m->version, 1);
+	ck_assert_uint_eq(m->rank, 0);
+	ck_assert_uint_eq(m->senders, 1);
+	ck_assert_uint_eq(m->head0, 0);
+	ck_assert_uint_eq(m->row0, 0);
+	ck_assert_uint_eq(m->rows, m->type == SWP_SNAPSHOT ? m->shape[1] : 0);
+}
+
+/*
+ * The version 2 golden messages (make_golden.py): a 4-layer, 4-head model,
+ * a fixed probe of 4 causal rows over 4 keys, two senders sharing INC2.
+ */
+#define INC2 7356756789248001447ull
+
+struct v2want {
+	const char *name, *run;
+	uint32_t version, rank, senders, layer;
+	uint32_t shape0, shape1, head0, row0, rows;
+	uint32_t qpos0;		/* the first row's query position */
+	uint64_t inc;
+};
+
+START_TEST(test_golden_fields_v2)
+{
+	static const struct v2want w[] = {
+		{ "snap_v2_pipeline.msg", "tiny/pp2", 2, 1, 2, 2, 4, 4, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_tensor.msg", "tiny/tp2", 2, 1, 2, 0, 2, 4, 2, 0, 4, 0, INC2 },
+		{ "snap_v2_tensor_rank0.msg", "tiny/tp2", 2, 0, 2, 0, 2, 4, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_context.msg", "tiny/cp2", 2, 1, 2, 0, 4, 2, 0, 2, 4, 2, INC2 },
+		{ "snap_v2_context_rank0.msg", "tiny/cp2", 2, 0, 2, 0, 4, 2, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_data.msg", "tiny/dp2", 2, 1, 2, 0, 4, 4, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_rows_one_sender.msg", "tiny/cp2", 2, 0, 1, 0, 4, 2, 0, 2, 4, 2, 0 },
+	};
+	static const char *const v1[] = {
+		"snap_probs_f32.msg", "snap_logits_f16.msg", "snap_probs_bf16.msg",
+		"snap_rowstats_f64.msg", "end_time.msg", "end_notime.msg",
+	};
+	float part[4 * 4 * 4], tp[2 * 4 * 4];
+	struct golden g;
+	swp_msg m;
+	char detail[DETAIL];
+	size_t i, j;
+
+	for (i = 0; i < sizeof w / sizeof w[0]; i++) {
+		golden_load(&g, w[i].name);
+		ck_assert_msg(decode_golden(&g, &m, detail) == SWP_OK, "%s: %s", w[i].name,
+		    detail);
+		ck_assert_int_eq(m.type, SWP_SNAPSHOT);
+		ck_assert_str_eq(m.run, w[i].run);
+		ck_assert_str_eq(m.model, "tiny-gpt");
+		ck_assert_uint_eq(m.layers, 4);
+		ck_assert_uint_eq(m.heads, 4);
+		ck_assert_uint_eq(m.layer, w[i].layer);
+		ck_assert_int_eq(m.step, 200);
+		ck_assert_uint_eq(m.version, w[i].version);
+		ck_assert_uint_eq(m.rank, w[i].rank);
+		ck_assert_uint_eq(m.senders, w[i].senders);
+		ck_assert_uint_eq(m.inc, w[i].inc);
+		ck_assert_uint_eq(m.shape[0], w[i].shape0);
+		ck_assert_uint_eq(m.shape[1], w[i].shape1);
+		ck_assert_uint_eq(m.shape[2], 4);
+		ck_assert_uint_eq(m.head0, w[i].head0);
+		ck_assert_uint_eq(m.row0, w[i].row0);
+		ck_assert_uint_eq(m.rows, w[i].rows);
+		/* qpos has the message's rows: row0, row0 + 1, ... (causal probe) */
+		ck_assert_ptr_nonnull(m.qpos);
+		for (j = 0; j < m.shape[1]; j++)
+			ck_assert_uint_eq(m.qpos[j], w[i].qpos0 + j);
+		/* rows of probabilities: row at position p has p + 1 valid keys */
+		ck_assert_uint_eq(m.tensor_bytes, (size_t)m.shape[0] * m.shape[1] * 4 * 4);
+		memcpy(part, m.tensor, m.tensor_bytes);
+		for (j = 0; j < (size_t)m.shape[0] * m.shape[1]; j++) {
+			uint32_t nv = m.qpos[j % m.shape[1]] + 1, k;
+			float s = 0;
+			for (k = 0; k < 4; k++) {
+				if (k < nv)
+					s += part[j * 4 + k];
+				else
+					ck_assert_float_eq(part[j * 4 + k], 0.0f);
+			}
+			ck_assert_float_eq(s, 1.0f);
+		}
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+
+	/* the two tensor parallel parts are the heads of the data parallel layer */
+	golden_load(&g, "snap_v2_data.msg");
+	ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+	memcpy(part, m.tensor, sizeof part);
+	swp_msg_clear(&m);
+	golden_free(&g);
+	for (i = 0; i < 2; i++) {
+		golden_load(&g, i ? "snap_v2_tensor.msg" : "snap_v2_tensor_rank0.msg");
+		ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+		memcpy(tp, m.tensor, sizeof tp);
+		ck_assert_mem_eq(tp, part + m.head0 * 4 * 4, sizeof tp);
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+	/* ... and the context parallel parts its rows */
+	for (i = 0; i < 2; i++) {
+		golden_load(&g, i ? "snap_v2_context.msg" : "snap_v2_context_rank0.msg");
+		ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+		memcpy(tp, m.tensor, sizeof tp);
+		for (j = 0; j < 4; j++)
+			ck_assert_mem_eq(tp + j * 2 * 4, part + (j * 4 + m.row0) * 4,
+			    2 * 4 * sizeof(float));
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+
+	golden_load(&g, "end_v2.msg");
+	ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+	ck_assert_int_eq(m.type, SWP_END);
+	ck_assert_uint_eq(m.version, 2);
+	ck_assert_uint_eq(m.seq, 8);
+	ck_assert_uint_eq(m.rank, 1);
+	ck_assert_uint_eq(m.senders, 2);
+	ck_assert_uint_eq(m.inc, INC2);
+	ck_assert_uint_eq(m.head0, 0);
+	ck_assert_uint_eq(m.rows, 0);
+	golden_free(&g);
+
+	/* every version 1 message decodes as one sender of whole layers */
+	for (i = 0; i < sizeof v1 / sizeof v1[0]; i++) {
+		golden_load(&g, v1[i]);
+		ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+		assert_v1_defaults(&m);
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+}
+END_TEST
+
+/* The bad version 2 messages fail for the reason their name gives. */
+START_TEST(test_golden_bad_v2_details)
+{
+	static const struct {
+		const char *name, *detail;
+	} w[] = {
+		{ "bad_v2_rank.msg", "rank: 2, senders 2" },
+		{ "bad_v2_senders_0.msg", "senders: 0, not in 1..65536" },
+		{ "bad_v2_head0.msg", "head0: 4, heads 4" },
+		{ "bad_v2_head0_shape.msg", "shape[0]: 2 heads from head0 3, heads 4" },
+		{ "bad_v2_rows_0.msg", "rows: 0, not in 1..65536" },
+		{ "bad_v2_row0_shape.msg", "shape[1]: 2 rows from row0 3, rows 4" },
+		{ "bad_v2_no_inc.msg", "inc: required with senders 2" },
+		{ "bad_v2_end_no_inc.msg", "inc: required with senders 2" },
+		{ "bad_v1_part.msg", "shape[0]: 2, heads 4" },
+	};
+	struct golden g;
+	swp_msg m;
+	char detail[DETAIL];
+	size_t i;
+
+	for (i = 0; i < sizeof w / sizeof w[0]; i++) {
+		golden_load(&g, w[i].name);
+		ck_assert_int_lt(decode_golden(&g, &m, detail), 0);
+		ck_assert_msg(strncmp(detail, w[i].detail, strlen(w[i].detail)) == 0,
+		    "%s: detail \"%s\"", w[i].name, detail);
+		golden_free(&g);
+	}
 }
 END_TEST
 
@@ -2009,6 +2183,8 @@ proto_suite(void)
 	tcase_add_test(tc, test_golden_ok_reencode);
 	tcase_add_test(tc, test_golden_bad);
 	tcase_add_test(tc, test_golden_fields);
+	tcase_add_test(tc, test_golden_fields_v2);
+	tcase_add_test(tc, test_golden_bad_v2_details);
 	tcase_add_test(tc, test_golden_truncation);
 	tcase_add_test(tc, test_golden_byte_flips);
 	tcase_add_test(tc, test_random_headers);
