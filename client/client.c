@@ -132,6 +132,7 @@ struct sw_client {
 	char topic[SWP_TOPIC_PREFIX_LEN + SWP_RUN_MAX];
 	size_t topic_len;
 	uint64_t inc;		/* the incarnation; never 0 */
+	uint32_t rank, senders;	/* this sender of senders (1 when alone) */
 	int ended;		/* caller's thread only */
 	uint64_t seq;		/* caller's thread only */
 	char err[256];		/* caller's thread only */
@@ -608,9 +609,18 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	int rc = SW_EINVAL, sync = 0;
 	size_t rl = strlen(run->run), ml = run->model ? strlen(run->model) : 0;
 	int tl = swp_topic(run->run, c->topic, sizeof(c->topic));
+	c->senders = c->o.senders ? c->o.senders : 1;
+	c->rank = c->o.rank;
 	if (tl < 0 || rl > SWP_RUN_MAX || ml > SWP_MODEL_MAX || run->layers == 0 ||
 	    run->heads == 0 || run->layers > SWP_LAYERS_MAX || run->heads > SWP_HEADS_MAX ||
 	    (c->o.resuming && c->o.resume_from < 0))
+		goto fail;
+	/*
+	 * Several senders share rank 0's incarnation: a rank > 0 that picked
+	 * its own would be an incarnation whose other senders never come.
+	 */
+	if (c->senders > SWP_SENDERS_MAX || c->rank >= c->senders ||
+	    (c->senders > 1 && c->rank > 0 && c->o.incarnation == 0))
 		goto fail;
 	c->topic_len = (size_t)tl;
 	memcpy(c->run, run->run, rl + 1);
@@ -619,7 +629,7 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	c->info = *run;
 	c->info.run = c->run;
 	c->info.model = c->model;
-	c->inc = new_incarnation(c);
+	c->inc = c->o.incarnation ? c->o.incarnation : new_incarnation(c);
 	rc = SW_ENOMEM;
 	if (!(c->endpoint = strdup(c->o.endpoint)))
 		goto fail;
@@ -787,13 +797,19 @@ dispatch(sw_client *c, struct pending *p)
 	return 0;
 }
 
+/* Which heads and rows of its layer a snapshot holds (PROTOCOL.md 7b). */
+struct part {
+	uint32_t head0, heads, row0, rows_total;
+};
+
 /*
- * Builds the message of a snapshot (s) or of the run's end (s NULL): the
- * header encoded in place, the data borrowed (release) or copied.
+ * Builds the message of a snapshot (s; pt NULL: the whole layer) or of the
+ * run's end (s NULL): the header encoded in place, the data borrowed
+ * (release) or copied.
  */
 static int
-make_msg(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hint,
-    struct pending **out)
+make_msg(sw_client *c, const sw_snapshot *s, const struct part *pt,
+    sw_release_cb release, void *hint, struct pending **out)
 {
 	swp_msg m;
 	memset(&m, 0, sizeof(m));
@@ -801,6 +817,8 @@ make_msg(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hint,
 	m.seq = c->seq;
 	m.time = wall_time();
 	m.inc = c->inc;
+	m.rank = c->rank;
+	m.senders = c->senders;
 	if (c->o.resuming) {
 		m.has_resume = true;
 		m.resume = c->o.resume_from;
@@ -817,9 +835,14 @@ make_msg(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hint,
 		m.layer = s->layer;
 		m.kind = (swp_kind)s->kind;
 		m.dtype = (swp_dtype)s->dtype;
-		m.shape[0] = c->info.heads;
+		m.shape[0] = pt ? pt->heads : c->info.heads;
 		m.shape[1] = s->rows;
 		m.shape[2] = s->keys;
+		if (pt) {
+			m.head0 = pt->head0;
+			m.row0 = pt->row0;
+			m.rows = pt->rows_total;
+		}
 		m.qpos = (uint32_t *)s->qpos;
 		m.tensor = s->data;
 		m.tensor_bytes = s->bytes;
@@ -860,7 +883,8 @@ make_msg(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hint,
 }
 
 static int
-send_common(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hint)
+send_common(sw_client *c, const sw_snapshot *s, const struct part *pt,
+    sw_release_cb release, void *hint)
 {
 	struct pending *p;
 
@@ -868,7 +892,7 @@ send_common(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hin
 		return c ? seterr(c, SW_EINVAL, "no snapshot or data") : SW_EINVAL;
 	if (c->ended)
 		return seterr(c, SW_ECLOSED, "the run was ended");
-	int rc = make_msg(c, s, release, hint, &p);
+	int rc = make_msg(c, s, pt, release, hint, &p);
 	if (rc)
 		return rc;
 	c->seq++;
@@ -879,7 +903,7 @@ send_common(sw_client *c, const sw_snapshot *s, sw_release_cb release, void *hin
 SW_EXPORT int
 sw_client_send(sw_client *c, const sw_snapshot *s)
 {
-	return send_common(c, s, NULL, NULL);
+	return send_common(c, s, NULL, NULL, NULL);
 }
 
 SW_EXPORT int
@@ -887,7 +911,56 @@ sw_client_send_zc(sw_client *c, const sw_snapshot *s, sw_release_cb release, voi
 {
 	if (!release)
 		return c ? seterr(c, SW_EINVAL, "send_zc needs a release callback") : SW_EINVAL;
-	return send_common(c, s, release, hint);
+	return send_common(c, s, NULL, release, hint);
+}
+
+/* The part's arguments against the run (PROTOCOL.md 4); 0 or SW_EINVAL. */
+static int
+check_part(sw_client *c, const sw_snapshot *s, struct part *pt)
+{
+	if (pt->heads == 0)
+		return seterr(c, SW_EINVAL, "part: heads 0 (a part holds 1 or more heads)");
+	if ((uint64_t)pt->head0 + pt->heads > c->info.heads)
+		return seterr(c, SW_EINVAL, "part: head0 %u + heads %u is over the run's "
+		    "%u heads", pt->head0, pt->heads, c->info.heads);
+	if (pt->rows_total == 0)
+		pt->rows_total = s->rows;
+	if (pt->rows_total > SWP_ROWS_MAX)
+		return seterr(c, SW_EINVAL, "part: rows_total %u is over %d", pt->rows_total,
+		    SWP_ROWS_MAX);
+	if ((uint64_t)pt->row0 + s->rows > pt->rows_total)
+		return seterr(c, SW_EINVAL, "part: row0 %u + rows %u is over rows_total %u",
+		    pt->row0, s->rows, pt->rows_total);
+	return 0;
+}
+
+static int
+send_part(sw_client *c, const sw_snapshot *s, struct part *pt, sw_release_cb release,
+    void *hint)
+{
+	if (!c || !s)
+		return c ? seterr(c, SW_EINVAL, "no snapshot or data") : SW_EINVAL;
+	if (check_part(c, s, pt) != 0)
+		return SW_EINVAL;
+	return send_common(c, s, pt, release, hint);
+}
+
+SW_EXPORT int
+sw_client_send_part(sw_client *c, const sw_snapshot *s, uint32_t head0, uint32_t heads,
+    uint32_t row0, uint32_t rows_total)
+{
+	struct part pt = { head0, heads, row0, rows_total };
+	return send_part(c, s, &pt, NULL, NULL);
+}
+
+SW_EXPORT int
+sw_client_send_part_zc(sw_client *c, const sw_snapshot *s, uint32_t head0, uint32_t heads,
+    uint32_t row0, uint32_t rows_total, sw_release_cb release, void *hint)
+{
+	struct part pt = { head0, heads, row0, rows_total };
+	if (!release)
+		return c ? seterr(c, SW_EINVAL, "send_zc needs a release callback") : SW_EINVAL;
+	return send_part(c, s, &pt, release, hint);
 }
 
 SW_EXPORT int
@@ -898,7 +971,7 @@ sw_client_end(sw_client *c)
 		return SW_EINVAL;
 	if (c->ended)
 		return seterr(c, SW_ECLOSED, "the run was already ended");
-	int rc = make_msg(c, NULL, NULL, NULL, &p);
+	int rc = make_msg(c, NULL, NULL, NULL, NULL, &p);
 	if (rc)
 		return rc;
 	c->seq++;

@@ -199,9 +199,13 @@ cap_close(struct capture *cap)
 	zmq_ctx_term(cap->ctx);
 }
 
-/* The next message's header in *m (tensor not kept); 0, or -1 on timeout. */
+/*
+ * The next message's header in *m, its qpos kept (the caller clears m) and
+ * its tensor copied into data (up to len bytes; m->tensor_bytes says how
+ * many it had); 0, or -1 on timeout.
+ */
 static int
-cap_recv(struct capture *cap, swp_msg *m, int timeout_ms)
+cap_recv_data(struct capture *cap, swp_msg *m, int timeout_ms, void *data, size_t len)
 {
 	zmq_msg_t f[3];
 	const void *fr[3];
@@ -227,11 +231,21 @@ cap_recv(struct capture *cap, swp_msg *m, int timeout_ms)
 	memset(m, 0, sizeof(*m));
 	rc = swp_decode(fr, sz, (size_t)n, NULL, m, detail, sizeof(detail));
 	ck_assert_msg(rc == 0, "decode: %s", detail);
+	if (m->tensor && data)
+		memcpy(data, m->tensor, m->tensor_bytes < len ? m->tensor_bytes : len);
 	m->tensor = NULL;
-	swp_msg_clear(m);
 	for (int i = 0; i < n; i++)
 		zmq_msg_close(&f[i]);
 	return 0;
+}
+
+/* The next message's header in *m (tensor and qpos not kept); 0, or -1 on timeout. */
+static int
+cap_recv(struct capture *cap, swp_msg *m, int timeout_ms)
+{
+	int rc = cap_recv_data(cap, m, timeout_ms, NULL, 0);
+	swp_msg_clear(m);
+	return rc;
 }
 
 START_TEST(test_opts_and_errors)
@@ -246,6 +260,9 @@ START_TEST(test_opts_and_errors)
 	ck_assert_int_eq(o.linger_ms, 2000);
 	ck_assert_int_eq(o.block_timeout_ms, 30000);
 	ck_assert_int_eq(o.resuming, 0);
+	ck_assert_uint_eq(o.rank, 0);
+	ck_assert_uint_eq(o.senders, 0);
+	ck_assert_uint_eq(o.incarnation, 0);
 	int codes[] = { 0, SW_EINVAL, SW_ENOMEM, SW_EZMQ, SW_EDROPPED, SW_ETIMEDOUT, SW_ECLOSED };
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
 		ck_assert(sw_strerror(codes[i]) && *sw_strerror(codes[i]));
@@ -287,6 +304,8 @@ START_TEST(test_opts_and_errors)
 	sw_client_destroy_stats(NULL, NULL);
 	ck_assert_uint_eq(sw_client_incarnation(NULL), 0);
 	ck_assert_int_eq(sw_client_send(NULL, NULL), SW_EINVAL);
+	ck_assert_int_eq(sw_client_send_part(NULL, NULL, 0, 1, 0, 0), SW_EINVAL);
+	ck_assert_int_eq(sw_client_send_part_zc(NULL, NULL, 0, 1, 0, 0, NULL, NULL), SW_EINVAL);
 	ck_assert_int_eq(sw_client_end(NULL), SW_EINVAL);
 	ck_assert_int_eq(sw_client_flush(NULL, 0), SW_EINVAL);
 }
@@ -540,6 +559,192 @@ START_TEST(test_incarnation)
 		}
 		sw_client_destroy(&c);
 	}
+	cap_close(&cap);
+}
+END_TEST
+
+/*
+ * Several senders (PROTOCOL.md 7b): rank and senders on every message, the
+ * end included; opts.incarnation used verbatim; parts of a layer with
+ * head0, row0 and rows as the protocol's decoder reads them; bad arguments
+ * refused before anything is sent or numbered.
+ */
+START_TEST(test_several_senders)
+{
+	struct capture cap;
+	cap_open(&cap);
+	fill();
+	sw_client_opts o;
+	sw_run_info ri = info("senders");	/* H = 2 heads */
+	sw_client *c = (sw_client *)1;
+
+	/* what sw_client_new() refuses */
+	sw_client_opts_init(&o);
+	o.endpoint = cap.ep;
+	o.senders = 2;
+	o.rank = 2;
+	o.incarnation = 77;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
+	ck_assert_ptr_null(c);
+	o.senders = 0;		/* one sender: rank 0 only */
+	o.rank = 1;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
+	o.senders = 65537;
+	o.rank = 0;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
+	o.senders = 2;		/* rank 1 must be given rank 0's incarnation */
+	o.rank = 1;
+	o.incarnation = 0;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
+	ck_assert_ptr_null(c);
+
+	/* rank 0 of 2 picks the incarnation; its messages say rank 0 of 2 */
+	o.rank = 0;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	uint64_t inc0 = sw_client_incarnation(c);
+	ck_assert_uint_ne(inc0, 0);
+	sw_snapshot s = snap(7, 0);
+	ck_assert_int_eq(sw_client_send(c, &s), 0);
+	ck_assert_int_eq(sw_client_end(c), 0);
+	swp_msg m;
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(cap_recv(&cap, &m, 10000), 0);
+		ck_assert_int_eq(m.type, i == 0 ? SWP_SNAPSHOT : SWP_END);
+		ck_assert_uint_eq(m.version, 2);
+		ck_assert_uint_eq(m.rank, 0);
+		ck_assert_uint_eq(m.senders, 2);
+		ck_assert_uint_eq(m.inc, inc0);
+		ck_assert_uint_eq(m.seq, (uint64_t)i);
+	}
+	sw_client_destroy(&c);
+
+	/* rank 1 of 2 takes rank 0's incarnation verbatim */
+	o.rank = 1;
+	o.incarnation = inc0;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	ck_assert_uint_eq(sw_client_incarnation(c), inc0);
+
+	/* a whole layer: version 2 for rank and senders only */
+	s = snap(9, 0);
+	ck_assert_int_eq(sw_client_send(c, &s), 0);
+	ck_assert_int_eq(cap_recv(&cap, &m, 10000), 0);
+	ck_assert_uint_eq(m.version, 2);
+	ck_assert_uint_eq(m.rank, 1);
+	ck_assert_uint_eq(m.senders, 2);
+	ck_assert_uint_eq(m.inc, inc0);
+	ck_assert_uint_eq(m.seq, 0);	/* each sender numbers its own */
+	ck_assert_int_eq(m.step, 9);
+	ck_assert_uint_eq(m.shape[0], H);
+	ck_assert_uint_eq(m.head0, 0);
+	ck_assert_uint_eq(m.row0, 0);
+	ck_assert_uint_eq(m.rows, R);
+
+	/* a part: head 1 of 2, rows 2..4 of 5, with their query positions */
+	static const uint32_t qpos[R] = { 2, 3, 4 };
+	float part[1 * R * K], got[1 * R * K];
+	for (int i = 0; i < 1 * R * K; i++)
+		part[i] = (float)i;
+	s.step = 8;
+	s.layer = 0;
+	s.qpos = qpos;
+	s.data = part;
+	s.bytes = sizeof(part);
+	ck_assert_int_eq(sw_client_send_part(c, &s, 1, 1, 2, 5), 0);
+	ck_assert_int_eq(cap_recv_data(&cap, &m, 10000, got, sizeof(got)), 0);
+	ck_assert_int_eq(m.type, SWP_SNAPSHOT);
+	ck_assert_uint_eq(m.version, 2);
+	ck_assert_uint_eq(m.seq, 1);
+	ck_assert_int_eq(m.step, 8);
+	ck_assert_uint_eq(m.layer, 0);
+	ck_assert_uint_eq(m.heads, H);
+	ck_assert_uint_eq(m.shape[0], 1);
+	ck_assert_uint_eq(m.head0, 1);
+	ck_assert_uint_eq(m.shape[1], R);
+	ck_assert_uint_eq(m.row0, 2);
+	ck_assert_uint_eq(m.rows, 5);
+	ck_assert_uint_eq(m.shape[2], K);
+	ck_assert_uint_eq(m.rank, 1);
+	ck_assert_uint_eq(m.senders, 2);
+	ck_assert_uint_eq(m.inc, inc0);
+	ck_assert_ptr_nonnull(m.qpos);
+	ck_assert_mem_eq(m.qpos, qpos, sizeof(qpos));
+	ck_assert_uint_eq(m.tensor_bytes, sizeof(part));
+	ck_assert_mem_eq(got, part, sizeof(part));
+	swp_msg_clear(&m);
+
+	/* rows_total 0: the part holds all rows (no row0, no rows on the wire) */
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 1, 0, 0), 0);
+	ck_assert_int_eq(cap_recv(&cap, &m, 10000), 0);
+	ck_assert_uint_eq(m.seq, 2);
+	ck_assert_uint_eq(m.head0, 0);
+	ck_assert_uint_eq(m.shape[0], 1);
+	ck_assert_uint_eq(m.row0, 0);
+	ck_assert_uint_eq(m.rows, R);
+
+	/* refused, with what is wrong, and nothing numbered or counted */
+	sw_client_stats st0, st;
+	sw_client_get_stats(c, &st0);
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 0, 0, 0), SW_EINVAL);
+	ck_assert_str_eq(sw_client_errmsg(c), "part: heads 0 (a part holds 1 or more heads)");
+	ck_assert_int_eq(sw_client_send_part(c, &s, 2, 1, 0, 0), SW_EINVAL);
+	ck_assert_str_eq(sw_client_errmsg(c), "part: head0 2 + heads 1 is over the run's 2 heads");
+	ck_assert_int_eq(sw_client_send_part(c, &s, UINT32_MAX, 2, 0, 0), SW_EINVAL);
+	ck_assert(strstr(sw_client_errmsg(c), "over the run's 2 heads") != NULL);
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 1, 3, 5), SW_EINVAL);
+	ck_assert_str_eq(sw_client_errmsg(c), "part: row0 3 + rows 3 is over rows_total 5");
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 1, 1, 0), SW_EINVAL);
+	ck_assert_str_eq(sw_client_errmsg(c), "part: row0 1 + rows 3 is over rows_total 3");
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 1, UINT32_MAX, 5), SW_EINVAL);
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 1, 0, 65537), SW_EINVAL);
+	ck_assert_str_eq(sw_client_errmsg(c), "part: rows_total 65537 is over 65536");
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 2, 0, 0), SW_EINVAL);	/* bytes of 1 head */
+	ck_assert(strstr(sw_client_errmsg(c), "invalid snapshot") != NULL);
+	ck_assert_int_eq(sw_client_send_part(c, NULL, 0, 1, 0, 0), SW_EINVAL);
+	ck_assert_int_eq(sw_client_send_part_zc(c, &s, 0, 1, 0, 0, NULL, NULL), SW_EINVAL);
+	ck_assert(strstr(sw_client_errmsg(c), "release callback") != NULL);
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.next_seq, st0.next_seq);
+	ck_assert_uint_eq(st.dropped, st0.dropped);
+
+	/* the end: rank and senders too */
+	ck_assert_int_eq(sw_client_end(c), 0);
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 1, 0, 0), SW_ECLOSED);
+	ck_assert_int_eq(cap_recv(&cap, &m, 10000), 0);
+	ck_assert_int_eq(m.type, SWP_END);
+	ck_assert_uint_eq(m.version, 2);
+	ck_assert_uint_eq(m.seq, 3);
+	ck_assert_uint_eq(m.rank, 1);
+	ck_assert_uint_eq(m.senders, 2);
+	ck_assert_uint_eq(m.inc, inc0);
+	sw_client_destroy(&c);
+
+	/* one sender: opts.incarnation verbatim; a whole-layer part is a v1 message */
+	sw_client_opts_init(&o);
+	o.endpoint = cap.ep;
+	o.incarnation = 12345;
+	ri = info("alone");
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	ck_assert_uint_eq(sw_client_incarnation(c), 12345);
+	s = snap(1, 0);
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, H, 0, R), 0);
+	ck_assert_int_eq(sw_client_send(c, &s), 0);
+	ck_assert_int_eq(sw_client_send_part(c, &s, 0, 1, 0, R), SW_EINVAL);	/* bytes of 2 */
+	s.bytes /= 2;
+	ck_assert_int_eq(sw_client_send_part(c, &s, 1, 1, 0, R), 0);
+	ck_assert_int_eq(sw_client_end(c), 0);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(cap_recv(&cap, &m, 10000), 0);
+		ck_assert_uint_eq(m.seq, (uint64_t)i);
+		ck_assert_uint_eq(m.inc, 12345);
+		ck_assert_uint_eq(m.rank, 0);
+		ck_assert_uint_eq(m.senders, 1);
+		ck_assert_uint_eq(m.version, i == 2 ? 2 : 1);
+		if (i == 2) {
+			ck_assert_uint_eq(m.head0, 1);
+			ck_assert_uint_eq(m.shape[0], 1);
+		}
+	}
+	sw_client_destroy(&c);
 	cap_close(&cap);
 }
 END_TEST
@@ -854,6 +1059,7 @@ main(void)
 	tcase_add_test(tc, test_slow_joiner);
 	tcase_add_test(tc, test_burst_after_new);
 	tcase_add_test(tc, test_incarnation);
+	tcase_add_test(tc, test_several_senders);
 	tcase_add_test(tc, test_destroy_stats);
 	tcase_add_test(tc, test_zero_copy);
 	tcase_add_test(tc, test_blocking_and_invalid);

@@ -167,12 +167,15 @@ decode_golden(const struct golden *g, swp_msg *m, char *detail)
 /* ---- headers built field by field, independently of the encoder ---------- */
 
 enum { K_V, K_TYPE, K_RUN, K_SEQ, K_MODEL, K_PARAMS, K_LAYERS, K_HEADS, K_SINK,
-	K_FIXED, K_STEP, K_LAYER, K_KIND, K_DTYPE, K_SHAPE, K_QPOS, K_TIME, K__N };
+	K_FIXED, K_STEP, K_LAYER, K_KIND, K_DTYPE, K_SHAPE, K_QPOS, K_TIME,
+	K_INC, K_RESUME, K_RANK, K_SENDERS, K_HEAD0, K_ROW0, K_ROWS, K__N };
 
 static const char *const keys[K__N] = {
 	"v", "type", "run", "seq", "model", "params", "layers", "heads", "sink",
-	"fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time"
+	"fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time",
+	"inc", "resume", "rank", "senders", "head0", "row0", "rows"
 };
+#define BIT(k) (1u << (k))
 
 struct hb {
 	uint64_t v;
@@ -184,6 +187,11 @@ struct hb {
 	const uint64_t *qpos;	/* NULL: no qpos key */
 	size_t nqpos;
 	double time;		/* NaN: no time key */
+	/* inc .. rows: present only where set has their bit, in the canonical order */
+	uint64_t inc, rank, senders, head0, row0, rows;
+	int64_t resume;
+	unsigned set;		/* bit per optional key from inc on that is present */
+	unsigned nil;		/* bit per key packed as nil whatever its value */
 	unsigned omit;		/* bit per key left out */
 	int wrong;		/* key packed with a value of the wrong type, or -1 */
 	bool v_last;		/* "v" moved to the end */
@@ -223,6 +231,8 @@ hb_has(const struct hb *h, int k)
 
 	if (h->omit & (1u << k))
 		return false;
+	if (k >= K_INC)
+		return (h->set & BIT(k)) != 0;
 	if (k == K_QPOS)
 		return h->qpos != NULL && !end;
 	if (k == K_TIME)
@@ -243,6 +253,10 @@ hb_pack_value(msgpack_packer *pk, const struct hb *h, int k)
 {
 	size_t i;
 
+	if (h->nil & BIT(k)) {
+		msgpack_pack_nil(pk);
+		return;
+	}
 	if (k == h->wrong) {
 		/* a str where a number is due, a number where a str is due */
 		if (k == K_TYPE || k == K_RUN || k == K_MODEL || k == K_KIND || k == K_DTYPE)
@@ -277,6 +291,13 @@ hb_pack_value(msgpack_packer *pk, const struct hb *h, int k)
 			msgpack_pack_uint64(pk, h->qpos[i]);
 		break;
 	case K_TIME: msgpack_pack_double(pk, h->time); break;
+	case K_INC: msgpack_pack_uint64(pk, h->inc); break;
+	case K_RESUME: msgpack_pack_int64(pk, h->resume); break;
+	case K_RANK: msgpack_pack_uint64(pk, h->rank); break;
+	case K_SENDERS: msgpack_pack_uint64(pk, h->senders); break;
+	case K_HEAD0: msgpack_pack_uint64(pk, h->head0); break;
+	case K_ROW0: msgpack_pack_uint64(pk, h->row0); break;
+	case K_ROWS: msgpack_pack_uint64(pk, h->rows); break;
 	}
 }
 
@@ -437,6 +458,10 @@ START_TEST(test_golden_manifest_complete)
 		"bad_array_huge.msg", "bad_str_huge.msg", "bad_kind.msg", "bad_dtype.msg",
 		"bad_rowstats_keys.msg", "bad_layer.msg", "bad_topic.msg",
 		"bad_missing_field.msg", "bad_trailing.msg", "bad_frames4.msg",
+		"snap_v2_pipeline.msg", "snap_v2_tensor.msg", "snap_v2_context.msg",
+		"snap_v2_data.msg", "end_v2.msg", "bad_v2_rank.msg", "bad_v2_senders_0.msg",
+		"bad_v2_head0.msg", "bad_v2_head0_shape.msg", "bad_v2_row0_shape.msg",
+		"bad_v2_no_inc.msg", "bad_v1_part.msg",
 	};
 	DIR *d = opendir(SW_GOLDEN_DIR);
 	struct dirent *de;
@@ -462,7 +487,7 @@ START_TEST(test_golden_manifest_complete)
 		    (strcmp(manifest[i].err, "ok") != 0), "%s: bad_ prefix and status "
 		    "disagree", manifest[i].name);
 	}
-	ck_assert_int_ge(nok, 6);
+	ck_assert_int_ge(nok, 14);
 	for (j = 0; j < sizeof required / sizeof required[0]; j++)
 		ck_assert_msg(manifest_find(required[j]) != NULL, "%s missing", required[j]);
 }
@@ -504,7 +529,7 @@ START_TEST(test_golden_ok_reencode)
 		golden_free(&g);
 		checked++;
 	}
-	ck_assert_int_ge(checked, 6);
+	ck_assert_int_ge(checked, 14);
 }
 END_TEST
 
@@ -531,7 +556,7 @@ START_TEST(test_golden_bad)
 		golden_free(&g);
 		checked++;
 	}
-	ck_assert_int_ge(checked, 14);
+	ck_assert_int_ge(checked, 23);
 }
 END_TEST
 
@@ -643,6 +668,176 @@ START_TEST(test_golden_fields)
 	ck_assert_uint_eq(m.seq, (1ull << 32) + 5);
 	ck_assert(isnan(m.time));
 	golden_free(&g);
+}
+END_TEST
+
+/* What the decoder fills in for version 1: one sender, whole layers. */
+static void
+assert_v1_defaults(const swp_msg *m)
+{
+	ck_assert_uint_eq(m->version, 1);
+	ck_assert_uint_eq(m->rank, 0);
+	ck_assert_uint_eq(m->senders, 1);
+	ck_assert_uint_eq(m->head0, 0);
+	ck_assert_uint_eq(m->row0, 0);
+	ck_assert_uint_eq(m->rows, m->type == SWP_SNAPSHOT ? m->shape[1] : 0);
+}
+
+/*
+ * The version 2 golden messages (make_golden.py): a 4-layer, 4-head model,
+ * a fixed probe of 4 causal rows over 4 keys, two senders sharing INC2.
+ */
+#define INC2 7356756789248001447ull
+
+struct v2want {
+	const char *name, *run;
+	uint32_t version, rank, senders, layer;
+	uint32_t shape0, shape1, head0, row0, rows;
+	uint32_t qpos0;		/* the first row's query position */
+	uint64_t inc;
+};
+
+START_TEST(test_golden_fields_v2)
+{
+	static const struct v2want w[] = {
+		{ "snap_v2_pipeline.msg", "tiny/pp2", 2, 1, 2, 2, 4, 4, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_tensor.msg", "tiny/tp2", 2, 1, 2, 0, 2, 4, 2, 0, 4, 0, INC2 },
+		{ "snap_v2_tensor_rank0.msg", "tiny/tp2", 2, 0, 2, 0, 2, 4, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_context.msg", "tiny/cp2", 2, 1, 2, 0, 4, 2, 0, 2, 4, 2, INC2 },
+		{ "snap_v2_context_rank0.msg", "tiny/cp2", 2, 0, 2, 0, 4, 2, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_data.msg", "tiny/dp2", 2, 1, 2, 0, 4, 4, 0, 0, 4, 0, INC2 },
+		{ "snap_v2_rows_one_sender.msg", "tiny/cp2", 2, 0, 1, 0, 4, 2, 0, 2, 4, 2, 0 },
+	};
+	static const char *const v1[] = {
+		"snap_probs_f32.msg", "snap_logits_f16.msg", "snap_probs_bf16.msg",
+		"snap_rowstats_f64.msg", "end_time.msg", "end_notime.msg",
+	};
+	float part[4 * 4 * 4], tp[2 * 4 * 4];
+	struct golden g;
+	swp_msg m;
+	char detail[DETAIL];
+	size_t i, j;
+
+	for (i = 0; i < sizeof w / sizeof w[0]; i++) {
+		golden_load(&g, w[i].name);
+		ck_assert_msg(decode_golden(&g, &m, detail) == SWP_OK, "%s: %s", w[i].name,
+		    detail);
+		ck_assert_int_eq(m.type, SWP_SNAPSHOT);
+		ck_assert_str_eq(m.run, w[i].run);
+		ck_assert_str_eq(m.model, "tiny-gpt");
+		ck_assert_uint_eq(m.layers, 4);
+		ck_assert_uint_eq(m.heads, 4);
+		ck_assert_uint_eq(m.layer, w[i].layer);
+		ck_assert_int_eq(m.step, 200);
+		ck_assert_uint_eq(m.version, w[i].version);
+		ck_assert_uint_eq(m.rank, w[i].rank);
+		ck_assert_uint_eq(m.senders, w[i].senders);
+		ck_assert_uint_eq(m.inc, w[i].inc);
+		ck_assert_uint_eq(m.shape[0], w[i].shape0);
+		ck_assert_uint_eq(m.shape[1], w[i].shape1);
+		ck_assert_uint_eq(m.shape[2], 4);
+		ck_assert_uint_eq(m.head0, w[i].head0);
+		ck_assert_uint_eq(m.row0, w[i].row0);
+		ck_assert_uint_eq(m.rows, w[i].rows);
+		/* qpos has the message's rows: row0, row0 + 1, ... (causal probe) */
+		ck_assert_ptr_nonnull(m.qpos);
+		for (j = 0; j < m.shape[1]; j++)
+			ck_assert_uint_eq(m.qpos[j], w[i].qpos0 + j);
+		/* rows of probabilities: row at position p has p + 1 valid keys */
+		ck_assert_uint_eq(m.tensor_bytes, (size_t)m.shape[0] * m.shape[1] * 4 * 4);
+		memcpy(part, m.tensor, m.tensor_bytes);
+		for (j = 0; j < (size_t)m.shape[0] * m.shape[1]; j++) {
+			uint32_t nv = m.qpos[j % m.shape[1]] + 1, k;
+			float s = 0;
+			for (k = 0; k < 4; k++) {
+				if (k < nv)
+					s += part[j * 4 + k];
+				else
+					ck_assert_float_eq(part[j * 4 + k], 0.0f);
+			}
+			ck_assert_float_eq(s, 1.0f);
+		}
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+
+	/* the two tensor parallel parts are the heads of the data parallel layer */
+	golden_load(&g, "snap_v2_data.msg");
+	ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+	memcpy(part, m.tensor, sizeof part);
+	swp_msg_clear(&m);
+	golden_free(&g);
+	for (i = 0; i < 2; i++) {
+		golden_load(&g, i ? "snap_v2_tensor.msg" : "snap_v2_tensor_rank0.msg");
+		ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+		memcpy(tp, m.tensor, sizeof tp);
+		ck_assert_mem_eq(tp, part + m.head0 * 4 * 4, sizeof tp);
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+	/* ... and the context parallel parts its rows */
+	for (i = 0; i < 2; i++) {
+		golden_load(&g, i ? "snap_v2_context.msg" : "snap_v2_context_rank0.msg");
+		ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+		memcpy(tp, m.tensor, sizeof tp);
+		for (j = 0; j < 4; j++)
+			ck_assert_mem_eq(tp + j * 2 * 4, part + (j * 4 + m.row0) * 4,
+			    2 * 4 * sizeof(float));
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+
+	golden_load(&g, "end_v2.msg");
+	ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+	ck_assert_int_eq(m.type, SWP_END);
+	ck_assert_uint_eq(m.version, 2);
+	ck_assert_uint_eq(m.seq, 8);
+	ck_assert_uint_eq(m.rank, 1);
+	ck_assert_uint_eq(m.senders, 2);
+	ck_assert_uint_eq(m.inc, INC2);
+	ck_assert_uint_eq(m.head0, 0);
+	ck_assert_uint_eq(m.rows, 0);
+	golden_free(&g);
+
+	/* every version 1 message decodes as one sender of whole layers */
+	for (i = 0; i < sizeof v1 / sizeof v1[0]; i++) {
+		golden_load(&g, v1[i]);
+		ck_assert_int_eq(decode_golden(&g, &m, detail), SWP_OK);
+		assert_v1_defaults(&m);
+		swp_msg_clear(&m);
+		golden_free(&g);
+	}
+}
+END_TEST
+
+/* The bad version 2 messages fail for the reason their name gives. */
+START_TEST(test_golden_bad_v2_details)
+{
+	static const struct {
+		const char *name, *detail;
+	} w[] = {
+		{ "bad_v2_rank.msg", "rank: 2, senders 2" },
+		{ "bad_v2_senders_0.msg", "senders: 0, not in 1..65536" },
+		{ "bad_v2_head0.msg", "head0: 4, heads 4" },
+		{ "bad_v2_head0_shape.msg", "shape[0]: 2 heads from head0 3, heads 4" },
+		{ "bad_v2_rows_0.msg", "rows: 0, not in 1..65536" },
+		{ "bad_v2_row0_shape.msg", "shape[1]: 2 rows from row0 3, rows 4" },
+		{ "bad_v2_no_inc.msg", "inc: required with senders 2" },
+		{ "bad_v2_end_no_inc.msg", "inc: required with senders 2" },
+		{ "bad_v1_part.msg", "shape[0]: 2, heads 4" },
+	};
+	struct golden g;
+	swp_msg m;
+	char detail[DETAIL];
+	size_t i;
+
+	for (i = 0; i < sizeof w / sizeof w[0]; i++) {
+		golden_load(&g, w[i].name);
+		ck_assert_int_lt(decode_golden(&g, &m, detail), 0);
+		ck_assert_msg(strncmp(detail, w[i].detail, strlen(w[i].detail)) == 0,
+		    "%s: detail \"%s\"", w[i].name, detail);
+		golden_free(&g);
+	}
 }
 END_TEST
 
@@ -838,6 +1033,745 @@ START_TEST(test_inc_resume)
 }
 END_TEST
 
+/* ---- version 2: several senders, parts of a layer ------------------------ */
+
+static const unsigned char zeros[4096];
+
+/* Decodes a header (with a zero tensor of m's size); detail may be NULL. */
+static int
+decode_hdr(const swp_msg *m, const void *hdr, size_t len, swp_msg *d, char *detail)
+{
+	char topic[SWP_TOPIC_PREFIX_LEN + SWP_RUN_MAX], dbuf[DETAIL];
+	const void *frames[3];
+	size_t sizes[3];
+	int tl = swp_topic(m->run, topic, sizeof topic);
+
+	ck_assert_int_gt(tl, 0);
+	ck_assert_uint_le(m->tensor_bytes, sizeof zeros);
+	frames[0] = topic, sizes[0] = (size_t)tl;
+	frames[1] = hdr, sizes[1] = len;
+	frames[2] = zeros, sizes[2] = m->type == SWP_SNAPSHOT ? m->tensor_bytes : 0;
+	return swp_decode(frames, sizes, m->type == SWP_SNAPSHOT ? 3 : 2, NULL, d,
+	    detail ? detail : dbuf, DETAIL);
+}
+
+/*
+ * m encodes to exactly the bytes the field-by-field builder makes of h,
+ * with "v" = v; those bytes decode into *d (cleared by the caller) and
+ * re-encode to themselves.
+ */
+static void
+check_canonical(const swp_msg *m, const struct hb *h, uint64_t v, swp_msg *d)
+{
+	unsigned char *want;
+	void *got, *again;
+	size_t wl, gl, al;
+	char detail[DETAIL];
+
+	ck_assert_uint_eq(h->v, v);
+	want = hb_build(h, &wl);
+	ck_assert_int_eq(swp_encode_header(m, &got, &gl), SWP_OK);
+	ck_assert_uint_eq(gl, wl);
+	ck_assert_mem_eq(got, want, wl);
+	/* "v" is the first key, its value the byte after it (both fit a fixint) */
+	ck_assert_uint_eq(((unsigned char *)got)[((unsigned char *)got)[0] == 0xde ? 5 : 3], v);
+	ck_assert_msg(decode_hdr(m, got, gl, d, detail) == SWP_OK, "%s", detail);
+	ck_assert_uint_eq(d->version, v);
+	ck_assert_int_eq(swp_encode_header(d, &again, &al), SWP_OK);
+	ck_assert_uint_eq(al, gl);
+	ck_assert_mem_eq(again, got, gl);
+	free(want);
+	free(got);
+	free(again);
+}
+
+/* The presence rules of the canonical form, one at a time and all together. */
+START_TEST(test_v2_canonical)
+{
+	static const uint32_t q32[5] = { 4, 5, 6, 7, 8 };
+	static const uint64_t q64[5] = { 4, 5, 6, 7, 8 };
+	struct hb h;
+	swp_msg m, d;
+
+	/* one sender of whole layers: version 1, no version 2 key */
+	hb_default(&h);
+	msg_default(&m);
+	m.tensor = zeros;
+	check_canonical(&m, &h, 1, &d);
+	ck_assert_uint_eq(d.senders, 1);
+	ck_assert_uint_eq(d.rows, 3);
+	swp_msg_clear(&d);
+	m.senders = 1;		/* 0 and 1 say the same */
+	m.rows = 3;		/* 0 and shape[1] say the same */
+	m.version = 7;		/* ignored by the encoder */
+	check_canonical(&m, &h, 1, &d);
+	swp_msg_clear(&d);
+
+	/* senders > 1: rank and senders both, even rank 0; inc required */
+	msg_default(&m);
+	m.tensor = zeros;
+	m.senders = 2;
+	m.inc = 9;
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_INC) | BIT(K_RANK) | BIT(K_SENDERS);
+	h.inc = 9;
+	h.rank = 0;
+	h.senders = 2;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.rank, 0);
+	ck_assert_uint_eq(d.senders, 2);
+	ck_assert_uint_eq(d.inc, 9);
+	swp_msg_clear(&d);
+	m.rank = h.rank = 1;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.rank, 1);
+	swp_msg_clear(&d);
+
+	/* fewer heads than the model: head0, even 0; no rank, no inc needed */
+	msg_default(&m);
+	m.tensor = zeros;
+	m.shape[0] = 1;
+	m.tensor_bytes = 1 * 3 * 4 * 4;
+	hb_default(&h);
+	h.shape[0] = 1;
+	h.v = 2;
+	h.set = BIT(K_HEAD0);
+	h.head0 = 0;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.head0, 0);
+	ck_assert_uint_eq(d.shape[0], 1);
+	ck_assert_uint_eq(d.heads, 2);
+	ck_assert_uint_eq(d.senders, 1);
+	swp_msg_clear(&d);
+	m.head0 = h.head0 = 1;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.head0, 1);
+	swp_msg_clear(&d);
+
+	/* fewer rows than the probe: row0 and rows both, even row0 0 */
+	msg_default(&m);
+	m.tensor = zeros;
+	m.rows = 5;
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_ROW0) | BIT(K_ROWS);
+	h.rows = 5;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.row0, 0);
+	ck_assert_uint_eq(d.rows, 5);
+	swp_msg_clear(&d);
+	m.row0 = h.row0 = 2;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.row0, 2);
+	ck_assert_uint_eq(d.shape[1], 3);
+	swp_msg_clear(&d);
+
+	/* every key at once, in the canonical order: ..., qpos, time, inc, resume,
+	 * rank, senders, head0, row0, rows */
+	msg_default(&m);
+	m.tensor = zeros;
+	m.heads = 8;
+	m.shape[0] = 3;
+	m.head0 = 5;
+	m.shape[1] = 5;
+	m.row0 = 300;
+	m.rows = 65536;
+	m.tensor_bytes = 3 * 5 * 4 * 4;
+	m.qpos = (uint32_t *)q32;
+	m.time = 2.5;
+	m.inc = UINT64_MAX;
+	m.has_resume = true;
+	m.resume = 7;
+	m.rank = 65535;
+	m.senders = SWP_SENDERS_MAX;
+	hb_default(&h);
+	h.v = 2;
+	h.heads = 8;
+	h.shape[0] = 3;
+	h.shape[1] = 5;
+	h.qpos = q64;
+	h.nqpos = 5;
+	h.time = 2.5;
+	h.set = BIT(K_INC) | BIT(K_RESUME) | BIT(K_RANK) | BIT(K_SENDERS) | BIT(K_HEAD0) |
+	    BIT(K_ROW0) | BIT(K_ROWS);
+	h.inc = UINT64_MAX;
+	h.resume = 7;
+	h.rank = 65535;
+	h.senders = SWP_SENDERS_MAX;
+	h.head0 = 5;
+	h.row0 = 300;
+	h.rows = 65536;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.rank, 65535);
+	ck_assert_uint_eq(d.senders, SWP_SENDERS_MAX);
+	ck_assert_uint_eq(d.head0, 5);
+	ck_assert_uint_eq(d.row0, 300);
+	ck_assert_uint_eq(d.rows, 65536);
+	ck_assert_mem_eq(d.qpos, q32, sizeof q32);
+	swp_msg_clear(&d);
+
+	/* an end: rank and senders by the same rule, never head0, row0, rows */
+	msg_default(&m);
+	m.type = SWP_END;
+	m.shape[0] = 1;
+	m.head0 = 1;
+	m.row0 = 1;
+	m.rows = 9;
+	hb_default(&h);
+	h.type = "end";
+	check_canonical(&m, &h, 1, &d);
+	ck_assert_uint_eq(d.senders, 1);
+	ck_assert_uint_eq(d.head0, 0);
+	ck_assert_uint_eq(d.rows, 0);
+	swp_msg_clear(&d);
+	m.senders = 3;
+	m.rank = 2;
+	m.inc = 77;
+	h.v = 2;
+	h.set = BIT(K_INC) | BIT(K_RANK) | BIT(K_SENDERS);
+	h.inc = 77;
+	h.rank = 2;
+	h.senders = 3;
+	check_canonical(&m, &h, 2, &d);
+	ck_assert_uint_eq(d.rank, 2);
+	ck_assert_uint_eq(d.senders, 3);
+	swp_msg_clear(&d);
+}
+END_TEST
+
+/* Decoding: defaults for what is absent or nil, and what is not canonical. */
+START_TEST(test_v2_decode_defaults)
+{
+	struct hb h;
+	struct env e = { 0 };
+	swp_msg m;
+	char detail[DETAIL];
+	unsigned char *want;
+	void *got;
+	size_t wl, gl;
+	int k;
+
+	/* version 1: rank 0, senders 1, head0 0, row0 0, rows = shape[1] */
+	hb_default(&h);
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	assert_v1_defaults(&m);
+	ck_assert_uint_eq(m.rows, 3);
+	swp_msg_clear(&m);
+	h.type = "end";
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	assert_v1_defaults(&m);
+
+	/* version 1 knows no version 2 key: each is skipped, whatever its value,
+	 * type or count, and the message decodes as a v1 decoder decodes it */
+	hb_default(&h);
+	h.set = BIT(K_RANK) | BIT(K_SENDERS) | BIT(K_HEAD0) | BIT(K_ROW0) | BIT(K_ROWS);
+	h.rank = 5;		/* >= senders, and no inc */
+	h.senders = 2;
+	h.head0 = 1;		/* with shape[0] = heads: beyond the heads */
+	h.row0 = 70000;
+	h.rows = 0;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	assert_v1_defaults(&m);
+	/* ... and re-encodes without them: accepted, not canonical */
+	want = hb_build(&h, &wl);
+	ck_assert_int_eq(swp_encode_header(&m, &got, &gl), SWP_OK);
+	ck_assert_uint_lt(gl, wl);
+	free(want);
+	free(got);
+	hb_default(&h);
+	want = hb_build(&h, &wl);
+	ck_assert_int_eq(swp_encode_header(&m, &got, &gl), SWP_OK);
+	ck_assert_uint_eq(gl, wl);
+	ck_assert_mem_eq(got, want, wl);
+	free(want);
+	free(got);
+	swp_msg_clear(&m);
+	hb_default(&h);
+	h.set = BIT(K_HEAD0);
+	h.wrong = K_HEAD0;	/* a str */
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_OK);
+	h.nextra = 1;		/* twice */
+	h.extra = (const unsigned char *)"\xa5head0\x01";
+	h.extralen = 7;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_OK);
+	/* a v1 part of the heads is a shape error, whatever head0 says */
+	hb_default(&h);
+	h.set = BIT(K_HEAD0);
+	h.shape[0] = 1;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_DIMS);
+	ck_assert_str_eq(detail, "shape[0]: 1, heads 2");
+
+	/* version 2 without any version 2 key: accepted with the defaults,
+	 * re-encoded as version 1 */
+	hb_default(&h);
+	h.v = 2;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.version, 2);
+	ck_assert_uint_eq(m.senders, 1);
+	ck_assert_uint_eq(m.rows, 3);
+	ck_assert_int_eq(swp_encode_header(&m, &got, &gl), SWP_OK);
+	ck_assert_uint_eq(((unsigned char *)got)[3], 1);
+	free(got);
+	swp_msg_clear(&m);
+
+	/* version 2 keys that say what their absence says: accepted, left out on
+	 * re-encoding */
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_RANK) | BIT(K_SENDERS) | BIT(K_HEAD0) | BIT(K_ROW0) | BIT(K_ROWS);
+	h.senders = 1;
+	h.rows = 3;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.senders, 1);
+	ck_assert_uint_eq(m.rows, 3);
+	ck_assert_int_eq(swp_encode_header(&m, &got, &gl), SWP_OK);
+	hb_default(&h);
+	want = hb_build(&h, &wl);
+	ck_assert_uint_eq(gl, wl);
+	ck_assert_mem_eq(got, want, wl);
+	free(want);
+	free(got);
+	swp_msg_clear(&m);
+
+	/* one of a pair alone: the other takes its default */
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_ROWS);
+	h.rows = 5;		/* row0 0 */
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.row0, 0);
+	ck_assert_uint_eq(m.rows, 5);
+	swp_msg_clear(&m);
+	h.set = BIT(K_ROW0);
+	h.row0 = 1;		/* rows = shape[1]: no room after row 1 */
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_DIMS);
+	h.set = BIT(K_SENDERS);
+	h.senders = 2;		/* rank 0 */
+	h.set |= BIT(K_INC);
+	h.inc = 1;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.rank, 0);
+	ck_assert_uint_eq(m.senders, 2);
+	swp_msg_clear(&m);
+	h.set = BIT(K_RANK);
+	h.rank = 1;		/* senders 1 */
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	ck_assert_str_eq(detail, "rank: 1, senders 1");
+
+	/* nil is absent, for each version 2 key */
+	for (k = K_RANK; k <= K_ROWS; k++) {
+		hb_default(&h);
+		h.v = 2;
+		h.set = BIT(k);
+		h.nil = BIT(k);
+		ck_assert_msg(try_env(&h, &e, &m, detail) == SWP_OK, "%s nil: %s", keys[k],
+		    detail);
+		ck_assert_uint_eq(m.version, 2);
+		ck_assert_uint_eq(m.rank, 0);
+		ck_assert_uint_eq(m.senders, 1);
+		ck_assert_uint_eq(m.head0, 0);
+		ck_assert_uint_eq(m.row0, 0);
+		ck_assert_uint_eq(m.rows, 3);
+		swp_msg_clear(&m);
+	}
+	/* a nil senders with rank 1 is senders 1; a nil inc is no inc */
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_RANK) | BIT(K_SENDERS);
+	h.nil = BIT(K_SENDERS);
+	h.rank = 1;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	h.nil = BIT(K_INC);
+	h.set |= BIT(K_INC);
+	h.senders = 2;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_FIELD);
+	ck_assert_ptr_nonnull(strstr(detail, "inc: required"));
+
+	/* of the right type only: any width of uint, nothing else */
+	for (k = K_RANK; k <= K_ROWS; k++) {
+		hb_default(&h);
+		h.v = 2;
+		h.set = BIT(k);
+		h.wrong = k;
+		ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_FIELD);
+		ck_assert_msg(strncmp(detail, keys[k], strlen(keys[k])) == 0 &&
+		    strstr(detail, "not an unsigned integer") != NULL, "%s: %s", keys[k],
+		    detail);
+	}
+	hb_default(&h);
+	h.v = 2;
+	h.nextra = 1;
+	h.extra = (const unsigned char *)"\xa7senders\xff";	/* -1 */
+	h.extralen = 9;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_FIELD);
+	h.extra = (const unsigned char *)"\xa5head0\xcb\0\0\0\0\0\0\0\0";	/* 0.0 */
+	h.extralen = 15;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_FIELD);
+	h.extra = (const unsigned char *)"\xa4rows\xcf\0\0\0\0\0\0\0\x03";
+	h.extralen = 14;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.rows, 3);
+	swp_msg_clear(&m);
+	h.extra = (const unsigned char *)"\xa4rows\xd0\x05";	/* int 8, >= 0 */
+	h.extralen = 7;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.rows, 5);
+	swp_msg_clear(&m);
+	/* known in version 2, so twice is a field error */
+	h.set = BIT(K_ROWS);
+	h.rows = 5;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_FIELD);
+	ck_assert_str_eq(detail, "rows: duplicate key");
+
+	/* an end's head0, row0 and rows are not its keys: their values are ignored */
+	hb_default(&h);
+	h.type = "end";
+	h.v = 2;
+	h.set = BIT(K_HEAD0) | BIT(K_ROW0) | BIT(K_ROWS);
+	h.head0 = 9;
+	h.row0 = 9;
+	h.rows = 0;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.head0, 0);
+	ck_assert_uint_eq(m.row0, 0);
+	ck_assert_uint_eq(m.rows, 0);
+}
+END_TEST
+
+/* Every version 2 limit, just inside and just outside, decoder and encoder. */
+START_TEST(test_v2_limits)
+{
+	struct hb h;
+	struct env e = { 0 };
+	swp_msg m;
+	char detail[DETAIL];
+
+	/* senders 1..65536, never truncated to 32 bits */
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_INC) | BIT(K_RANK) | BIT(K_SENDERS);
+	h.inc = 1;
+	h.senders = SWP_SENDERS_MAX;
+	h.rank = SWP_SENDERS_MAX - 1;
+	ck_assert_int_eq(try_env(&h, &e, &m, detail), SWP_OK);
+	ck_assert_uint_eq(m.senders, SWP_SENDERS_MAX);
+	ck_assert_uint_eq(m.rank, SWP_SENDERS_MAX - 1);
+	h.senders = SWP_SENDERS_MAX + 1;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	ck_assert_str_eq(detail, "senders: 65537, not in 1..65536");
+	h.senders = (1ull << 32) + 2;
+	h.rank = 1;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	h.senders = 0;
+	h.rank = 0;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	/* rank < senders, never truncated */
+	h.senders = 2;
+	h.rank = 1;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.rank = 2;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	ck_assert_str_eq(detail, "rank: 2, senders 2");
+	h.rank = 1ull << 32;
+	ck_assert_int_eq(try_hb(&h), SWP_E_LIMIT);
+	/* senders > 1 needs inc; 0 and nil are no inc */
+	h.rank = 0;
+	h.set &= ~BIT(K_INC);
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_FIELD);
+	ck_assert_str_eq(detail, "inc: required with senders 2 (the senders of one "
+	    "incarnation share it)");
+	h.set |= BIT(K_INC);
+	h.inc = 0;
+	ck_assert_int_eq(try_hb(&h), SWP_E_FIELD);
+	h.inc = 1;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.senders = 1;		/* one sender needs none */
+	h.set &= ~BIT(K_INC);
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+
+	/* head0 < heads, never truncated; shape[0] in 1 .. heads - head0 */
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_HEAD0);
+	h.shape[0] = 1;
+	h.head0 = 1;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.head0 = 2;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	ck_assert_str_eq(detail, "head0: 2, heads 2");
+	h.head0 = (1ull << 32) + 1;
+	ck_assert_int_eq(try_hb(&h), SWP_E_LIMIT);
+	h.head0 = 1;
+	h.shape[0] = 2;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_DIMS);
+	ck_assert_str_eq(detail, "shape[0]: 2 heads from head0 1, heads 2");
+	h.head0 = 0;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);	/* all heads, head0 0: not canonical */
+	h.shape[0] = 0;
+	ck_assert_int_eq(try_hb(&h), SWP_E_DIMS);
+	h.shape[0] = 3;
+	ck_assert_int_eq(try_hb(&h), SWP_E_DIMS);
+	h.set = 0;		/* version 2 without head0: shape[0] <= heads */
+	h.shape[0] = 1;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.shape[0] = 3;
+	ck_assert_int_eq(try_hb(&h), SWP_E_DIMS);
+
+	/* rows 1..65536, never truncated; row0 < rows; shape[1] <= rows - row0 */
+	hb_default(&h);
+	h.v = 2;
+	h.set = BIT(K_ROW0) | BIT(K_ROWS);
+	h.shape[1] = 1;
+	h.rows = 1;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.rows = SWP_ROWS_MAX;
+	h.row0 = SWP_ROWS_MAX - 1;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.row0 = SWP_ROWS_MAX;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_DIMS);
+	ck_assert_str_eq(detail, "shape[1]: 1 rows from row0 65536, rows 65536");
+	h.row0 = 1ull << 32;
+	ck_assert_int_eq(try_hb(&h), SWP_E_DIMS);
+	h.row0 = 0;
+	h.rows = SWP_ROWS_MAX + 1;
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), SWP_E_LIMIT);
+	ck_assert_str_eq(detail, "rows: 65537, not in 1..65536");
+	h.rows = (1ull << 32) + 1;
+	ck_assert_int_eq(try_hb(&h), SWP_E_LIMIT);
+	h.rows = 0;
+	ck_assert_int_eq(try_hb(&h), SWP_E_LIMIT);
+	h.shape[1] = 3;
+	h.rows = 5;
+	h.row0 = 2;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.row0 = 3;
+	ck_assert_int_eq(try_hb(&h), SWP_E_DIMS);
+	h.rows = 2;		/* fewer rows in all than in the message */
+	h.row0 = 0;
+	ck_assert_int_eq(try_hb(&h), SWP_E_DIMS);
+
+	/* an end: senders, rank and inc checked as for a snapshot */
+	hb_default(&h);
+	h.type = "end";
+	h.v = 2;
+	h.set = BIT(K_INC) | BIT(K_RANK) | BIT(K_SENDERS);
+	h.inc = 1;
+	h.senders = 2;
+	h.rank = 1;
+	ck_assert_int_eq(try_hb(&h), SWP_OK);
+	h.rank = 2;
+	ck_assert_int_eq(try_hb(&h), SWP_E_LIMIT);
+	h.rank = 0;
+	h.senders = 0;
+	ck_assert_int_eq(try_hb(&h), SWP_E_LIMIT);
+	h.senders = 2;
+	h.set &= ~BIT(K_INC);
+	ck_assert_int_eq(try_hb(&h), SWP_E_FIELD);
+}
+END_TEST
+
+/* The encoder refuses exactly what the decoder would. */
+START_TEST(test_v2_encoder_errors)
+{
+	swp_msg m;
+
+	msg_default(&m);
+	m.rank = 1;		/* senders 0: one sender */
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+	m.senders = 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+	m.senders = 2;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_FIELD);	/* no inc */
+	m.inc = 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_OK);
+	m.senders = SWP_SENDERS_MAX + 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+	m.senders = UINT32_MAX;
+	m.rank = UINT32_MAX - 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+
+	msg_default(&m);
+	m.head0 = 2;		/* = heads */
+	m.shape[0] = 1;
+	m.tensor_bytes /= 2;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+	m.head0 = 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_OK);
+	m.shape[0] = 2;		/* heads 1..2 of 0..1 */
+	m.tensor_bytes *= 2;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_DIMS);
+	msg_default(&m);
+	m.shape[0] = 0;
+	m.tensor_bytes = 0;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_DIMS);
+
+	msg_default(&m);
+	m.rows = SWP_ROWS_MAX + 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+	m.rows = 4;
+	m.row0 = 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_OK);
+	m.row0 = 2;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_DIMS);
+	m.rows = 2;		/* under shape[1] */
+	m.row0 = 0;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_DIMS);
+	m.rows = 0;		/* shape[1] */
+	m.row0 = 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_DIMS);
+
+	/* an end checks rank and senders; it has no heads and rows to check */
+	msg_default(&m);
+	m.type = SWP_END;
+	m.head0 = 99;
+	m.row0 = 99;
+	ck_assert_int_eq(encode_rc(&m), SWP_OK);
+	m.rank = 1;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_LIMIT);
+	m.senders = 2;
+	ck_assert_int_eq(encode_rc(&m), SWP_E_FIELD);
+	m.inc = 5;
+	ck_assert_int_eq(encode_rc(&m), SWP_OK);
+}
+END_TEST
+
+/* Two faults at once: PROTOCOL.md section 8, check 13, says which is reported. */
+START_TEST(test_v2_check_order)
+{
+	struct hb h;
+	struct env e = { 0 };
+	char detail[DETAIL];
+
+#define V2(hh) do { hb_default(&(hh)); (hh).v = 2; } while (0)
+#define EXPECT(err, what) do { \
+	ck_assert_int_eq(try_env(&h, &e, NULL, detail), (err)); \
+	ck_assert_msg(strncmp(detail, (what), strlen(what)) == 0, "detail \"%s\", " \
+	    "expected \"%s\"", detail, (what)); \
+} while (0)
+
+	V2(h);			/* field types before limits */
+	h.layers = 0;
+	h.set = BIT(K_ROWS);
+	h.wrong = K_ROWS;
+	EXPECT(SWP_E_FIELD, "rows");
+	V2(h);			/* and in key order: resume before rank */
+	h.set = BIT(K_RESUME) | BIT(K_RANK);
+	h.wrong = K_RANK;
+	h.nextra = 0;
+	{
+		static const unsigned char r[] = "\xa6resume\xa1x";
+		h.set = BIT(K_RANK);
+		h.extra = r;
+		h.extralen = sizeof r - 1;
+		h.nextra = 1;
+	}
+	EXPECT(SWP_E_FIELD, "resume");
+	hb_default(&h);		/* the version before the version 2 keys */
+	h.v = 3;
+	h.set = BIT(K_RANK);
+	h.wrong = K_RANK;
+	EXPECT(SWP_E_VERSION, "v: 3");
+	V2(h);			/* heads before head0 */
+	h.heads = 0;
+	h.set = BIT(K_HEAD0);
+	h.head0 = 5;
+	EXPECT(SWP_E_LIMIT, "heads");
+	V2(h);			/* head0 (limit) before shape[0] (dims) */
+	h.set = BIT(K_HEAD0);
+	h.head0 = 2;
+	h.shape[0] = 0;
+	EXPECT(SWP_E_LIMIT, "head0");
+	V2(h);			/* shape[0] (dims) before shape[1] (limit) */
+	h.shape[0] = 3;
+	h.shape[1] = 0;
+	EXPECT(SWP_E_DIMS, "shape[0]");
+	V2(h);			/* shape[1] before rows */
+	h.shape[1] = 0;
+	h.set = BIT(K_ROWS);
+	h.rows = 0;
+	EXPECT(SWP_E_LIMIT, "shape[1]");
+	V2(h);			/* rows (limit) before row0 (dims) */
+	h.set = BIT(K_ROW0) | BIT(K_ROWS);
+	h.rows = 0;
+	h.row0 = 5;
+	EXPECT(SWP_E_LIMIT, "rows");
+	V2(h);			/* row0 (dims) before keys (limit) */
+	h.set = BIT(K_ROW0) | BIT(K_ROWS);
+	h.rows = 3;
+	h.row0 = 1;
+	h.shape[2] = 0;
+	EXPECT(SWP_E_DIMS, "shape[1]");
+	V2(h);			/* ... and before layer */
+	h.set = BIT(K_ROW0) | BIT(K_ROWS);
+	h.rows = 3;
+	h.row0 = 3;
+	h.layer = 9;
+	EXPECT(SWP_E_DIMS, "shape[1]");
+	V2(h);			/* the snapshot's limits before senders */
+	h.set = BIT(K_SENDERS);
+	h.senders = 0;
+	h.step = -1;
+	EXPECT(SWP_E_LIMIT, "step");
+	h.step = 1;
+	h.sink = 4;
+	EXPECT(SWP_E_LIMIT, "sink");
+	h.sink = 0;
+	h.kind = "rowstats";	/* keys 4 */
+	EXPECT(SWP_E_KIND, "rowstats");
+	V2(h);			/* senders before rank */
+	h.set = BIT(K_RANK) | BIT(K_SENDERS);
+	h.senders = 0;
+	h.rank = 5;
+	EXPECT(SWP_E_LIMIT, "senders");
+	V2(h);			/* rank before inc */
+	h.set = BIT(K_RANK) | BIT(K_SENDERS);
+	h.senders = 2;
+	h.rank = 2;
+	EXPECT(SWP_E_LIMIT, "rank");
+	V2(h);			/* inc before resume */
+	h.set = BIT(K_SENDERS) | BIT(K_RESUME);
+	h.senders = 2;
+	h.resume = -1;
+	EXPECT(SWP_E_FIELD, "inc");
+	h.set &= ~BIT(K_SENDERS);
+	EXPECT(SWP_E_LIMIT, "resume");
+	V2(h);			/* senders before run */
+	h.set = BIT(K_SENDERS);
+	h.senders = 0;
+	h.run = "";
+	e.topic = "sw/r1";
+	EXPECT(SWP_E_LIMIT, "senders");
+	h.senders = 2;		/* inc before run's bytes (both field) */
+	h.run = "a\x01";
+	e.topic = "sw/a\x01";
+	EXPECT(SWP_E_FIELD, "inc");
+	e.topic = NULL;
+	V2(h);			/* senders before the qpos count */
+	h.set = BIT(K_SENDERS);
+	h.senders = 0;
+	h.qpos = h.shape;
+	h.nqpos = 1;
+	EXPECT(SWP_E_LIMIT, "senders");
+	V2(h);			/* limits before topic */
+	h.set = BIT(K_SENDERS);
+	h.senders = 0;
+	e.topic = "sw/other";
+	EXPECT(SWP_E_LIMIT, "senders");
+	e.topic = NULL;
+	V2(h);			/* an end: senders before run */
+	h.type = "end";
+	h.set = BIT(K_SENDERS);
+	h.senders = 0;
+	h.run = "";
+	e.topic = "sw/r1";
+	EXPECT(SWP_E_LIMIT, "senders");
+	e.topic = NULL;
+#undef V2
+#undef EXPECT
+}
+END_TEST
+
 START_TEST(test_roundtrip_random)
 {
 	static unsigned char tensor[4 * 6 * 8 * 8];
@@ -861,6 +1795,14 @@ START_TEST(test_roundtrip_random)
 		m.inc = rndn(2) ? rnd_wide() : 0;
 		m.has_resume = rndn(3) == 0;
 		m.resume = m.has_resume ? (int64_t)(rnd_wide() >> 1) : 0;
+		/* several senders a third of the time; 0 senders is one */
+		if (rndn(3) == 0) {
+			m.senders = 1 + (uint32_t)rndn(rndn(2) ? 4 : SWP_SENDERS_MAX);
+			m.rank = (uint32_t)rndn(m.senders);
+			if (m.senders > 1 && m.inc == 0)
+				m.inc = 1 + (rnd_wide() >> 1);
+		} else
+			m.senders = (uint32_t)rndn(2);
 		if (m.type == SWP_SNAPSHOT) {
 			rnd_str(m.model, rndn(rndn(2) ? SWP_MODEL_MAX + 1 : 12), false);
 			m.params = rnd_wide();
@@ -881,6 +1823,17 @@ START_TEST(test_roundtrip_random)
 					qpos[i] = (uint32_t)rnd_wide();
 				m.qpos = qpos;
 			}
+			/* a part of the heads or of the rows half of the time */
+			if (rndn(2)) {
+				m.shape[0] = 1 + (uint32_t)rndn(m.heads);
+				m.head0 = (uint32_t)rndn(m.heads - m.shape[0] + 1);
+			}
+			if (rndn(2)) {
+				m.rows = m.shape[1] + (uint32_t)rndn(rndn(2) ? 4 : SWP_ROWS_MAX -
+				    m.shape[1] + 1);
+				m.row0 = (uint32_t)rndn(m.rows - m.shape[1] + 1);
+			} else if (rndn(2))
+				m.rows = m.shape[1];
 			m.tensor_bytes = (size_t)m.shape[0] * m.shape[1] * m.shape[2] *
 			    swp_dtype_size(m.dtype);
 			for (i = 0; i < m.tensor_bytes; i++)
@@ -905,6 +1858,21 @@ START_TEST(test_roundtrip_random)
 		ck_assert_uint_eq(d.inc, m.inc);
 		ck_assert_int_eq(d.has_resume, m.has_resume);
 		ck_assert_int_eq(d.resume, m.resume);
+		ck_assert_uint_eq(d.rank, m.rank);
+		ck_assert_uint_eq(d.senders, m.senders ? m.senders : 1);
+		{
+			bool v2 = d.senders > 1 || d.rank != 0;
+			if (m.type == SWP_SNAPSHOT) {
+				uint32_t rows = m.rows ? m.rows : m.shape[1];
+				v2 = v2 || m.shape[0] != m.heads || m.head0 != 0 ||
+				    m.shape[1] != rows || m.row0 != 0;
+				ck_assert_uint_eq(d.head0, m.head0);
+				ck_assert_uint_eq(d.row0, m.row0);
+				ck_assert_uint_eq(d.rows, rows);
+			} else
+				ck_assert_uint_eq(d.rows, 0);
+			ck_assert_uint_eq(d.version, v2 ? 2 : 1);
+		}
 		if (isfinite(m.time))
 			ck_assert_double_eq(d.time, m.time);
 		else
@@ -1056,14 +2024,48 @@ START_TEST(test_encoder_to_buffer)
 	m.shape[2] = 6;
 	m.tensor_bytes = (uint64_t)nrows * 6 * 2;
 	check_encode_to(&m);
+	/* every optional key too, each at its widest */
+	m.inc = UINT64_MAX;
+	m.has_resume = true;
+	m.resume = INT64_MAX;
+	m.senders = SWP_SENDERS_MAX;
+	m.rank = SWP_SENDERS_MAX - 1;
+	m.heads = SWP_HEADS_MAX;
+	m.head0 = SWP_HEADS_MAX - 1;
+	m.rows = SWP_ROWS_MAX;
+	m.row0 = SWP_ROWS_MAX - nrows;
+	check_encode_to(&m);
+	{
+		void *hdr;
+		size_t hl;
+		ck_assert_int_eq(swp_encode_header(&m, &hdr, &hl), SWP_OK);
+		ck_assert_uint_eq(((unsigned char *)hdr)[2], 24);	/* map 16 of every key */
+		free(hdr);
+	}
 	/* and without qpos: the fixed part alone within the bound */
 	m.qpos = NULL;
+	check_encode_to(&m);
+	free(q);
+	/* qpos of the most rows, every entry 5 bytes */
+	q = malloc(SWP_ROWS_MAX * sizeof(*q));
+	for (uint32_t i = 0; i < SWP_ROWS_MAX; i++)
+		q[i] = 0xffffffffu - i;
+	m.qpos = q;
+	m.shape[1] = m.rows = SWP_ROWS_MAX;
+	m.row0 = 0;
+	m.tensor_bytes = (uint64_t)SWP_ROWS_MAX * 6 * 2;
 	check_encode_to(&m);
 	free(q);
 
 	msg_default(&m);
 	m.type = SWP_END;
 	m.time = 3.0;
+	check_encode_to(&m);
+	m.inc = UINT64_MAX;
+	m.has_resume = true;
+	m.resume = INT64_MAX;
+	m.senders = SWP_SENDERS_MAX;
+	m.rank = SWP_SENDERS_MAX - 1;
 	check_encode_to(&m);
 }
 END_TEST
@@ -2009,6 +3011,8 @@ proto_suite(void)
 	tcase_add_test(tc, test_golden_ok_reencode);
 	tcase_add_test(tc, test_golden_bad);
 	tcase_add_test(tc, test_golden_fields);
+	tcase_add_test(tc, test_golden_fields_v2);
+	tcase_add_test(tc, test_golden_bad_v2_details);
 	tcase_add_test(tc, test_golden_truncation);
 	tcase_add_test(tc, test_golden_byte_flips);
 	tcase_add_test(tc, test_random_headers);
@@ -2018,6 +3022,9 @@ proto_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_roundtrip_random);
 	tcase_add_test(tc, test_inc_resume);
+	tcase_add_test(tc, test_v2_canonical);
+	tcase_add_test(tc, test_v2_decode_defaults);
+	tcase_add_test(tc, test_v2_encoder_errors);
 	tcase_add_test(tc, test_encoder_canonical);
 	tcase_add_test(tc, test_encoder_errors);
 	tcase_add_test(tc, test_encoder_to_buffer);
@@ -2038,6 +3045,8 @@ proto_suite(void)
 	tcase_add_test(tc, test_limits_depth);
 	tcase_add_test(tc, test_prescan_claims);
 	tcase_add_test(tc, test_check_order);
+	tcase_add_test(tc, test_v2_limits);
+	tcase_add_test(tc, test_v2_check_order);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("small");

@@ -30,14 +30,32 @@
  *   and released, and the send still returns 0: the buffer was taken.)
  * - Incarnations. Every handle is an incarnation of its run: sw_client_new()
  *   picks a number (the wall clock in microseconds times 4096 plus 12
- *   random bits, never 0; sw_client_incarnation()) that every message of
- *   the handle carries (header key "inc", PROTOCOL.md), so that the daemon
- *   tells a restarted job from the one before it: a handle made later
- *   compares greater, two made in the same microsecond differ. A job that
- *   restarts from a checkpoint sets opts.resuming = 1 and resume_from
- *   (the checkpoint's step S): its messages carry "resume" = S, and the
- *   daemon lets them supersede earlier incarnations' steps after S.
+ *   random bits, never 0; sw_client_incarnation()), or takes
+ *   opts.incarnation when it is not 0 (several senders, below). Every
+ *   message of the handle carries it (header key "inc", PROTOCOL.md), so
+ *   that the daemon tells a restarted job from the one before it: a handle
+ *   made later compares greater, two made in the same microsecond differ.
+ *   A job that restarts from a checkpoint sets opts.resuming = 1 and
+ *   resume_from (the checkpoint's step S): its messages carry "resume" =
+ *   S, and the daemon lets them supersede earlier incarnations' steps
+ *   after S.
  *   (A wall clock set backwards between two runs defeats the order.)
+ * - Several senders (PROTOCOL.md 7b). A job whose processes each hold a
+ *   share of the model (pipeline, tensor, context parallel) or a copy of it
+ *   (data parallel) may have each of them send, each with its own handle:
+ *   opts.senders = N, the number of processes that send, and opts.rank =
+ *   this one, 0..N-1 (the sending processes, numbered without gaps; not
+ *   necessarily the job's global ranks). All N handles must carry one
+ *   incarnation: rank 0 leaves opts.incarnation 0, creates its handle, and
+ *   hands sw_client_incarnation() to the others (a broadcast), which set it
+ *   as opts.incarnation before creating theirs. Every message then carries
+ *   rank and senders, the end message too; each handle numbers its own
+ *   messages and ends its own share (sw_client_end() in every process), and
+ *   the daemon ends the run when all N have. A process that holds whole
+ *   layers sends them with sw_client_send(); one that holds some heads or
+ *   some rows of a layer sends its part with sw_client_send_part(). The
+ *   parts of a layer must tile it, or repeat each other exactly (copies);
+ *   the daemon computes the layer once every cell has arrived.
  * - It installs no signal handler (the sender thread blocks every signal),
  *   prints nothing, never aborts, and keeps no process-wide state: each
  *   handle owns its own ZeroMQ context and thread.
@@ -90,6 +108,16 @@ typedef struct sw_client_opts {
 	/* fields are only appended; zero (the default) means "not resuming" */
 	int resuming;		/* 1: this job restarted from a checkpoint at resume_from */
 	int64_t resume_from;	/* with resuming: the checkpoint's step, >= 0 */
+	/*
+	 * Several senders (since libsinkwatch.so.1; PROTOCOL.md 7b); zero (the
+	 * default) means this process alone sends the run. senders: the
+	 * processes that send the run, 1..65536 (0 is 1); rank: this one,
+	 * < senders. incarnation: 0 picks a new one (see above); otherwise it
+	 * is used verbatim, and with senders > 1 and rank > 0 it is required:
+	 * rank 0's sw_client_incarnation(), so that the job's senders share it.
+	 */
+	uint32_t rank, senders;
+	uint64_t incarnation;
 } sw_client_opts;
 
 /* What the daemon learns about the run from every message. */
@@ -102,13 +130,17 @@ typedef struct sw_run_info {
 	int fixed_probe;	/* 1 if every snapshot uses the same probe inputs */
 } sw_run_info;
 
-/* One layer's snapshot: data is [heads, rows, keys] little-endian, C order. */
+/*
+ * One layer's snapshot: data is [heads, rows, keys] little-endian, C order.
+ * For sw_client_send() heads is the run's and rows the probe's; for
+ * sw_client_send_part() they are the heads and rows of the part.
+ */
 typedef struct sw_snapshot {
 	int64_t step;
 	uint32_t layer;
 	int kind;		/* SW_KIND_* */
 	int dtype;		/* SW_DTYPE_* */
-	uint32_t rows, keys;	/* heads comes from the run; rowstats: keys = 6 */
+	uint32_t rows, keys;	/* rows in data; rowstats: keys = 6 */
 	const uint32_t *qpos;	/* NULL, or rows query positions (causal lengths) */
 	const void *data;
 	size_t bytes;		/* heads * rows * keys * element size */
@@ -133,7 +165,13 @@ SW_EXPORT void sw_client_opts_init(sw_client_opts *o);
  * Creates a client for one run and connects it (asynchronously: this does
  * not wait for the daemon). opts may be NULL for the defaults; the strings
  * are copied. On success returns 0 and *out, which the caller releases with
- * sw_client_destroy(); on failure a negative code and *out is NULL.
+ * sw_client_destroy(); on failure a negative code and *out is NULL. Bad
+ * arguments are SW_EINVAL (there is no handle for sw_client_errmsg()): no
+ * run, a run id that is empty, over 128 bytes or holds a control byte, a
+ * model name over 256 bytes, layers or heads 0 or over 4096 and 1024,
+ * resuming with resume_from < 0, senders over 65536, rank >= senders (0
+ * senders being 1), rank > 0 of senders > 1 with incarnation 0, or an
+ * endpoint ZeroMQ cannot connect to.
  */
 SW_EXPORT int sw_client_new(const sw_client_opts *opts, const sw_run_info *run,
     sw_client **out);
@@ -157,7 +195,10 @@ SW_EXPORT void sw_client_destroy(sw_client **c);
  */
 SW_EXPORT void sw_client_destroy_stats(sw_client **c, sw_client_stats *final);
 
-/* The handle's incarnation (header key "inc"; never 0), or 0 if c is NULL. */
+/*
+ * The handle's incarnation (header key "inc"; never 0): opts.incarnation,
+ * or the one sw_client_new() picked. 0 if c is NULL.
+ */
 SW_EXPORT uint64_t sw_client_incarnation(const sw_client *c);
 
 /*
@@ -179,8 +220,30 @@ SW_EXPORT int sw_client_send_zc(sw_client *c, const sw_snapshot *s,
     sw_release_cb release, void *hint);
 
 /*
+ * Sends a part of one layer's snapshot (PROTOCOL.md 7b), copying the data:
+ * heads head0 .. head0 + heads - 1 of the run's heads and rows row0 ..
+ * row0 + s->rows - 1 of the probe's rows_total rows. s->data is
+ * [heads, s->rows, s->keys] (s->bytes = heads * s->rows * s->keys *
+ * element size) and s->qpos, when not NULL, has the s->rows query positions
+ * of the part's rows. rows_total is the probe's rows, all senders together,
+ * the same in every message of the run; 0 means s->rows (the part has all
+ * rows). Requires heads >= 1, head0 + heads <= the run's heads, and row0 +
+ * s->rows <= rows_total <= 65536; else SW_EINVAL and sw_client_errmsg()
+ * names the argument, and nothing is sent or counted. A part that is the
+ * whole layer (head0 0, heads the run's, row0 0, rows_total s->rows) is
+ * the message sw_client_send() makes. Returns as sw_client_send().
+ */
+SW_EXPORT int sw_client_send_part(sw_client *c, const sw_snapshot *s, uint32_t head0,
+    uint32_t heads, uint32_t row0, uint32_t rows_total);
+
+/* sw_client_send_part() without copying s->data, as sw_client_send_zc(). */
+SW_EXPORT int sw_client_send_part_zc(sw_client *c, const sw_snapshot *s, uint32_t head0,
+    uint32_t heads, uint32_t row0, uint32_t rows_total, sw_release_cb release, void *hint);
+
+/*
  * Sends the run-end message; once it returned 0, later sends return
- * SW_ECLOSED. A dropped or timed-out end may be tried again.
+ * SW_ECLOSED. A dropped or timed-out end may be tried again. With several
+ * senders it ends this sender's share; the run ends when all have.
  */
 SW_EXPORT int sw_client_end(sw_client *c);
 

@@ -6,7 +6,10 @@ machines that is /usr/bin/python3, not the first python3 on PATH):
 
     /usr/bin/python3 tests/data/golden/make_golden.py
 
-It rewrites every *.msg file and MANIFEST beside itself. The committed
+It rewrites every *.msg file and MANIFEST beside itself. With --annotate
+NAME it rewrites nothing and prints NAME.msg's header the way
+proto/PROTOCOL.md sections 11 and 12 show headers (offset, key bytes, value
+bytes, what they say), from the bytes of the file. The committed
 artefact is the bytes: tests/test_proto.c reads them and never runs this
 script. Regenerating must give the same bytes (the script is deterministic);
 if it does not, the protocol changed and PROTOCOL.md, SWP_VERSION and the
@@ -25,6 +28,7 @@ the malformed variants can reuse the same pieces.
 import math
 import os
 import struct
+import sys
 
 import msgpack
 
@@ -165,6 +169,87 @@ rowstats_f64 = snapshot_pairs(RUN, 4, "pythia-160m", 162322944, 12, 2, 0, True,
                               qpos=[3, 7], time=T0 + 0.25)
 
 
+# ------------------------------------------------------- version 2 (several senders)
+#
+# The version 2 keys follow resume in the canonical order. Each is present
+# only when it says more than version 1 can (PROTOCOL.md section 5): rank
+# and senders together iff senders > 1 or rank != 0; head0 iff the tensor
+# holds fewer heads than the model (or head0 != 0); row0 and rows together
+# iff it holds fewer rows than the probe (or row0 != 0). v is 2 iff one of
+# them is present. v2() applies the rule to v1 pairs, independently of the
+# C encoder, which test_proto then checks byte for byte.
+
+def v2(pairs, inc=None, rank=0, senders=1, head0=0, row0=0, rows=None):
+    d = dict(pairs)
+    p = list(pairs)
+    if inc is not None:
+        p.append(("inc", inc))
+    extra = []
+    if senders > 1 or rank != 0:
+        extra += [("rank", rank), ("senders", senders)]
+    if d["type"] == "snapshot":
+        shape = d["shape"]
+        rows = shape[1] if rows is None else rows
+        if shape[0] != d["heads"] or head0 != 0:
+            extra.append(("head0", head0))
+        if shape[1] != rows or row0 != 0:
+            extra += [("row0", row0), ("rows", rows)]
+    p += extra
+    if extra:
+        p = [(k, 2 if k == "v" else x) for k, x in p]
+    return p
+
+
+# A 4-layer, 4-head model; its fixed probe has 4 causal rows (positions
+# 0..3) over 4 keys. Two processes send each run; the senders of one job
+# share rank 0's incarnation (T0 in microseconds, times 4096, + 12 bits).
+RUN_PP = "tiny/pp2"
+RUN_TP = "tiny/tp2"
+RUN_CP = "tiny/cp2"
+RUN_DP = "tiny/dp2"
+INC2 = int(T0 * 1e6) * 4096 + 0x5A7
+LAYER_PROBS = [   # [heads 4, rows 4, keys 4]; row r has r + 1 valid keys
+    1.0, 0, 0, 0,  0.75, 0.25, 0, 0,  0.5, 0.25, 0.25, 0,  0.25, 0.25, 0.25, 0.25,
+    1.0, 0, 0, 0,  0.5, 0.5, 0, 0,  0.625, 0.25, 0.125, 0,  0.5, 0.25, 0.125, 0.125,
+    1.0, 0, 0, 0,  0.875, 0.125, 0, 0,  0.75, 0.125, 0.125, 0,  0.625, 0.125, 0.125, 0.125,
+    1.0, 0, 0, 0,  0.25, 0.75, 0, 0,  0.5, 0.5, 0, 0,  0.25, 0.5, 0.125, 0.125,
+]
+
+
+def layer_part(h0, nh, r0, nr):
+    """Heads h0 .. h0+nh-1 and rows r0 .. r0+nr-1 of LAYER_PROBS, C order."""
+    return [LAYER_PROBS[(h * 4 + r) * 4 + j]
+            for h in range(h0, h0 + nh) for r in range(r0, r0 + nr) for j in range(4)]
+
+
+def tiny_pairs(run, seq, step, layer, nh, nr, qpos):
+    return snapshot_pairs(run, seq, "tiny-gpt", 6400000, 4, 4, 0, True, step,
+                          layer, "probs", "f32", (nh, nr, 4), qpos=qpos,
+                          time=T0 + 30)
+
+
+# pipeline parallel: rank 1 of 2 holds layers 2 and 3 and sends them whole
+pp_rank1 = v2(tiny_pairs(RUN_PP, 4, 200, 2, 4, 4, [0, 1, 2, 3]), inc=INC2,
+              rank=1, senders=2)
+# tensor parallel: rank r of 2 holds heads 2r, 2r+1 of every layer
+tp_rank1 = v2(tiny_pairs(RUN_TP, 0, 200, 0, 2, 4, [0, 1, 2, 3]), inc=INC2,
+              rank=1, senders=2, head0=2)
+tp_rank0 = v2(tiny_pairs(RUN_TP, 0, 200, 0, 2, 4, [0, 1, 2, 3]), inc=INC2,
+              rank=0, senders=2, head0=0)
+# context parallel: rank r of 2 holds the probe's rows 2r, 2r+1
+cp_rank1 = v2(tiny_pairs(RUN_CP, 0, 200, 0, 4, 2, [2, 3]), inc=INC2,
+              rank=1, senders=2, row0=2, rows=4)
+cp_rank0 = v2(tiny_pairs(RUN_CP, 0, 200, 0, 4, 2, [0, 1]), inc=INC2,
+              rank=0, senders=2, row0=0, rows=4)
+# data parallel: rank 1 of 2 sends the same whole layer as rank 0 (a copy)
+dp_rank1 = v2(tiny_pairs(RUN_DP, 0, 200, 0, 4, 4, [0, 1, 2, 3]), inc=INC2,
+              rank=1, senders=2)
+# one sender that sends a layer in two row parts: v 2, no rank, no inc needed
+one_rows = v2(tiny_pairs(RUN_CP, 1, 200, 0, 4, 2, [2, 3]), row0=2, rows=4)
+# rank 1's end: its own message count, and who it is
+end_rank1 = v2(end_pairs(RUN_PP, 8, T0 + 90), inc=INC2, rank=1, senders=2)
+
+
 def snap(pairs, tensor, run=None):
     run = run if run is not None else dict(pairs)["run"]
     return [topic(run), canonical(pairs), tensor]
@@ -185,11 +270,23 @@ OK = {
     "snap_rowstats_f64": snap(rowstats_f64, f64(ROWSTATS_F64)),
     "end_time": [topic(RUN), canonical(end_pairs(RUN, 5, T0 + 60.0))],
     "end_notime": [topic(RUN2), canonical(end_pairs(RUN2, (1 << 32) + 5))],
+    "snap_v2_pipeline": snap(pp_rank1, f32(layer_part(0, 4, 0, 4))),
+    "snap_v2_tensor": snap(tp_rank1, f32(layer_part(2, 2, 0, 4))),
+    "snap_v2_tensor_rank0": snap(tp_rank0, f32(layer_part(0, 2, 0, 4))),
+    "snap_v2_context": snap(cp_rank1, f32(layer_part(0, 4, 2, 2))),
+    "snap_v2_context_rank0": snap(cp_rank0, f32(layer_part(0, 4, 0, 2))),
+    "snap_v2_data": snap(dp_rank1, f32(layer_part(0, 4, 0, 4))),
+    "snap_v2_rows_one_sender": snap(one_rows, f32(layer_part(0, 4, 2, 2))),
+    "end_v2": [topic(RUN_PP), canonical(end_rank1)],
 }
 
 T = f32(PROBS_F32)
 H = canonical(probs_f32)
 TP = topic(RUN)
+TT = f32(layer_part(2, 2, 0, 4))
+TPT = topic(RUN_TP)
+TC = f32(layer_part(0, 4, 2, 2))
+TPC = topic(RUN_CP)
 
 
 def raw_after(key, raw):
@@ -246,6 +343,18 @@ BAD = {
                        "topic"),
     "bad_heads_shape": ([TP, mp_map(replace(probs_f32, "heads", 3)), T], "dims"),
     "bad_qpos_count": ([TP, mp_map(replace(probs_f32, "qpos", [1, 2])), T], "dims"),
+    # version 2: limits, then dims, then the senders of both types
+    "bad_v2_rank": ([TPT, mp_map(replace(tp_rank1, "rank", 2)), TT], "limit"),
+    "bad_v2_senders_0": ([TPT, mp_map(replace(replace(tp_rank1, "rank", 0), "senders", 0)), TT],
+                         "limit"),
+    "bad_v2_head0": ([TPT, mp_map(replace(tp_rank1, "head0", 4)), TT], "limit"),
+    "bad_v2_head0_shape": ([TPT, mp_map(replace(tp_rank1, "head0", 3)), TT], "dims"),
+    "bad_v2_rows_0": ([TPC, mp_map(replace(cp_rank1, "rows", 0)), TC], "limit"),
+    "bad_v2_row0_shape": ([TPC, mp_map(replace(cp_rank1, "row0", 3)), TC], "dims"),
+    "bad_v2_no_inc": ([TPT, mp_map(drop(tp_rank1, "inc")), TT], "field"),
+    "bad_v2_end_no_inc": ([topic(RUN_PP), mp_map(drop(end_rank1, "inc"))], "field"),
+    # a v1 message knows no head0: a part of the heads is a shape error
+    "bad_v1_part": ([TPT, mp_map(replace(tp_rank1, "v", 1)), TT], "dims"),
     # topic against run, then dims
     "bad_topic": ([b"sw/other-run", H, T], "topic"),
     "bad_dims": ([TP, H, T[:-4]], "dims"),
@@ -257,7 +366,72 @@ def container(frames):
     return b"".join(struct.pack("<I", len(f)) + f for f in frames)
 
 
+def form(b):
+    """The msgpack form of an encoded value, as PROTOCOL.md names it."""
+    t = b[0]
+    if t <= 0x7F:
+        return "positive fixint"
+    if 0x90 <= t <= 0x9F:
+        return "fixarray %d" % (t & 0x0F)
+    if 0xA0 <= t <= 0xBF:
+        return "fixstr %d" % (t & 0x1F)
+    return {0xC2: "false", 0xC3: "true", 0xCB: "float 64", 0xCC: "uint 8",
+            0xCD: "uint 16", 0xCE: "uint 32", 0xCF: "uint 64", 0xD9: "str 8",
+            0xDC: "array 16"}.get(t, "0x%02x" % t)
+
+
+def annotate(name):
+    """Prints the header of NAME.msg as PROTOCOL.md sections 11 and 12 show it."""
+    with open(os.path.join(HERE, name + ".msg"), "rb") as f:
+        data = f.read()
+    frames, off = [], 0
+    while off < len(data):
+        n = struct.unpack_from("<I", data, off)[0]
+        frames.append(data[off + 4:off + 4 + n])
+        off += 4 + n
+    hdr = frames[1]
+    hx = lambda b: " ".join("%02x" % c for c in b)
+    up = msgpack.Unpacker(raw=False)
+    up.feed(hdr)
+    npairs = up.read_map_header()
+    at = up.tell()
+    out = ["%04x  %-42s %s" % (0, hx(hdr[:at]), "map 16, %d pairs" % npairs
+                               if hdr[0] == 0xDE else "fixmap, %d pairs" % npairs)]
+    for _ in range(npairs):
+        k = up.unpack()
+        kend = up.tell()
+        v = up.unpack()
+        vend = up.tell()
+        kb, vb = hx(hdr[at:kend]), hx(hdr[kend:vend])
+        if isinstance(v, bool):
+            shown = "true" if v else "false"
+        elif isinstance(v, str):
+            shown = '"%s"' % v
+        elif isinstance(v, list):
+            shown = "[%s]" % ", ".join(str(x) for x in v)
+        else:
+            shown = repr(v)
+        what = '"%s": %s' % (k, shown)
+        if vb[:2] not in ("c2", "c3") and not (isinstance(v, int) and v < 128):
+            what += " (%s)" % form(hdr[kend:vend])
+        line = "%04x  %s" % (at, kb)
+        if len(line) > 31:
+            out.append(line)
+            line = ""
+        line = "%-32s%s" % (line, vb)
+        if len(line) > 47:
+            out.append(line)
+            line = ""
+        out.append("%-49s%s" % (line, what))
+        at = vend
+    out.append("%04x  end (%d bytes)" % (at, len(hdr)))
+    print("\n".join("    " + x.rstrip() for x in out))
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--annotate":
+        annotate(sys.argv[2])
+        return
     for name in os.listdir(HERE):
         if name.endswith(".msg"):
             os.unlink(os.path.join(HERE, name))
