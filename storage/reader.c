@@ -438,6 +438,45 @@ out:
 	return rc;
 }
 
+int64_t
+sw_reader_senders(sw_reader *r, uint64_t **vals, char *err, size_t errlen)
+{
+	hsize_t dims[4];
+	int k = sw_schema_find("senders");
+
+	quiet();
+	*vals = NULL;
+	if (k < 0 || r->version < sw_schema_at((size_t)k)->version)
+		return 0;	/* no sender table before layout 3 */
+	if (r->dset[k] < 0 && (r->dset[k] = H5Dopen2(r->file, "senders", H5P_DEFAULT)) < 0) {
+		sw_h5_fail(err, errlen, "%s: opening /senders failed", r->path);
+		return -1;
+	}
+	if (H5Drefresh(r->dset[k]) < 0) {
+		sw_h5_fail(err, errlen, "%s: refreshing /senders failed", r->path);
+		return -1;
+	}
+	hsize_t n = extent0(r->dset[k], NULL, dims);
+	if (n == (hsize_t)-1) {
+		sw_h5_fail(err, errlen, "%s: reading the extent of /senders failed", r->path);
+		return -1;
+	}
+	if (n == 0)
+		return 0;
+	size_t len = (size_t)n * SW_SENDER_FIELDS;
+	if (!(*vals = malloc(len * sizeof(uint64_t)))) {
+		snprintf(err, errlen, "%s: no memory for the sender table", r->path);
+		return -1;
+	}
+	if (read_range(r, (size_t)k, 0, (int64_t)n, (int64_t)n, H5T_NATIVE_UINT64, *vals, len,
+	    err, errlen) < 0) {
+		free(*vals);
+		*vals = NULL;
+		return -1;
+	}
+	return (int64_t)n;
+}
+
 int
 sw_reader_ended(sw_reader *r)
 {

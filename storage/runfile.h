@@ -319,6 +319,11 @@ int64_t sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
  * refresh of /ended: 1 or 0, -1 on a read error.
  */
 int sw_reader_ended(sw_reader *r);
+/*
+ * The sender table (layout 3; 0 rows before): a malloc'd [rows *
+ * SW_SENDER_FIELDS] in *vals (NULL for none), rows returned, -1 on error.
+ */
+int64_t sw_reader_senders(sw_reader *r, uint64_t **vals, char *err, size_t errlen);
 
 void sw_reader_close(sw_reader **r);
 

@@ -71,7 +71,7 @@ def sender_main(endpoint, run, layout, rank, senders, inc, withhold, perturb, go
     go.wait()
     for st in STEPS:
         for (lay, h0, nh, r0, nr) in parts_of(layout, rank, senders):
-            if (st, lay) == withhold:
+            if withhold != "end" and (st, lay) == withhold:
                 snd.seq += 1        # sent by nobody: a gap in this rank's seq
                 continue
             x = DATA[st][lay][h0:h0 + nh, r0:r0 + nr]
@@ -87,6 +87,10 @@ def sender_main(endpoint, run, layout, rank, senders, inc, withhold, perturb, go
                 over.update(v=2, row0=r0, rows=R)
             snd.snapshot(st, lay, np.ascontiguousarray(x), qpos=QPOS[r0:r0 + nr], **over)
     end_gate.wait(60)
+    if withhold == "end":
+        snd.close()
+        snd.ctx.term()
+        return
     h = {"v": 2 if senders > 1 else 1, "type": "end", "run": run, "seq": snd.seq,
          "inc": inc}
     if senders > 1:
@@ -118,7 +122,7 @@ def stream(d, run, layout, senders, withhold=None, perturb_rank=None, before_end
             p.join(60)
     for p in procs:
         assert p.exitcode == 0, (layout, p.exitcode)
-    return d.wait_ended(run, timeout=30)
+    return d.wait_ended(run, timeout=30) if withhold != "end" else d.run_file(run)
 
 
 def by_step(f):
@@ -159,7 +163,7 @@ def close_reports(a, b):
     def walk(x, y, where):
         if isinstance(x, dict):
             for k in x:
-                if k in ("file", "run", "path", "segments", "time"):
+                if k in ("file", "run", "path", "segments", "time", "senders"):
                     continue
                 walk(x[k], y[k], where + "." + k)
         elif isinstance(x, list):
@@ -276,6 +280,31 @@ def case_withheld_then_end():
         assert f["ended"][-1] == 1 and f["incomplete"][-1] == 1
 
 
+def case_never_ended():
+    """Rank 1 of 2 never sends its end: the run is not ended; when the
+    daemon stops, the file, report and check name rank 1."""
+    d2 = Daemon(extra=["--step-timeout-ms", "1500"]).start()
+    try:
+        path = stream(d2, "no-end", "pipeline", 2, withhold="end")
+        d2.wait(lambda st: "rank=0/2" in d2.ctl("status senders") and
+                "ended=1" in d2.ctl("status senders"), what="rank 0's end")
+    finally:
+        assert d2.stop() == 0
+    with h5py.File(path, "r") as f:
+        assert f["ended"].shape[0] == 0
+        t = {x["rank"]: x for x in senders_table(f)}
+        assert t[0]["ended"] == 1 and t[1]["ended"] == 0, t
+        assert t[1]["messages"] == len(STEPS), t
+        assert sorted(by_step(f)) == STEPS
+    rep = report(path)
+    assert [x["rank"] for x in rep["ranks_not_ended"]] == [1], rep["ranks_not_ended"]
+    rc, out, err = run_cmd([SINKWATCH, "check", "--format", "json", path])
+    js = json.loads(out)
+    assert [x["rank"] for x in js["files"][0]["ranks_not_ended"]] == [1], js
+    rc, out, err = run_cmd([SINKWATCH, "report", path])
+    assert "rank 1 of 2 (incarnation" in out and "never sent its end" in out, out
+
+
 res.check("single", case_single)
 for layout, n in (("pipeline", 2), ("heads", 2), ("heads", 4), ("rows", 2), ("mixed", 4),
                   ("data", 2), ("data", 4)):
@@ -283,6 +312,7 @@ for layout, n in (("pipeline", 2), ("heads", 2), ("heads", 4), ("rows", 2), ("mi
 res.check("data_parallel_disagree", case_data_parallel_disagree)
 res.check("withheld", case_withheld)
 res.check("withheld_then_end", case_withheld_then_end)
+res.check("never_ended", case_never_ended)
 rc = d.stop()
 log = d.read_log()
 assert rc == 0, rc

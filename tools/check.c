@@ -43,6 +43,8 @@ struct oddlist {
 	size_t n, cap;
 };
 
+#define OPEN_MAX 64	/* ranks named as not ended, at most */
+
 struct filecheck {
 	const char *path;
 	char err[512];		/* why the file could not be read */
@@ -61,6 +63,9 @@ struct filecheck {
 	struct oddlist under;	/* shorter than /step: damage */
 	int has_view;		/* the view below could be read */
 	sw_view view;		/* the steps the rows stand for (LAYOUT.md) */
+	int nopen;		/* senders that never sent their end (PROTOCOL.md 7b) */
+	uint64_t open_inc[OPEN_MAX];
+	uint32_t open_rank[OPEN_MAX];
 };
 
 static const char hint[] = "to read a run file while sinkwatchd writes it: "
@@ -388,6 +393,17 @@ view_of(struct filecheck *fc)
 		fc->has_view = sw_view_build(&rows, &fc->view) == 0;
 		sw_rows_free(&rows);
 	}
+	/* senders of several-sender incarnations that never sent their end */
+	uint64_t *t = NULL;
+	int64_t n = sw_reader_senders(r, &t, err, sizeof(err));
+	for (int64_t k = 0; k < n && fc->nopen < OPEN_MAX; k++) {
+		const uint64_t *v = t + k * SW_SENDER_FIELDS;
+		if (!v[SW_S_ENDED] && v[SW_S_SENDERS] > 1) {
+			fc->open_inc[fc->nopen] = v[SW_S_INC];
+			fc->open_rank[fc->nopen++] = (uint32_t)v[SW_S_RANK];
+		}
+	}
+	free(t);
 	sw_reader_close(&r);
 }
 
@@ -466,6 +482,9 @@ text_report(const struct filecheck *fc)
 			    (long long)fc->view.seg[k].last_step, (long long)fc->view.seg[k].steps);
 	}
 	printf("  %-15s%s\n", "ended:", fc->ended ? "yes" : "no");
+	for (int k = 0; k < fc->nopen; k++)
+		printf("  %-15srank %u of incarnation %llu never sent its end\n",
+		    k ? "" : "not ended:", fc->open_rank[k], (unsigned long long)fc->open_inc[k]);
 	text_flags(fc);
 	if (fc->beyond_eoa > 0)
 		printf("  %-15s%lld bytes past the end of allocation (a killed writer's "
@@ -532,6 +551,14 @@ json_report(sw_json *j, const struct filecheck *fc)
 		}
 		sw_json_end_arr(j);
 	}
+	sw_json_begin_arr(j, "ranks_not_ended");
+	for (int k = 0; k < fc->nopen; k++) {
+		sw_json_begin_obj(j, NULL);
+		sw_json_uint(j, "inc", fc->open_inc[k]);
+		sw_json_int(j, "rank", fc->open_rank[k]);
+		sw_json_end_obj(j);
+	}
+	sw_json_end_arr(j);
 	sw_json_end_obj(j);
 }
 

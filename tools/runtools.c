@@ -498,6 +498,75 @@ out:
 	return rc;
 }
 
+/*
+ * The file's sender table (PROTOCOL.md 7b): every sender's counters, and
+ * the ranks that never sent their end, named (in JSON, or as text lines).
+ * A table that cannot be read is said, never taken for an empty one.
+ */
+static void
+report_senders(sw_reader *r, sw_json *j)
+{
+	uint64_t *t = NULL;
+	char err[512];
+	int64_t n = sw_reader_senders(r, &t, err, sizeof(err));
+	if (n < 0) {
+		fprintf(stderr, "sinkwatch report: %s\n", err);
+		if (j)
+			sw_json_str(j, "senders_error", err);
+		return;
+	}
+	int64_t open = 0, several = 0, dis = 0, miss = 0;
+	for (int64_t k = 0; k < n; k++) {
+		const uint64_t *v = t + k * SW_SENDER_FIELDS;
+		open += !v[SW_S_ENDED];
+		several += v[SW_S_SENDERS] > 1;
+		dis += (int64_t)v[SW_S_DISAGREE];
+		miss += (int64_t)v[SW_S_MISSING];
+	}
+	if (j) {
+		sw_json_begin_arr(j, "senders");
+		for (int64_t k = 0; k < n; k++) {
+			const uint64_t *v = t + k * SW_SENDER_FIELDS;
+			sw_json_begin_obj(j, NULL);
+			for (int f = 0; f < SW_SENDER_FIELDS; f++)
+				if (f == SW_S_INC)
+					sw_json_uint(j, sw_sender_field_names[f], v[f]);
+				else
+					sw_json_int(j, sw_sender_field_names[f], (int64_t)v[f]);
+			sw_json_end_obj(j);
+		}
+		sw_json_end_arr(j);
+		sw_json_begin_arr(j, "ranks_not_ended");
+		for (int64_t k = 0; k < n; k++) {
+			const uint64_t *v = t + k * SW_SENDER_FIELDS;
+			if (!v[SW_S_ENDED] && v[SW_S_SENDERS] > 1) {
+				sw_json_begin_obj(j, NULL);
+				sw_json_uint(j, "inc", v[SW_S_INC]);
+				sw_json_int(j, "rank", (int64_t)v[SW_S_RANK]);
+				sw_json_end_obj(j);
+			}
+		}
+		sw_json_end_arr(j);
+	} else if (several) {
+		printf("senders %lld", (long long)n);
+		if (dis)
+			printf("  copies that disagree %lld", (long long)dis);
+		if (miss)
+			printf("  heads missing %lld", (long long)miss);
+		printf("\n");
+		for (int64_t k = 0; k < n; k++) {
+			const uint64_t *v = t + k * SW_SENDER_FIELDS;
+			if (v[SW_S_ENDED] || v[SW_S_SENDERS] <= 1)
+				continue;
+			printf("rank %llu of %llu (incarnation %llu) never sent its end: the run "
+			    "is incomplete\n", (unsigned long long)v[SW_S_RANK],
+			    (unsigned long long)v[SW_S_SENDERS], (unsigned long long)v[SW_S_INC]);
+		}
+	}
+	(void)open;
+	free(t);
+}
+
 int
 sw_report_main(int argc, char **argv)
 {
@@ -647,6 +716,7 @@ sw_report_main(int argc, char **argv)
 			sw_json_end_obj(&j);
 		}
 		sw_json_end_arr(&j);
+		report_senders(r, &j);
 		sw_json_num(&j, "first_step", first_step);
 		sw_json_num(&j, "last_step", last_step);
 		sw_json_begin_obj(&j, "model_attribution");
@@ -677,6 +747,7 @@ sw_report_main(int argc, char **argv)
 				    (long long)k, (unsigned long long)view.seg[k].inc,
 				    (long long)view.seg[k].first_step, (long long)view.seg[k].last_step,
 				    (long long)view.seg[k].steps);
+		report_senders(r, NULL);
 		printf("\n");
 		printf("entropy change attributed to sink growth and content sharpening (nats)\n");
 		printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s\n", "", "path dH",
