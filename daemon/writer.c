@@ -487,13 +487,20 @@ wrun_remove(swd_writer *w, struct wrun *r)
 	wrun_free(r, w->inflight);
 }
 
-/* WQ_SENDERS: counters of the run's senders (a new one, or at its close). */
+/*
+ * WQ_SENDERS: counters of the run's senders (a new one, or at its close).
+ * Only into a file the writer has open: counters alone never make a file
+ * (a several-sender incarnation's WQ_INC has opened it before).
+ */
 static void
 senders_item(swd_writer *w, swd_witem *it)
 {
-	struct wrun *r = wrun_get(w, &it->meta, it);
-	if (r && !r->broken)
-		put_senders(w, r, it->snd, it->nsnd);
+	for (struct wrun *r = w->runs; r; r = r->next)
+		if (swd_meta_eq(&r->meta, &it->meta)) {
+			if (!r->broken)
+				put_senders(w, r, it->snd, it->nsnd);
+			return;
+		}
 }
 
 /* Drift of one head between two fixed-probe steps (§4), over common rows. */
