@@ -1541,12 +1541,14 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 			    r->meta.run, m->rank, inc->nended, inc->senders);
 			continue;
 		}
+		if (m->inc && !was_ended(a, m->run, m->inc))	/* before its steps go */
+			a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 		r->ending = 1;
 		log_info("run %s: end received (this session: lost %lld, incomplete %lld)", r->meta.run,
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);
 	}
-	if (m->inc && inc_ended)
+	if (m->inc && inc_ended && !was_ended(a, m->run, m->inc))
 		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 	if (!found)
 		found = end_closed(a, m->run);

@@ -811,6 +811,37 @@ START_TEST(test_senders_end_and_seq)
 }
 END_TEST
 
+START_TEST(test_end_settles_gathered_layers)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	/* rank 1 never sends heads 2-3 of layer 1; both ranks end before the timeout */
+	for (uint32_t l = 0; l < 2; l++) {
+		give(a, part(0, l, 0, l, 0, 2, 0, PR), 0, &t);
+		if (l == 0)
+			give(a, part(0, l, 1, l, 2, 2, 0, PR), 0, &t);
+	}
+	ck_assert_int_eq(nworks, 1);
+	finish_works(a, 0, 0.5, 1);
+	for (uint32_t k = 0; k < 2; k++) {
+		swp_msg e = part(0, 0, k, 2, 0, PH, 0, PR);
+		e.type = SWP_END;
+		ck_assert_int_eq(swd_asm_end(a, &e, 2), SWD_ASM_ACCEPT);
+	}
+	/* the gathered layer starts as it is, its missing heads named; then the end */
+	ck_assert_int_eq(nworks, 2);
+	ck_assert_ptr_nonnull(works[1].miss);
+	ck_assert_int_eq(nout, 0);
+	finish_works(a, 1, 0.5, 3);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[0].type, WQ_STEP);
+	ck_assert_int_eq(out[0].mrank[PH + 2], -2);	/* nobody ever sent them: no rank known */
+	ck_assert_int_eq(out[0].mrank[PH + 1], -1);
+	ck_assert_int_eq(out[1].type, WQ_END);
+	swd_asm_free(&a);
+}
+END_TEST
+
 START_TEST(test_parts_wait_for_budget)
 {
 	swd_asm *a = mk2();
@@ -858,6 +889,7 @@ suite(void)
 	tcase_add_test(tp, test_overlap_and_copies);
 	tcase_add_test(tp, test_senders_end_and_seq);
 	tcase_add_test(tp, test_parts_wait_for_budget);
+	tcase_add_test(tp, test_end_settles_gathered_layers);
 	suite_add_tcase(s, tp);
 	return s;
 }
