@@ -8,7 +8,7 @@ version 2 (several senders, parts of a layer): the canonical presence
 rules, and proto.py against proto/proto.c itself (compiled into a shared
 object for ctypes) on random messages and random faults: the same bytes
 from both encoders, the same fields, error names and details from both
-decoders.
+decoders; the client's rank, senders, incarnation and parts on the wire.
 
     SINKWATCHD=./sinkwatchd SINKWATCH=./sinkwatch SW_SRCDIR=. \\
         /usr/bin/python3 tests/python_client.py [CASE...]
@@ -684,6 +684,120 @@ def t_c_proto_random():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# ------------------------------------------------------ the client, v2
+
+def t_client_senders():
+    """rank, senders and incarnation: checked; on the wire in every message
+    (the end included) when senders > 1, and a single sender stays v1."""
+    ep = "tcp://127.0.0.1:%d" % free_port()
+    for kw in (dict(senders=0), dict(senders=65537), dict(senders=2, rank=2, incarnation=5),
+               dict(rank=-1), dict(rank=1), dict(senders=2), dict(senders=2.0, incarnation=5),
+               dict(senders=2, rank=True, incarnation=5), dict(incarnation=0),
+               dict(incarnation=1 << 64), dict(incarnation="7"), dict(incarnation=True)):
+        try:
+            sinkwatch.Client("s", layers=1, heads=1, endpoint=ep, linger=0, **kw).close()
+            raise AssertionError("accepted %r" % (kw,))
+        except ValueError as e:
+            assert str(e), kw
+    try:
+        sinkwatch.Client("s", layers=1, heads=1, endpoint=ep, senders=2)
+    except ValueError as e:
+        assert "incarnation" in str(e) and "shared_incarnation" in str(e), e
+    x = probs(np.random.default_rng(3), heads=4, rows=3, keys=8)
+    cap = Capture()
+    try:
+        cs = [sinkwatch.Client("py-senders", layers=2, heads=4, endpoint=cap.endpoint,
+                               rank=r, senders=3, incarnation=12345) for r in range(3)]
+        assert [c.incarnation for c in cs] == [12345] * 3 and cs[2].rank == 2
+        assert "rank 2 of 3" in repr(cs[2])
+        for c in cs:
+            assert c.send(5, c.rank % 2, x) and c.end() and c.flush(5.0) == 0
+        got = [proto.decode_message(cap.recv(10.0)) for _ in range(6)]
+        for c in cs:
+            mine = [h for h in got if h["rank"] == c.rank]
+            assert [h["type"] for h in mine] == ["snapshot", "end"], mine
+            assert [h["seq"] for h in mine] == [0, 1], mine
+            for h in mine:
+                assert (h["v"], h["senders"], h["inc"]) == (2, 3, 12345), h
+            assert mine[0]["head0"] == 0 and mine[0]["shape"] == [4, 3, 8], mine[0]
+            c.close()
+        # senders=1 with a given incarnation (one process resuming an
+        # incarnation by number, say): version 1, no v2 key
+        c = sinkwatch.Client("py-senders", layers=2, heads=4, endpoint=cap.endpoint,
+                             incarnation=99)
+        assert c.send(0, 0, x) and c.end() and c.flush(5.0) == 0
+        for _ in range(2):
+            fr = cap.recv(10.0)
+            h = proto.decode_message(fr)
+            assert h["v"] == 1 and h["inc"] == 99, h
+            assert "rank" not in _map_keys(fr[1]) and "senders" not in _map_keys(fr[1])
+        c.close()
+    finally:
+        cap.close()
+
+
+def t_client_parts():
+    """send(head0=, row0=, rows=): a part of a layer goes out with its
+    head0, row0 and rows; the bounds are ValueErrors before anything is
+    numbered; the tensor is the part's."""
+    rng = np.random.default_rng(4)
+    cap = Capture()
+    try:
+        c = sinkwatch.Client("py-parts", layers=3, heads=4, endpoint=cap.endpoint,
+                             rank=1, senders=2, incarnation=777)
+        x = probs(rng, heads=2, rows=5, keys=8)
+        bad = [dict(array=x), dict(array=x, head0=3), dict(array=x, head0=4),
+               dict(array=x, head0=-1), dict(array=x, head0=1.0), dict(array=x, head0=True),
+               dict(array=x, head0=2, rows=4), dict(array=x, head0=2, row0=1),
+               dict(array=x, head0=2, row0=6, rows=10), dict(array=x, head0=2, rows=65537),
+               dict(array=x, head0=2, row0=-1, rows=9), dict(array=x, head0=2, rows=0),
+               dict(array=x[:, :0], head0=2), dict(array=x[:0], head0=0),
+               dict(array=x, head0=2, row0=2, rows=9, qpos=[1, 2, 3, 4, 5, 6]),
+               dict(array=x, head0=2, rows="9")]
+        for kw in bad:
+            try:
+                c.send(0, 0, **kw)
+                raise AssertionError("accepted %r" % ({k: v for k, v in kw.items()
+                                                       if k != "array"},))
+            except ValueError as e:
+                assert str(e)
+        assert c.stats["next_seq"] == 0
+        try:
+            c.send(0, 0, x, head0=3)
+        except ValueError as e:
+            assert "2 heads from head0 3" in str(e) and "4 heads" in str(e), e
+        try:
+            c.send(0, 0, x, head0=2, row0=6, rows=10)
+        except ValueError as e:
+            assert "5 rows from row0 6" in str(e) and "rows=10" in str(e), e
+        sent = [dict(array=x, head0=2), dict(array=x, head0=0, row0=4, rows=9,
+                                             qpos=[10, 11, 12, 13, 14]),
+                dict(array=probs(rng, heads=4, rows=5, keys=8)),
+                dict(array=probs(rng, heads=4, rows=5, keys=8), head0=0, row0=0, rows=5),
+                dict(array=x[:1], head0=3, row0=1, rows=6)]
+        for i, kw in enumerate(sent):
+            assert c.send(7, i % 3, **kw)
+        assert c.flush(5.0) == 0
+        for i, kw in enumerate(sent):
+            fr = cap.recv(10.0)
+            h = proto.decode_message(fr)
+            arr = kw["array"]
+            want = (kw.get("head0") or 0, kw.get("row0", 0), kw.get("rows") or arr.shape[1])
+            assert (h["head0"], h["row0"], h["rows"]) == want, (i, h)
+            assert h["shape"] == list(arr.shape) and h["seq"] == i and h["layer"] == i % 3, h
+            assert (h["rank"], h["senders"], h["inc"], h["v"]) == (1, 2, 777, 2), h
+            assert bytes(fr[2]) == np.ascontiguousarray(arr, dtype="<f4").tobytes(), i
+            assert h.get("qpos") == kw.get("qpos"), h
+            keys = [k for k in _map_keys(fr[1]) if k in ("head0", "row0", "rows")]
+            assert keys == ([] if want == (0, 0, arr.shape[1]) and arr.shape[0] == 4 else
+                            ["head0"] * (want[0] != 0 or arr.shape[0] != 4) +
+                            ["row0", "rows"] * (want[1] != 0 or want[2] != arr.shape[1])), \
+                (i, keys)
+        c.close()
+    finally:
+        cap.close()
+
+
 # -------------------------------------------------------------- the client
 
 def probs(rng, heads=2, rows=3, keys=8, dtype=np.float32):
@@ -1116,6 +1230,9 @@ def t_wire_equals_golden():
                 info = {"run": m["run"], "layers": m["layers"], "heads": m["heads"],
                         "model": m["model"], "params": m["params"], "sink": m["sink"],
                         "fixed_probe": m["fixed_probe"]}
+            # version 2 golden messages: the client's rank, senders and inc
+            info.update(rank=m["rank"], senders=m["senders"], incarnation=m.get("inc"),
+                        resume_from=m.get("resume"))
             c = sinkwatch.Client(endpoint=cap.endpoint, **info)
             c._seq = m["seq"]
             c._clock = lambda t=m.get("time", math.nan): t
@@ -1123,18 +1240,20 @@ def t_wire_equals_golden():
                 arr = np.frombuffer(frames[2], dtype=np.dtype(NP_OF[m["dtype"]]).newbyteorder("<"))
                 arr = arr.reshape(m["shape"])
                 assert c.send(m["step"], m["layer"], arr, kind=m["kind"], qpos=m.get("qpos"),
-                              dtype="bf16" if m["dtype"] == "bf16" else None)
+                              dtype="bf16" if m["dtype"] == "bf16" else None,
+                              head0=m["head0"], row0=m["row0"], rows=m["rows"])
             else:
                 assert c.end()
             assert c.flush(3.0) == 0, (name, c.stats)
             got = cap.recv()
             c.close()
-            # the golden messages predate incarnations: the header is theirs
-            # plus "inc" (canonically last), and without it their bytes
+            # the version 1 golden messages predate incarnations: the header
+            # is theirs plus "inc", and without it their bytes
             h = proto.decode_header(got[1])
-            assert h.pop("inc") == c.incarnation, name
             assert proto.encode_header(proto.decode_header(got[1])) == got[1], name
-            got[1] = proto.encode_header(h)
+            if "inc" not in m:
+                assert h.pop("inc") == c.incarnation, name
+                got[1] = proto.encode_header(h)
             assert got == frames, "%s: wire differs:\n%r\n%r" % (name, got, frames)
     finally:
         cap.close()
@@ -1258,6 +1377,8 @@ CASES = {
     "encode_validation": lambda: t_encode_validation(),
     "v2_canonical": lambda: t_v2_canonical(),
     "c_proto_random": lambda: t_c_proto_random(),
+    "client_senders": lambda: t_client_senders(),
+    "client_parts": lambda: t_client_parts(),
     "bad_arguments": lambda: t_bad_arguments(),
     "defaults": lambda: t_defaults(),
     "burst_after_new": lambda: t_burst_after_new(),
