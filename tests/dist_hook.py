@@ -575,6 +575,14 @@ def case_learning_one_process():
     assert sorted(col.msgs) == list(range(LAYERS))
     assert [str(w.message) for w in ws if "0..3" in str(w.message)], [str(w.message)
                                                                        for w in ws]
+    # more: the first ones in capture order, warned (as before version 2)
+    col = Collect(LAYERS - 1, HEADS)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        assert swt.AttentionProbe(m, x, col, every=1).maybe(0) is True
+    assert sorted(col.msgs) == list(range(LAYERS - 1))
+    assert [str(w.message) for w in ws if "4 attention layers captured" in str(w.message)
+            and "declares 3" in str(w.message)], [str(w.message) for w in ws]
     for bad in (dict(layers=[0, 0]), dict(layers=[-1]), dict(layers="01"),
                 dict(layer_offset=-1), dict(head0=1.5), dict(layers=[0], layer_offset=0)):
         try:

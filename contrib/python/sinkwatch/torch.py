@@ -812,7 +812,7 @@ class AttentionProbe:
                         "index in the module names): pass layers= or layer_offset="
                         % (n, nl))
             single = getattr(self.client, "senders", 1) == 1 and _dist() is None
-            if single and sorted(ids) != list(range(nl)):
+            if single and (n != nl or sorted(ids) != list(range(nl))):
                 self._warn_once("layers", "sinkwatch probe: %d attention layers captured "
                                 "(sent as layers %s), the client declares %d"
                                 % (n, _ranges(ids), nl))
