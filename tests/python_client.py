@@ -3,7 +3,12 @@
 and a real sinkwatchd: canonical re-encoding, the C decoder's error names,
 the slow joiner, a burst right after connecting, incarnations, the daemon
 down and back, blocking mode, bounded close and the final counters, every
-dtype and kind, and the wire bytes against the C encoder's.
+dtype and kind, and the wire bytes against the C encoder's. Protocol
+version 2 (several senders, parts of a layer): the canonical presence
+rules, and proto.py against proto/proto.c itself (compiled into a shared
+object for ctypes) on random messages and random faults: the same bytes
+from both encoders, the same fields, error names and details from both
+decoders; the client's rank, senders, incarnation and parts on the wire.
 
     SINKWATCHD=./sinkwatchd SINKWATCH=./sinkwatch SW_SRCDIR=. \\
         /usr/bin/python3 tests/python_client.py [CASE...]
@@ -12,9 +17,13 @@ import ctypes
 import math
 import os
 import queue
+import random
+import shlex
 import shutil
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -109,7 +118,7 @@ def t_golden_reencode():
         if m["type"] == "snapshot":
             assert bytes(m["tensor"]) == frames[2], name
         n += 1
-    assert n == 6, n
+    assert n == sum(err == "ok" for _, err, _ in golden()) and n >= 6, n
 
 
 def t_golden_worked_example():
@@ -119,13 +128,13 @@ def t_golden_worked_example():
             "model": "pythia-160m", "params": 162322944, "layers": 12, "heads": 2,
             "sink": 0, "fixed_probe": True, "step": 1000, "layer": 5, "kind": "probs",
             "dtype": "f32", "shape": [2, 3, 4], "qpos": [1, 2, 3], "time": 1796083200.5,
-            "tensor_bytes": 96}
+            "tensor_bytes": 96, "rank": 0, "senders": 1, "head0": 0, "row0": 0, "rows": 3}
     assert d == want, d
     assert len(frames[1]) == 180 and frames[1][:3] == b"\xde\x00\x11"
     e = proto.decode_header(proto.parse_golden(
         open(os.path.join(GOLDEN, "end_time.msg"), "rb").read())[1])
     assert e == {"v": 1, "type": "end", "run": "pythia-160m/seed1", "seq": 5,
-                 "time": 1796083260.5}, e
+                 "time": 1796083260.5, "rank": 0, "senders": 1}, e
 
 
 def t_golden_bad_message():
@@ -195,7 +204,7 @@ def t_encode_validation():
             "layer": 0, "kind": "probs", "dtype": "f32", "shape": [2, 1, 4],
             "tensor_bytes": 32}
     proto.encode_header(base)
-    cases = [({"layers": 0}, "limit", "layers"), ({"heads": 3}, "dims", "shape[0]"),
+    cases = [({"layers": 0}, "limit", "layers"), ({"heads": 1}, "dims", "shape[0]"),
              ({"layer": 2}, "limit", "layer"), ({"step": -1}, "limit", "step"),
              ({"tensor_bytes": 31}, "dims", "tensor"), ({"sink": 4}, "limit", "sink"),
              ({"kind": "rowstats"}, "kind", "rowstats"), ({"dtype": "i8"}, "dtype", "dtype"),
@@ -204,7 +213,19 @@ def t_encode_validation():
              ({"model": "a\0b"}, "field", "model"), ({"qpos": [1, 2]}, "dims", "qpos"),
              ({"qpos": [1 << 32]}, "limit", "qpos"), ({"qpos": [-1]}, "field", "qpos"),
              ({"type": "x"}, "type", "type"), ({"shape": [2, 0, 4]}, "limit", "rows"),
-             ({"seq": 1 << 64}, "limit", "seq"), ({"layers": "2"}, "field", "layers")]
+             ({"seq": 1 << 64}, "limit", "seq"), ({"layers": "2"}, "field", "layers"),
+             # version 2, in the order of check 13
+             ({"head0": 2}, "limit", "head0"), ({"head0": 1}, "dims", "shape[0]"),
+             ({"shape": [0, 1, 4], "tensor_bytes": 0}, "dims", "shape[0]"),
+             ({"rows": 65537}, "limit", "rows"), ({"row0": 1}, "dims", "row0 1"),
+             ({"rows": 3, "row0": 3}, "dims", "rows 3"),
+             ({"senders": 65537, "inc": 1}, "limit", "senders"),
+             ({"senders": 2, "rank": 2, "inc": 1}, "limit", "rank"),
+             ({"rank": 1}, "limit", "rank"), ({"senders": 2}, "field", "inc"),
+             ({"senders": 2, "inc": 1, "resume": -1}, "limit", "resume"),
+             ({"head0": 2, "senders": 2}, "limit", "head0"),
+             ({"rank": "0"}, "field", "rank"), ({"head0": -1}, "limit", "head0"),
+             ({"v": 3}, "version", "v"), ({"v": True}, "version", "v")]
     for over, err, field in cases:
         f = dict(base, **over)
         try:
@@ -226,6 +247,555 @@ def t_encode_validation():
         assert proto.decode_header(hq)["qpos"] == q
         assert proto.encode_header(dict(base, shape=[2, rows, 4], tensor_bytes=32 * rows,
                                         qpos=q)) == hq
+
+
+# ------------------------------------------------------------ version 2
+
+V2_BASE = {"type": "snapshot", "run": "r", "seq": 0, "layers": 2, "heads": 4, "step": 1,
+           "layer": 0, "kind": "probs", "dtype": "f32", "shape": [4, 3, 5],
+           "tensor_bytes": 4 * 3 * 5 * 4, "inc": 7}
+
+
+def _v2_keys(h):
+    """The version 2 keys of an encoded header, in wire order."""
+    return [k for k in _map_keys(h) if k in ("rank", "senders", "head0", "row0", "rows")]
+
+
+def _map_keys(h):
+    """The keys of an encoded header map, in wire order."""
+    import msgpack
+    return msgpack.unpackb(h, raw=False, object_pairs_hook=lambda kv: [k for k, _ in kv])
+
+
+def t_v2_canonical():
+    """The presence rules of PROTOCOL.md 5/7b: v 2 and a v2 key only where
+    v1 cannot say the message; defaults for v1; keys after resume, in order."""
+    b = V2_BASE
+    h1 = proto.encode_header(b)
+    # the defaults, given explicitly or as C's zeros, are v1 byte for byte
+    for over in ({"rank": 0, "senders": 1}, {"senders": 0}, {"head0": 0, "row0": 0},
+                 {"rows": 3}, {"rows": 0}, {"v": 1}, {"v": 2},
+                 {"rank": None, "senders": None, "head0": None, "row0": None, "rows": None}):
+        assert proto.encode_header(dict(b, **over)) == h1, over
+    assert h1[:5] == b"\xde\x00\x10\xa1v" and h1[5] == 1 and not _v2_keys(h1)
+    d = proto.decode_header(h1)
+    assert (d["v"], d["rank"], d["senders"], d["head0"], d["row0"], d["rows"]) == \
+        (1, 0, 1, 0, 0, 3), d
+    cases = [({"senders": 4, "rank": 2}, ["rank", "senders"]),
+             ({"senders": 2}, ["rank", "senders"]),
+             ({"head0": 2, "shape": [2, 3, 5], "tensor_bytes": 120}, ["head0"]),
+             ({"shape": [1, 3, 5], "tensor_bytes": 60}, ["head0"]),
+             ({"rows": 9, "row0": 6}, ["row0", "rows"]),
+             ({"rows": 9}, ["row0", "rows"]),
+             ({"senders": 3, "rank": 1, "head0": 3, "shape": [1, 2, 5], "tensor_bytes": 40,
+               "row0": 1, "rows": 3, "resume": 5, "time": 1.5},
+              ["rank", "senders", "head0", "row0", "rows"])]
+    for over, keys in cases:
+        h = proto.encode_header(dict(b, **over))
+        assert h[5] == 2 and _v2_keys(h) == keys, (over, _map_keys(h))
+        assert _map_keys(h)[-len(keys):] == keys, (over, _map_keys(h))     # after resume
+        d = proto.decode_header(h)
+        assert d["v"] == 2 and proto.encode_header(d) == h, (over, d)
+        for k in ("rank", "senders", "head0", "row0", "rows"):
+            want = dict(b, **over).get(k, {"senders": 1, "rows": d["shape"][1]}.get(k, 0))
+            assert d[k] == want, (k, d[k], want)
+    # an end carries rank and senders by the same rule, never the part keys
+    e = {"type": "end", "run": "r", "seq": 3, "inc": 7}
+    assert proto.encode_header(dict(e, head0=2, row0=1, rows=9)) == proto.encode_header(e)
+    assert proto.decode_header(proto.encode_header(e))["v"] == 1
+    he = proto.encode_header(dict(e, rank=1, senders=2))
+    assert he[3] == 2 and _map_keys(he) == ["v", "type", "run", "seq", "inc", "rank",
+                                            "senders"], _map_keys(he)
+    assert proto.decode_header(he) == {"v": 2, "type": "end", "run": "r", "seq": 3, "inc": 7,
+                                       "rank": 1, "senders": 2}
+    # the decoder: v2 keys are unknown (skipped, whatever their value) in v1;
+    # in v2 nil is absent, a wrong type is a field error
+    import msgpack
+    hd = msgpack.unpackb(h1, raw=False)
+    for extra in ({"rank": 3}, {"senders": "x"}, {"head0": -1}, {"rows": None}):
+        assert proto.decode_header(msgpack.packb(dict(hd, **extra))) == d_of(h1), extra
+    for extra, err in (({"rank": None, "senders": None}, None), ({"head0": "x"}, "field"),
+                       ({"rows": -1}, "field"), ({"row0": 1.0}, "field"),
+                       ({"senders": 2, "inc": None}, "field"),
+                       ({"senders": 2, "rank": 2}, "limit"),
+                       ({"senders": 0}, "limit"), ({"head0": 4}, "limit"),
+                       ({"head0": 1}, "dims"), ({"rows": 2}, "dims")):
+        raw = msgpack.packb(dict(hd, v=2, **extra))
+        try:
+            got = proto.decode_header(raw)
+            assert err is None, (extra, got)
+            assert got == dict(d_of(h1), v=2), got
+        except proto.ProtocolError as ex:
+            assert ex.errname == err, (extra, ex)
+    # a v2 end with part keys: type-checked, then ignored
+    he2 = msgpack.packb({"v": 2, "type": "end", "run": "r", "seq": 0, "head0": 5})
+    assert proto.decode_header(he2) == {"v": 2, "type": "end", "run": "r", "seq": 0,
+                                        "rank": 0, "senders": 1}
+    try:
+        proto.decode_header(msgpack.packb({"v": 2, "type": "end", "run": "r", "seq": 0,
+                                           "rows": "x"}))
+        raise AssertionError("accepted")
+    except proto.ProtocolError as ex:
+        assert ex.errname == "field" and "rows" in ex.detail, ex
+
+
+def d_of(h):
+    return proto.decode_header(h)
+
+
+# -------------------------------------------- proto.py against proto/proto.c
+
+class _SwpMsg(ctypes.Structure):
+    """swp_msg of proto/swproto.h."""
+    _fields_ = [("type", ctypes.c_int), ("run", ctypes.c_char * 129),
+                ("seq", ctypes.c_uint64), ("time", ctypes.c_double),
+                ("inc", ctypes.c_uint64), ("has_resume", ctypes.c_bool),
+                ("resume", ctypes.c_int64), ("version", ctypes.c_uint32),
+                ("rank", ctypes.c_uint32), ("senders", ctypes.c_uint32),
+                ("model", ctypes.c_char * 257), ("params", ctypes.c_uint64),
+                ("layers", ctypes.c_uint32), ("heads", ctypes.c_uint32),
+                ("sink", ctypes.c_uint32), ("fixed_probe", ctypes.c_bool),
+                ("step", ctypes.c_int64), ("layer", ctypes.c_uint32), ("kind", ctypes.c_int),
+                ("dtype", ctypes.c_int), ("shape", ctypes.c_uint32 * 3),
+                ("head0", ctypes.c_uint32), ("row0", ctypes.c_uint32),
+                ("rows", ctypes.c_uint32), ("qpos", ctypes.POINTER(ctypes.c_uint32)),
+                ("tensor", ctypes.c_void_p), ("tensor_bytes", ctypes.c_size_t)]
+
+
+def _build_var(name):
+    """A variable of the build tree's Makefile (MSGPACK_LIBS, CC), or None."""
+    mk = os.path.join(os.path.dirname(os.path.abspath(SINKWATCHD)), "Makefile")
+    try:
+        with open(mk) as f:
+            for line in f:
+                if line.startswith(name + " ="):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+class CProto:
+    """proto/proto.c compiled into a shared object (without the build's
+    sanitizer flags) and called with ctypes: swp_encode_header_to and
+    swp_decode, the implementations the daemon and the C client link."""
+
+    def __init__(self, tmp):
+        cc = shlex.split(_build_var("CC") or "cc")
+        cflags = shlex.split(_build_var("MSGPACK_CFLAGS") or "")
+        libs = shlex.split(_build_var("MSGPACK_LIBS") or "-lmsgpackc")
+        so = os.path.join(tmp, "libswproto_test.so")
+        cmd = cc + ["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-shared", "-fPIC",
+                    "-I", SRCDIR] + cflags + [os.path.join(SRCDIR, "proto", "proto.c"),
+                                              "-o", so] + libs
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise OSError("%s: %s" % (" ".join(cmd), p.stderr[-2000:]))
+        lib = self.lib = ctypes.CDLL(so)
+        lib.swp_errname.restype = ctypes.c_char_p
+        lib.swp_encode_header_to.argtypes = [ctypes.POINTER(_SwpMsg), ctypes.c_void_p,
+                                             ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+        lib.swp_decode.argtypes = [ctypes.POINTER(ctypes.c_void_p),
+                                   ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,
+                                   ctypes.c_void_p, ctypes.POINTER(_SwpMsg), ctypes.c_char_p,
+                                   ctypes.c_size_t]
+        lib.swp_msg_clear.argtypes = [ctypes.POINTER(_SwpMsg)]
+        self.buf = ctypes.create_string_buffer(1 << 20)
+
+    def encode(self, fd):
+        """swp_encode_header_to of a field dict: bytes, or the error name."""
+        m, keep = _SwpMsg(), []
+        m.type = 1 if fd["type"] == "snapshot" else 2
+        m.run = fd["run"].encode()
+        m.seq = fd.get("seq", 0)
+        m.time = math.nan if fd.get("time") is None else fd["time"]
+        m.inc = fd.get("inc") or 0
+        if fd.get("resume") is not None:
+            m.has_resume, m.resume = True, fd["resume"]
+        m.rank, m.senders = fd.get("rank") or 0, fd.get("senders") or 0
+        if m.type == 1:
+            m.model = fd.get("model", "").encode()
+            m.params, m.layers, m.heads = fd.get("params", 0), fd["layers"], fd["heads"]
+            m.sink, m.fixed_probe = fd.get("sink", 0), fd.get("fixed_probe", False)
+            m.step, m.layer = fd["step"], fd["layer"]
+            m.kind, m.dtype = proto.KINDS.index(fd["kind"]), proto.DTYPES.index(fd["dtype"])
+            for i in range(3):
+                m.shape[i] = fd["shape"][i]
+            m.head0, m.row0, m.rows = fd.get("head0") or 0, fd.get("row0") or 0, \
+                fd.get("rows") or 0
+            if fd.get("qpos") is not None:
+                q = (ctypes.c_uint32 * max(1, len(fd["qpos"])))(*fd["qpos"])
+                keep.append(q)
+                m.qpos = ctypes.cast(q, ctypes.POINTER(ctypes.c_uint32))
+            m.tensor_bytes = fd["tensor_bytes"]
+        n = ctypes.c_size_t()
+        rc = self.lib.swp_encode_header_to(ctypes.byref(m), self.buf, len(self.buf),
+                                           ctypes.byref(n))
+        if rc != 0:
+            return self.lib.swp_errname(rc).decode()
+        return self.buf.raw[:n.value]
+
+    def decode(self, frames):
+        """swp_decode: the field dict as proto.decode_message gives it (less
+        the tensor), or (error name, detail)."""
+        n = len(frames)
+        bufs = [ctypes.create_string_buffer(bytes(f), max(1, len(f))) for f in frames]
+        ptrs = (ctypes.c_void_p * max(1, n))(*[ctypes.cast(b, ctypes.c_void_p) for b in bufs])
+        sizes = (ctypes.c_size_t * max(1, n))(*[len(f) for f in frames])
+        m = _SwpMsg()
+        det = ctypes.create_string_buffer(256)
+        rc = self.lib.swp_decode(ptrs, sizes, n, None, ctypes.byref(m), det, 256)
+        if rc != 0:
+            return self.lib.swp_errname(rc).decode(), det.value.decode(errors="replace")
+        d = {"v": m.version, "type": "snapshot" if m.type == 1 else "end",
+             "run": m.run.decode(errors="surrogateescape"), "seq": m.seq,
+             "rank": m.rank, "senders": m.senders}
+        if not math.isnan(m.time):
+            d["time"] = m.time
+        if m.inc:
+            d["inc"] = m.inc
+        if m.has_resume:
+            d["resume"] = m.resume
+        if m.type == 1:
+            d.update(model=m.model.decode(errors="surrogateescape"), params=m.params,
+                     layers=m.layers, heads=m.heads, sink=m.sink,
+                     fixed_probe=bool(m.fixed_probe), step=m.step, layer=m.layer,
+                     kind=proto.KINDS[m.kind], dtype=proto.DTYPES[m.dtype],
+                     shape=list(m.shape), head0=m.head0, row0=m.row0, rows=m.rows,
+                     tensor_bytes=m.tensor_bytes)
+            if m.qpos:
+                d["qpos"] = [m.qpos[i] for i in range(m.shape[1])]
+        self.lib.swp_msg_clear(ctypes.byref(m))
+        return d
+
+
+def _py_encode(fd):
+    try:
+        return proto.encode_header(fd)
+    except proto.ProtocolError as e:
+        return e.errname
+
+
+def _py_decode(frames):
+    try:
+        d = proto.decode_message(frames)
+    except proto.ProtocolError as e:
+        return e.errname, e.detail
+    d.pop("tensor", None)
+    return d
+
+
+def _pick(rng, *choices):
+    return rng.choice(choices)
+
+
+def random_fields(rng):
+    """A valid message's fields, versions 1 and 2, with values at the edges
+    of every integer encoding (tensors of at most 8 x 64 x 200)."""
+    fd = {"type": "snapshot" if rng.random() < 0.85 else "end",
+          "run": "".join(rng.choice("abcXYZ/-_.é") for _ in range(rng.randint(1, 12))),
+          "seq": _pick(rng, 0, 1, 127, 128, 255, 65535, 65536, (1 << 32) - 1, 1 << 32,
+                       (1 << 64) - 1, rng.randrange(1 << 40))}
+    if rng.random() < 0.7:
+        fd["time"] = _pick(rng, 1796083200.5, 0.0, -1.5, math.nan, math.inf, rng.random() * 2e9)
+    if rng.random() < 0.8:
+        fd["inc"] = _pick(rng, 1, 127, 1 << 40, (1 << 64) - 1, rng.randrange(1, 1 << 64))
+    if rng.random() < 0.3:
+        fd["resume"] = _pick(rng, 0, 1, 1 << 31, (1 << 63) - 1, rng.randrange(1 << 62))
+    if rng.random() < 0.5:
+        fd["senders"] = _pick(rng, 1, 2, 3, 8, 255, 256, 65535, 65536, rng.randint(2, 65536))
+        fd["rank"] = rng.randrange(fd["senders"]) if rng.random() < 0.7 else \
+            _pick(rng, 0, fd["senders"] - 1)
+        if fd["senders"] > 1 and not fd.get("inc"):
+            fd["inc"] = rng.randrange(1, 1 << 64)
+    if fd["type"] == "end":
+        return fd
+    heads = _pick(rng, 1, 2, 3, 4, 12, 16, 1024, rng.randint(1, 1024))
+    layers = _pick(rng, 1, 2, 24, 4096, rng.randint(1, 4096))
+    kind, dtype = rng.choice(proto.KINDS), rng.choice(proto.DTYPES)
+    fd.update(model=_pick(rng, "", "m", "pythia-160m", "x" * 40, "é" * 20),
+              params=_pick(rng, 0, 1, 1 << 40), layers=layers, heads=heads,
+              fixed_probe=rng.random() < 0.5,
+              step=_pick(rng, 0, 1, 1000, (1 << 63) - 1, rng.randrange(1 << 40)),
+              layer=rng.randrange(layers), kind=kind, dtype=dtype)
+    if rng.random() < 0.4 and heads <= 8:
+        head0, h = 0, heads
+    else:
+        head0 = rng.randrange(heads)
+        h = rng.randint(1, min(8, heads - head0))
+    rows = _pick(rng, 1, 2, 16, 126, 65536, rng.randint(1, 65536))
+    if rng.random() < 0.4 and rows <= 64:
+        row0, r_in = 0, rows
+    else:
+        row0 = rng.randrange(rows)
+        r_in = rng.randint(1, min(64, rows - row0))
+    keys = 6 if kind == "rowstats" else _pick(rng, 1, 2, 7, 64, 200)
+    fd["sink"] = rng.randrange(keys) if kind != "rowstats" else \
+        _pick(rng, 0, 5, 1000, (1 << 32) - 1)
+    fd["shape"] = [h, r_in, keys]
+    if head0 or rng.random() < 0.5:
+        fd["head0"] = head0
+    if row0 or rows != r_in or rng.random() < 0.5:
+        fd["row0"], fd["rows"] = row0, rows
+    if rng.random() < 0.5:
+        fd["qpos"] = [rng.choice([0, 1, 127, 128, 65536, (1 << 32) - 1, rng.randrange(1 << 32)])
+                      for _ in range(r_in)]
+    fd["tensor_bytes"] = h * r_in * keys * proto.DTYPE_SIZES[dtype]
+    return fd
+
+
+def break_fields(rng, fd):
+    """1 to 3 faults a C swp_msg can hold (so both encoders see the same)."""
+    fd = dict(fd)
+    if fd["type"] == "snapshot":
+        fd["shape"] = list(fd["shape"])
+    for _ in range(rng.randint(1, 3)):
+        k = rng.randrange(16)
+        H = fd.get("heads", 1)
+        if fd["type"] == "end" and k < 12:
+            k = rng.choice([12, 13, 14, 15])
+        if k == 0:
+            fd["heads"] = _pick(rng, 0, 1025, 1, 2)
+        elif k == 1:
+            fd["head0"] = _pick(rng, H, H + 5, (1 << 32) - 1, 1)
+        elif k == 2:
+            fd["shape"][0] = _pick(rng, 0, max(0, H - (fd.get("head0") or 0) + 1), H)
+        elif k == 3:
+            fd["shape"][1] = _pick(rng, 0, 65537, 1)
+        elif k == 4:
+            fd["rows"] = _pick(rng, 65537, (1 << 32) - 1, 1, max(0, fd["shape"][1] - 1))
+        elif k == 5:
+            fd["row0"] = _pick(rng, fd.get("rows") or fd["shape"][1], (1 << 32) - 1, 1)
+        elif k == 6:
+            fd["shape"][2] = _pick(rng, 0, (1 << 20) + 1, 5, 6)
+        elif k == 7:
+            fd["layer"] = fd["layers"]
+        elif k == 8:
+            fd["step"] = -1
+        elif k == 9:
+            fd["sink"] = fd["shape"][2]
+        elif k == 10:
+            fd["qpos"] = [1 << 31] * fd["shape"][1]
+        elif k == 11:
+            fd["tensor_bytes"] += 1
+        elif k == 12:
+            fd["senders"] = _pick(rng, 65537, (1 << 32) - 1, 2)
+        elif k == 13:
+            fd["rank"] = _pick(rng, fd.get("senders") or 1, (1 << 32) - 1, 1)
+        elif k == 14:
+            fd["inc"] = 0
+        else:
+            fd["resume"] = _pick(rng, -1, -(1 << 63))
+    return fd
+
+
+_ODD_VALUES = [None, True, False, -1, -(1 << 63), 0, 1, 2, 6, 65536, 65537, 1 << 32,
+               (1 << 64) - 1, "x", "snapshot", "end", "f32", "probs", 1.5, [1, 2, 3],
+               [1, 1, 6], {}, b"bin"]
+
+
+def break_header(rng, hd):
+    """A header map with 1 to 3 faults at the msgpack level: a key dropped,
+    a value of another type, a key added (version 2 keys in v1 too), v
+    changed; duplicates possible."""
+    import msgpack
+    items = list(hd.items())
+    for _ in range(rng.randint(1, 3)):
+        r = rng.random()
+        if r < 0.25 and items:
+            del items[rng.randrange(len(items))]
+        elif r < 0.6 and items:
+            i = rng.randrange(len(items))
+            items[i] = (items[i][0], rng.choice(_ODD_VALUES))
+        elif r < 0.85:
+            k = rng.choice(["rank", "senders", "head0", "row0", "rows", "inc", "resume",
+                            "time", "qpos", "zzz", "v"])
+            items.insert(rng.randrange(len(items) + 1), (k, rng.choice(_ODD_VALUES)))
+        else:
+            items = [(k, rng.choice([0, 1, 2, 3]) if k == "v" else v) for k, v in items]
+    pk = msgpack.Packer(use_bin_type=True)
+    out = bytearray(pk.pack_map_header(len(items)))
+    for k, v in items:
+        out += pk.pack(k) + pk.pack(v)
+    return bytes(out)
+
+
+def raw_header(rng, fd):
+    """The fields as a header map, unchecked, with v 1 or 2."""
+    import msgpack
+    hd = {"v": rng.choice([1, 2, 2])}
+    for k in proto._KNOWN[1:]:
+        if fd.get(k) is not None:
+            hd[k] = fd[k]
+    return msgpack.packb(hd, use_bin_type=True)
+
+
+def _frames(fd, header):
+    out = [proto.topic(fd["run"]), header]
+    if fd["type"] == "snapshot":
+        out.append(b"\0" * fd["tensor_bytes"])
+    return out
+
+
+def t_c_proto_random():
+    """proto.py and proto/proto.c on 3 x 2000 random messages: valid ones of
+    both versions (the same header bytes from both encoders; both decoders
+    give the same fields, and re-encoding gives the bytes), fields with
+    faults (the same error name from both encoders), headers broken at the
+    msgpack level and fields past the encoder's checks (the same error name
+    and detail from both decoders, or the same fields)."""
+    tmp = tempfile.mkdtemp(prefix="sw-cproto-")
+    try:
+        try:
+            c = CProto(tmp)
+        except OSError as e:
+            print("     (proto.c not compiled, only the Python side ran: %s)" % str(e)[:200])
+            return
+        import msgpack
+        seen = {}
+        for seed in (1, 2, 3):
+            rng = random.Random(seed)
+            for _ in range(2000):
+                fd = random_fields(rng)
+                a, b = _py_encode(fd), c.encode(fd)
+                assert a == b, (fd, a, b)
+                fr = _frames(fd, a)
+                da, db = _py_decode(fr), c.decode(fr)
+                assert da == db and proto.encode_header(da) == a, (fd, da, db)
+                seen["ok-v%d" % da["v"]] = seen.get("ok-v%d" % da["v"], 0) + 1
+                bad = break_fields(rng, fd)
+                a, b = _py_encode(bad), c.encode(bad)
+                assert a == b, (bad, a, b)
+                seen["encode-" + (a if isinstance(a, str) else "ok")] = 1
+                for hb in (break_header(rng, msgpack.unpackb(proto.encode_header(fd))),
+                           raw_header(rng, bad)):
+                    fr = _frames(fd, hb)
+                    if rng.random() < 0.05:
+                        fr = fr[:2] if len(fr) == 3 else fr + [b""]
+                    da, db = _py_decode(fr), c.decode(fr)
+                    assert da == db, (hb.hex(), da, db)
+                    key = "decode-" + (da[0] if isinstance(da, tuple) else "ok")
+                    seen[key] = seen.get(key, 0) + 1
+        for k in ("ok-v1", "ok-v2", "encode-ok", "encode-limit", "encode-dims",
+                  "encode-field", "decode-ok", "decode-limit", "decode-dims", "decode-field",
+                  "decode-version", "decode-frames"):
+            assert seen.get(k), (k, seen)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------ the client, v2
+
+def t_client_senders():
+    """rank, senders and incarnation: checked; on the wire in every message
+    (the end included) when senders > 1, and a single sender stays v1."""
+    ep = "tcp://127.0.0.1:%d" % free_port()
+    for kw in (dict(senders=0), dict(senders=65537), dict(senders=2, rank=2, incarnation=5),
+               dict(rank=-1), dict(rank=1), dict(senders=2), dict(senders=2.0, incarnation=5),
+               dict(senders=2, rank=True, incarnation=5), dict(incarnation=0),
+               dict(incarnation=1 << 64), dict(incarnation="7"), dict(incarnation=True)):
+        try:
+            sinkwatch.Client("s", layers=1, heads=1, endpoint=ep, linger=0, **kw).close()
+            raise AssertionError("accepted %r" % (kw,))
+        except ValueError as e:
+            assert str(e), kw
+    try:
+        sinkwatch.Client("s", layers=1, heads=1, endpoint=ep, senders=2)
+    except ValueError as e:
+        assert "incarnation" in str(e) and "shared_incarnation" in str(e), e
+    x = probs(np.random.default_rng(3), heads=4, rows=3, keys=8)
+    cap = Capture()
+    try:
+        cs = [sinkwatch.Client("py-senders", layers=2, heads=4, endpoint=cap.endpoint,
+                               rank=r, senders=3, incarnation=12345) for r in range(3)]
+        assert [c.incarnation for c in cs] == [12345] * 3 and cs[2].rank == 2
+        assert "rank 2 of 3" in repr(cs[2])
+        for c in cs:
+            assert c.send(5, c.rank % 2, x) and c.end() and c.flush(5.0) == 0
+        got = [proto.decode_message(cap.recv(10.0)) for _ in range(6)]
+        for c in cs:
+            mine = [h for h in got if h["rank"] == c.rank]
+            assert [h["type"] for h in mine] == ["snapshot", "end"], mine
+            assert [h["seq"] for h in mine] == [0, 1], mine
+            for h in mine:
+                assert (h["v"], h["senders"], h["inc"]) == (2, 3, 12345), h
+            assert mine[0]["head0"] == 0 and mine[0]["shape"] == [4, 3, 8], mine[0]
+            c.close()
+        # senders=1 with a given incarnation (one process resuming an
+        # incarnation by number, say): version 1, no v2 key
+        c = sinkwatch.Client("py-senders", layers=2, heads=4, endpoint=cap.endpoint,
+                             incarnation=99)
+        assert c.send(0, 0, x) and c.end() and c.flush(5.0) == 0
+        for _ in range(2):
+            fr = cap.recv(10.0)
+            h = proto.decode_message(fr)
+            assert h["v"] == 1 and h["inc"] == 99, h
+            assert "rank" not in _map_keys(fr[1]) and "senders" not in _map_keys(fr[1])
+        c.close()
+    finally:
+        cap.close()
+
+
+def t_client_parts():
+    """send(head0=, row0=, rows=): a part of a layer goes out with its
+    head0, row0 and rows; the bounds are ValueErrors before anything is
+    numbered; the tensor is the part's."""
+    rng = np.random.default_rng(4)
+    cap = Capture()
+    try:
+        c = sinkwatch.Client("py-parts", layers=3, heads=4, endpoint=cap.endpoint,
+                             rank=1, senders=2, incarnation=777)
+        x = probs(rng, heads=2, rows=5, keys=8)
+        bad = [dict(array=x), dict(array=x, head0=3), dict(array=x, head0=4),
+               dict(array=x, head0=-1), dict(array=x, head0=1.0), dict(array=x, head0=True),
+               dict(array=x, head0=2, rows=4), dict(array=x, head0=2, row0=1),
+               dict(array=x, head0=2, row0=6, rows=10), dict(array=x, head0=2, rows=65537),
+               dict(array=x, head0=2, row0=-1, rows=9), dict(array=x, head0=2, rows=0),
+               dict(array=x[:, :0], head0=2), dict(array=x[:0], head0=0),
+               dict(array=x, head0=2, row0=2, rows=9, qpos=[1, 2, 3, 4, 5, 6]),
+               dict(array=x, head0=2, rows="9")]
+        for kw in bad:
+            try:
+                c.send(0, 0, **kw)
+                raise AssertionError("accepted %r" % ({k: v for k, v in kw.items()
+                                                       if k != "array"},))
+            except ValueError as e:
+                assert str(e)
+        assert c.stats["next_seq"] == 0
+        try:
+            c.send(0, 0, x, head0=3)
+        except ValueError as e:
+            assert "2 heads from head0 3" in str(e) and "4 heads" in str(e), e
+        try:
+            c.send(0, 0, x, head0=2, row0=6, rows=10)
+        except ValueError as e:
+            assert "5 rows from row0 6" in str(e) and "rows=10" in str(e), e
+        sent = [dict(array=x, head0=2), dict(array=x, head0=0, row0=4, rows=9,
+                                             qpos=[10, 11, 12, 13, 14]),
+                dict(array=probs(rng, heads=4, rows=5, keys=8)),
+                dict(array=probs(rng, heads=4, rows=5, keys=8), head0=0, row0=0, rows=5),
+                dict(array=x[:1], head0=3, row0=1, rows=6)]
+        for i, kw in enumerate(sent):
+            assert c.send(7, i % 3, **kw)
+        assert c.flush(5.0) == 0
+        for i, kw in enumerate(sent):
+            fr = cap.recv(10.0)
+            h = proto.decode_message(fr)
+            arr = kw["array"]
+            want = (kw.get("head0") or 0, kw.get("row0", 0), kw.get("rows") or arr.shape[1])
+            assert (h["head0"], h["row0"], h["rows"]) == want, (i, h)
+            assert h["shape"] == list(arr.shape) and h["seq"] == i and h["layer"] == i % 3, h
+            assert (h["rank"], h["senders"], h["inc"], h["v"]) == (1, 2, 777, 2), h
+            assert bytes(fr[2]) == np.ascontiguousarray(arr, dtype="<f4").tobytes(), i
+            assert h.get("qpos") == kw.get("qpos"), h
+            keys = [k for k in _map_keys(fr[1]) if k in ("head0", "row0", "rows")]
+            assert keys == ([] if want == (0, 0, arr.shape[1]) and arr.shape[0] == 4 else
+                            ["head0"] * (want[0] != 0 or arr.shape[0] != 4) +
+                            ["row0", "rows"] * (want[1] != 0 or want[2] != arr.shape[1])), \
+                (i, keys)
+        c.close()
+    finally:
+        cap.close()
 
 
 # -------------------------------------------------------------- the client
@@ -660,6 +1230,9 @@ def t_wire_equals_golden():
                 info = {"run": m["run"], "layers": m["layers"], "heads": m["heads"],
                         "model": m["model"], "params": m["params"], "sink": m["sink"],
                         "fixed_probe": m["fixed_probe"]}
+            # version 2 golden messages: the client's rank, senders and inc
+            info.update(rank=m["rank"], senders=m["senders"], incarnation=m.get("inc"),
+                        resume_from=m.get("resume"))
             c = sinkwatch.Client(endpoint=cap.endpoint, **info)
             c._seq = m["seq"]
             c._clock = lambda t=m.get("time", math.nan): t
@@ -667,18 +1240,20 @@ def t_wire_equals_golden():
                 arr = np.frombuffer(frames[2], dtype=np.dtype(NP_OF[m["dtype"]]).newbyteorder("<"))
                 arr = arr.reshape(m["shape"])
                 assert c.send(m["step"], m["layer"], arr, kind=m["kind"], qpos=m.get("qpos"),
-                              dtype="bf16" if m["dtype"] == "bf16" else None)
+                              dtype="bf16" if m["dtype"] == "bf16" else None,
+                              head0=m["head0"], row0=m["row0"], rows=m["rows"])
             else:
                 assert c.end()
             assert c.flush(3.0) == 0, (name, c.stats)
             got = cap.recv()
             c.close()
-            # the golden messages predate incarnations: the header is theirs
-            # plus "inc" (canonically last), and without it their bytes
+            # the version 1 golden messages predate incarnations: the header
+            # is theirs plus "inc", and without it their bytes
             h = proto.decode_header(got[1])
-            assert h.pop("inc") == c.incarnation, name
             assert proto.encode_header(proto.decode_header(got[1])) == got[1], name
-            got[1] = proto.encode_header(h)
+            if "inc" not in m:
+                assert h.pop("inc") == c.incarnation, name
+                got[1] = proto.encode_header(h)
             assert got == frames, "%s: wire differs:\n%r\n%r" % (name, got, frames)
     finally:
         cap.close()
@@ -800,6 +1375,10 @@ CASES = {
     "golden_bad_header": lambda: t_golden_bad_header(),
     "header_only_names": lambda: t_header_only_names(),
     "encode_validation": lambda: t_encode_validation(),
+    "v2_canonical": lambda: t_v2_canonical(),
+    "c_proto_random": lambda: t_c_proto_random(),
+    "client_senders": lambda: t_client_senders(),
+    "client_parts": lambda: t_client_parts(),
     "bad_arguments": lambda: t_bad_arguments(),
     "defaults": lambda: t_defaults(),
     "burst_after_new": lambda: t_burst_after_new(),

@@ -5,6 +5,12 @@
         c.send(step, layer, probs)          # numpy [heads, rows, keys]
         c.end()
 
+Several processes of one distributed job send one run together:
+Client(..., rank=r, senders=N, incarnation=shared) and send(..., head0=,
+row0=, rows=) for the part of a layer a rank holds;
+sinkwatch.torch.distributed_client() fills rank, senders and the shared
+incarnation from torch.distributed.
+
 Wire format: proto/PROTOCOL.md (sinkwatch.proto implements it in Python).
 """
 from . import proto

@@ -17,6 +17,16 @@ compare greater) and every message carries it (header key "inc"). A job that
 restarts from a checkpoint at step S passes resume_from=S: its messages carry
 "resume", and the daemon supersedes earlier incarnations' steps after S.
 
+Several processes of one job (a distributed training job: pipeline stages,
+tensor-parallel ranks) may send one run together (protocol version 2,
+PROTOCOL.md 7b): each is a Client with rank=r, senders=N and the same
+incarnation (sinkwatch.torch.shared_incarnation() or
+sinkwatch.torch.distributed_client() agree on one over torch.distributed).
+Each sends the layers, heads (head0) and rows (row0, rows) it holds; the
+daemon puts the parts of a layer together, counts loss per sender, and ends
+the run when every sender has sent its end(). A single sender of whole
+layers (senders=1, the default) sends what version 1 says, byte for byte.
+
 Contract: send() never waits (unless blocking=True) and never raises because
 the daemon is away or a queue is full; it returns False and counts the drop
 (one warning per client, then only the counters). Bad arguments raise
@@ -114,12 +124,22 @@ class Client:
     default 256 messages and 256 MiB, whichever fills first. linger: close()
     waits at most this many seconds for queued messages. resume_from: the
     step of the checkpoint this job restarted from (None: not resuming).
+
+    Several senders of one run (PROTOCOL.md 7b): senders is the number of
+    processes that send this run in this incarnation (1..65536), rank this
+    one (0..senders-1), and incarnation the number they all share (an int
+    in 1..2^64-1). incarnation=None picks a new one (the wall clock, as
+    always), which only a single sender may do: senders > 1 needs the shared
+    incarnation, else ValueError. layers and heads are the whole model's in
+    every sender; what each sender holds is said per message (send()'s
+    head0, row0, rows). Every message carries rank and senders; on the wire
+    they are written (protocol version 2) only when senders > 1.
     """
 
     def __init__(self, run, layers, heads, endpoint=DEFAULT_ENDPOINT, model="", params=0,
                  sink=0, fixed_probe=True, blocking=False, block_timeout=BLOCK_TIMEOUT,
                  queue_max=QUEUE_MAX, queue_max_bytes=QUEUE_MAX_BYTES, linger=2.0,
-                 resume_from=None):
+                 resume_from=None, rank=0, senders=1, incarnation=None):
         self._sock = None
         self._ctx = None
         self._closed = True     # until fully constructed: __del__ does nothing
@@ -140,6 +160,25 @@ class Client:
             if not lo <= v.__index__() <= hi:
                 raise ValueError("%s: %d, not in %d..%d" % (name, v, lo, hi))
         self._resume = self._check_resume(resume_from)
+        for name, v in (("senders", senders), ("rank", rank)):
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
+                raise ValueError("%s: not an integer (%r)" % (name, v))
+        senders, rank = senders.__index__(), rank.__index__()
+        if not 1 <= senders <= proto.SENDERS_MAX:
+            raise ValueError("senders: %d, not in 1..%d" % (senders, proto.SENDERS_MAX))
+        if not 0 <= rank < senders:
+            raise ValueError("rank: %d, not in 0..%d (senders %d)" % (rank, senders - 1,
+                                                                       senders))
+        if incarnation is None:
+            if senders > 1:
+                raise ValueError("senders %d: the senders of one job share one incarnation; "
+                                 "pass incarnation= (the same int on every rank: "
+                                 "sinkwatch.torch.shared_incarnation(), or build the "
+                                 "client with sinkwatch.torch.distributed_client())" % senders)
+        elif isinstance(incarnation, bool) or not hasattr(incarnation, "__index__") or \
+                not 1 <= incarnation.__index__() < (1 << 64):
+            raise ValueError("incarnation: %r, not an int in 1..2^64-1" % (incarnation,))
+        self.rank, self.senders = rank, senders
         self._model = mb
         self.layers, self.heads = int(layers), int(heads)
         self.params, self.sink = int(params), int(sink)
@@ -162,7 +201,7 @@ class Client:
         self._sent = self._dropped = self._bytes_sent = 0
         self._warned = False
         self.last_error = ""
-        self._inc = new_incarnation()
+        self._inc = new_incarnation() if incarnation is None else incarnation.__index__()
 
         ctx = zmq.Context(io_threads=1)     # its own, never the global instance
         sock = None
@@ -312,7 +351,47 @@ class Client:
         fields["time"] = t if t is not None and math.isfinite(t) else None
         fields["inc"] = self._inc
         fields["resume"] = self._resume
+        fields["rank"] = self.rank          # written only when senders > 1
+        fields["senders"] = self.senders
         return proto.encode_header(fields)
+
+    def _check_part(self, nheads, nrows, head0, row0, rows):
+        """head0, row0, rows of a part of nheads x nrows, checked: ValueErrors
+        that say which bound is broken."""
+        for name, v in (("head0", head0), ("row0", row0), ("rows", rows)):
+            if v is not None and (isinstance(v, bool) or not hasattr(v, "__index__")):
+                raise ValueError("%s: not an integer (%r)" % (name, v))
+        if head0 is None:
+            if nheads != self.heads:
+                raise ValueError("array: shape[0] %d, the model has %d heads (an array "
+                                 "of some heads is a part: give head0, its first head)"
+                                 % (nheads, self.heads))
+            head0 = 0
+        if row0 is None:
+            row0 = 0
+        head0, row0 = head0.__index__(), row0.__index__()
+        rows = nrows if rows is None else rows.__index__()
+        if nheads < 1:
+            raise ValueError("array: shape[0] is 0, no heads")
+        if not 0 <= head0 < self.heads:
+            raise ValueError("head0: %d, not in 0..%d (the model has %d heads)"
+                             % (head0, self.heads - 1, self.heads))
+        if head0 + nheads > self.heads:
+            if head0 == 0:
+                raise ValueError("array: shape[0] %d, the model has %d heads"
+                                 % (nheads, self.heads))
+            raise ValueError("array: %d heads from head0 %d, the model has %d heads"
+                             % (nheads, head0, self.heads))
+        if not 1 <= rows <= proto.ROWS_MAX:
+            raise ValueError("rows: %d, not in 1..%d" % (rows, proto.ROWS_MAX))
+        if nrows < 1:
+            raise ValueError("array: shape[1] is 0, no rows")
+        if not 0 <= row0 < rows:
+            raise ValueError("row0: %d, not in 0..%d (rows %d)" % (row0, rows - 1, rows))
+        if row0 + nrows > rows:
+            raise ValueError("array: %d rows from row0 %d, the probe has rows=%d"
+                             % (nrows, row0, rows))
+        return head0, row0, rows
 
     @staticmethod
     def _check_resume(v):
@@ -325,12 +404,24 @@ class Client:
 
     # --------------------------------------------------------------- API
 
-    def send(self, step, layer, array, kind="probs", qpos=None, dtype=None):
+    def send(self, step, layer, array, kind="probs", qpos=None, dtype=None, head0=None, row0=0,
+             rows=None):
         """Sends one layer's snapshot: array is [heads, rows, keys] float32,
         float16 or float64 (or uint16 bfloat16 bits with dtype="bf16"); kind
-        "probs", "logits" or "rowstats" (keys == 6); qpos: None or rows query
-        positions. The data is copied once (the caller may reuse its buffer).
-        True when sent or queued, False when dropped (counted)."""
+        "probs", "logits" or "rowstats" (keys == 6); qpos: None or one query
+        position per row of the array. The data is copied once (the caller
+        may reuse its buffer). True when sent or queued, False when dropped
+        (counted).
+
+        A part of the layer (several senders, PROTOCOL.md 7b): array holds
+        heads head0 .. head0 + array.shape[0] - 1 of the model's heads and
+        rows row0 .. row0 + array.shape[1] - 1 of the probe's `rows` rows
+        (None: array.shape[1], the whole probe). head0=None (the default)
+        says the array holds every head, so that an array of fewer heads is
+        refused unless head0 is given (0 for a part that starts at head 0).
+        Parts of one layer of one step must cover other heads or rows than
+        each other (the daemon counts an overlap); qpos gives the positions
+        of the part's rows."""
         with self._lock:
             self._check_open()
             if self._ended:
@@ -343,10 +434,10 @@ class Client:
             if array.ndim != 3:
                 raise ValueError("array: shape %s, expected [heads, rows, keys]"
                                  % (array.shape,))
-            heads, rows, keys = array.shape
-            if heads != self.heads:
-                raise ValueError("array: shape[0] %d, the model has %d heads"
-                                 % (heads, self.heads))
+            nheads, nrows, keys = array.shape
+            head0, row0, rows = self._check_part(nheads, nrows, head0, row0, rows)
+            if keys < 1:
+                raise ValueError("array: shape %s, no keys" % (array.shape,))
             if kind == "rowstats" and keys != proto.ROWSTATS_FIELDS:
                 raise ValueError("array: rowstats needs keys == %d, got %d"
                                  % (proto.ROWSTATS_FIELDS, keys))
@@ -363,7 +454,8 @@ class Client:
                       "layers": self.layers, "heads": self.heads, "sink": self.sink,
                       "fixed_probe": self.fixed_probe, "step": step.__index__(),
                       "layer": layer.__index__(), "kind": kind, "dtype": name,
-                      "shape": (heads, rows, keys), "qpos": qpos, "tensor_bytes": nbytes}
+                      "shape": (nheads, nrows, keys), "qpos": qpos, "tensor_bytes": nbytes,
+                      "head0": head0, "row0": row0, "rows": rows}
             hdr = self._header(fields)      # ProtocolError (a ValueError) if invalid
             # one copy, into a ZeroMQ message that can be queued and retried
             frame = zmq.Frame(array.reshape(-1).view(np.uint8), copy=True)
@@ -372,7 +464,9 @@ class Client:
 
     def end(self):
         """Sends the run-end message (seq = number of messages before it);
-        later sends raise ClosedError. True when sent or queued."""
+        later sends raise ClosedError. True when sent or queued. With
+        several senders each sends its own end (it carries rank and
+        senders); the run ends when all of them have."""
         with self._lock:
             self._check_open()
             if self._ended:
@@ -489,5 +583,6 @@ class Client:
             pass
 
     def __repr__(self):
-        return "<sinkwatch.Client run=%r endpoint=%r %s>" % (
-            self.run, self.endpoint, "closed" if self._closed else "open")
+        who = " rank %d of %d" % (self.rank, self.senders) if self.senders > 1 else ""
+        return "<sinkwatch.Client run=%r endpoint=%r%s %s>" % (
+            self.run, self.endpoint, who, "closed" if self._closed else "open")

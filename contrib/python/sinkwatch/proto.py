@@ -1,4 +1,4 @@
-"""sinkwatch wire protocol, version 1 (proto/PROTOCOL.md), in pure Python.
+"""sinkwatch wire protocol, versions 1 and 2 (proto/PROTOCOL.md), in pure Python.
 
 The encoder produces the canonical header of PROTOCOL.md section 5 byte for
 byte, as swp_encode_header() does, and validates its input with the checks
@@ -17,12 +17,22 @@ Field dicts use the header's key names. A decoded snapshot also carries
 "tensor_bytes", the tensor frame size its shape and dtype imply (and
 decode_message adds "tensor", a memoryview of frame 2), so that
 encode_header(decode_header(h)) == h for every canonical header h.
+
+Version 2 (PROTOCOL.md 7b: several senders of one run) adds the optional
+keys rank, senders, head0, row0 and rows. As swp_decode() does, the decoder
+fills them for every version: a v1 message is rank 0 of 1 sender
+carrying heads 0.. and rows 0.. of its whole layer (rows = shape[1]); in a
+v1 header they are unknown keys and skipped. The encoder writes them, and
+"v": 2, only where v1 cannot say the message (PROTOCOL.md 5): rank and
+senders iff senders > 1 or rank != 0, head0 iff shape[0] != heads or
+head0 != 0, row0 and rows iff shape[1] != rows or row0 != 0 (an end
+message: rank and senders only).
 """
 
 import math
 import struct
 
-VERSION = 1
+VERSION = 2
 VERSION_MIN = 1
 TOPIC_PREFIX = b"sw/"
 RUN_MAX = 128
@@ -32,6 +42,7 @@ LAYERS_MAX = 4096
 HEADS_MAX = 1024
 ROWS_MAX = 65536
 KEYS_MAX = 1 << 20
+SENDERS_MAX = 65536          # senders of one incarnation (v2)
 ROWSTATS_FIELDS = 6
 DEPTH_MAX = 8
 TENSOR_MAX_DEFAULT = 256 << 20
@@ -122,7 +133,8 @@ class _Fields:
     """The header values as the checks see them (struct fields of proto.c)."""
     __slots__ = ("type", "run", "model", "seq", "params", "layers", "heads", "sink",
                  "layer", "step", "fixed_probe", "kind", "dtype", "shape", "qpos",
-                 "qpos_max", "time", "inc", "resume")
+                 "qpos_max", "time", "inc", "resume", "version", "rank", "senders",
+                 "head0", "row0", "rows")
 
     def __init__(self):
         self.qpos = None
@@ -130,6 +142,8 @@ class _Fields:
         self.time = None
         self.inc = 0
         self.resume = None
+        self.version = 1
+        self.rank, self.senders, self.head0, self.row0, self.rows = 0, 1, 0, 0, 0
 
 
 def _check_limits(f):
@@ -139,11 +153,21 @@ def _check_limits(f):
             raise ProtocolError("limit", "layers: %d, not in 1..%d" % (f.layers, LAYERS_MAX))
         if not 1 <= f.heads <= HEADS_MAX:
             raise ProtocolError("limit", "heads: %d, not in 1..%d" % (f.heads, HEADS_MAX))
-        if f.shape[0] != f.heads:
+        if f.head0 >= f.heads:
+            raise ProtocolError("limit", "head0: %d, heads %d" % (f.head0, f.heads))
+        if f.version < 2 and f.shape[0] != f.heads:
             raise ProtocolError("dims", "shape[0]: %d, heads %d" % (f.shape[0], f.heads))
+        if not 1 <= f.shape[0] <= f.heads - f.head0:
+            raise ProtocolError("dims", "shape[0]: %d heads from head0 %d, heads %d"
+                                % (f.shape[0], f.head0, f.heads))
         if not 1 <= f.shape[1] <= ROWS_MAX:
             raise ProtocolError("limit", "shape[1] (rows): %d, not in 1..%d"
                                 % (f.shape[1], ROWS_MAX))
+        if not 1 <= f.rows <= ROWS_MAX:
+            raise ProtocolError("limit", "rows: %d, not in 1..%d" % (f.rows, ROWS_MAX))
+        if f.row0 >= f.rows or f.shape[1] > f.rows - f.row0:
+            raise ProtocolError("dims", "shape[1]: %d rows from row0 %d, rows %d"
+                                % (f.shape[1], f.row0, f.rows))
         if not 1 <= f.shape[2] <= KEYS_MAX:
             raise ProtocolError("limit", "shape[2] (keys): %d, not in 1..%d"
                                 % (f.shape[2], KEYS_MAX))
@@ -161,6 +185,15 @@ def _check_limits(f):
                 raise ProtocolError("limit", "sink: %d, over 2^32-1" % f.sink)
         elif f.sink >= f.shape[2]:
             raise ProtocolError("limit", "sink: %d, keys %d" % (f.sink, f.shape[2]))
+    if not 1 <= f.senders <= SENDERS_MAX:
+        raise ProtocolError("limit", "senders: %d, not in 1..%d" % (f.senders, SENDERS_MAX))
+    if f.rank >= f.senders:
+        raise ProtocolError("limit", "rank: %d, senders %d" % (f.rank, f.senders))
+    if f.senders > 1 and f.inc == 0:
+        raise ProtocolError("field", "inc: required with senders %d (the senders of one "
+                            "incarnation share it)" % f.senders)
+    if f.resume is not None and not 0 <= f.resume <= _I64:
+        raise ProtocolError("limit", "resume: not a step in 0..2^63-1")
     _check_run(f.run)
     if f.type != "snapshot":
         return
@@ -228,10 +261,13 @@ def _p_map_header(n):
     return b"\xde" + n.to_bytes(2, "big")
 
 
-_K = {k: _p_str(k.encode()) for k in (
-    "v", "type", "run", "seq", "model", "params", "layers", "heads", "sink",
-    "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time", "inc",
-    "resume")}
+# The header keys in canonical order (proto.c's enum key); from "rank" on
+# they are version 2 keys, unknown (skipped) in a v1 message.
+_KNOWN = ("v", "type", "run", "seq", "model", "params", "layers", "heads", "sink",
+          "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time",
+          "inc", "resume", "rank", "senders", "head0", "row0", "rows")
+_V2_KEYS = _KNOWN[_KNOWN.index("rank"):]
+_K = {k: _p_str(k.encode()) for k in _KNOWN}
 _TYPE_SNAPSHOT = _p_str(b"snapshot")
 _TYPE_END = _p_str(b"end")
 _KIND_B = {k: _p_str(k.encode()) for k in KINDS}
@@ -312,18 +348,36 @@ def _qpos_values(q):
     return vals, mx
 
 
+def _v2_field(fields, name):
+    """A version 2 value of the encoder: None (or 0 for senders and rows, as
+    the C encoder takes them) is the default."""
+    v = fields.get(name)
+    if v is None:
+        return None
+    return _int_field(fields, name)
+
+
 def encode_header(fields):
     """The canonical header (PROTOCOL.md section 5) of a field dict.
 
     Keys: type ("snapshot" or "end"), run, seq (default 0), time (optional:
-    omitted when None or not finite); snapshot: model (default ""), params
-    (default 0), layers, heads, sink (default 0), fixed_probe (default
-    False), step, layer, kind, dtype, shape [heads, rows, keys], qpos
-    (optional) and tensor_bytes or tensor (the frame, for the dims check).
-    "v", if given, must be 1. Other keys are ignored. Raises ProtocolError
-    (a ValueError) naming the field, with the error name the C encoder
-    returns (type, kind, dtype, limit, dims, field)."""
-    if "v" in fields and fields["v"] != VERSION:
+    omitted when None or not finite), inc (optional, 0 or None: absent),
+    resume (optional); version 2 (PROTOCOL.md 7b): rank (default 0) and
+    senders (default 1; 0 is taken as 1, as swp_encode_header() does);
+    snapshot: model (default ""), params (default 0), layers, heads, sink
+    (default 0), fixed_probe (default False), step, layer, kind, dtype, shape
+    [heads in the message, rows in the message, keys], qpos (optional),
+    tensor_bytes or tensor (the frame, for the dims check), and version 2:
+    head0 (default 0), row0 (default 0), rows (the probe's rows, default
+    shape[1]; 0 is taken as shape[1]). An end ignores head0, row0 and rows.
+
+    "v", if given, must be a supported version (1 or 2); like the C encoder,
+    this one writes the version the fields need: 2 only when a version 2 key
+    is needed, else 1. Other keys are ignored. Raises ProtocolError (a
+    ValueError) naming the field, with the error name the C encoder returns
+    (type, kind, dtype, limit, dims, field)."""
+    if "v" in fields and (isinstance(fields["v"], bool) or fields["v"] not in
+                          range(VERSION_MIN, VERSION + 1)):
         raise ProtocolError("version", "v: %r, supported %d..%d"
                             % (fields["v"], VERSION_MIN, VERSION))
     f = _Fields()
@@ -342,7 +396,11 @@ def encode_header(fields):
         f.time = t if math.isfinite(t) else None
     f.inc = _int_field(fields, "inc", 0)
     if fields.get("resume") is not None:
-        f.resume = _int_field(fields, "resume", lo=0, hi=_I64)
+        f.resume = _int_field(fields, "resume", lo=-(1 << 63), hi=_I64)
+    f.rank = _v2_field(fields, "rank") or 0
+    f.senders = _v2_field(fields, "senders") or 1
+    if f.senders > 1 or f.rank != 0:
+        f.version = 2
     tensor_bytes = None
     if f.type == "snapshot":
         f.kind = fields.get("kind")
@@ -378,13 +436,21 @@ def encode_header(fields):
             tensor_bytes = memoryview(fields["tensor"]).nbytes
         else:
             raise ProtocolError("field", "tensor_bytes: missing (or tensor)")
+        f.head0 = _v2_field(fields, "head0") or 0
+        f.row0 = _v2_field(fields, "row0") or 0
+        f.rows = _v2_field(fields, "rows") or shape[1]
+        if shape[0] != f.heads or f.head0 != 0 or shape[1] != f.rows or f.row0 != 0:
+            f.version = 2
     _check_limits(f)
     if f.type == "snapshot":
         _check_dims(f, tensor_bytes)
 
+    v2_senders = f.senders > 1 or f.rank != 0
+    v2_heads = f.type == "snapshot" and (f.shape[0] != f.heads or f.head0 != 0)
+    v2_rows = f.type == "snapshot" and (f.shape[1] != f.rows or f.row0 != 0)
     if f.type == "snapshot":
         n = 15 + (f.qpos is not None) + (f.time is not None)
-        parts = [_p_map_header(n), _K["v"], _p_uint(VERSION), _K["type"], _TYPE_SNAPSHOT,
+        parts = [None, _K["v"], _p_uint(f.version), _K["type"], _TYPE_SNAPSHOT,
                  _K["run"], _p_str(f.run), _K["seq"], _p_uint(f.seq),
                  _K["model"], _p_str(f.model), _K["params"], _p_uint(f.params),
                  _K["layers"], _p_uint(f.layers), _K["heads"], _p_uint(f.heads),
@@ -398,7 +464,7 @@ def encode_header(fields):
             parts += [_K["qpos"], _p_uint_array(f.qpos)]
     else:
         n = 4 + (f.time is not None)
-        parts = [_p_map_header(n), _K["v"], _p_uint(VERSION), _K["type"], _TYPE_END,
+        parts = [None, _K["v"], _p_uint(f.version), _K["type"], _TYPE_END,
                  _K["run"], _p_str(f.run), _K["seq"], _p_uint(f.seq)]
     if f.time is not None:
         parts += [_K["time"], b"\xcb", struct.pack(">d", f.time)]
@@ -406,7 +472,14 @@ def encode_header(fields):
         parts += [_K["inc"], _p_uint(f.inc)]
     if f.resume is not None:
         parts += [_K["resume"], _p_uint(f.resume)]
-    parts[0] = _p_map_header(n + (f.inc != 0) + (f.resume is not None))
+    if v2_senders:
+        parts += [_K["rank"], _p_uint(f.rank), _K["senders"], _p_uint(f.senders)]
+    if v2_heads:
+        parts += [_K["head0"], _p_uint(f.head0)]
+    if v2_rows:
+        parts += [_K["row0"], _p_uint(f.row0), _K["rows"], _p_uint(f.rows)]
+    n += (f.inc != 0) + (f.resume is not None) + 2 * v2_senders + v2_heads + 2 * v2_rows
+    parts[0] = _p_map_header(n)
     out = b"".join(parts)
     if len(out) > HEADER_MAX:  # unreachable within the limits, as in C
         raise ProtocolError("limit", "header: %d bytes, limit %d" % (len(out), HEADER_MAX))
@@ -589,10 +662,8 @@ def _is_uint(o):
     return type(o) is int and o >= 0
 
 
-_KNOWN = ("v", "type", "run", "seq", "model", "params", "layers", "heads", "sink",
-          "fixed_probe", "step", "layer", "kind", "dtype", "shape", "qpos", "time",
-          "inc", "resume")
-_KNOWN_B = {k.encode(): k for k in _KNOWN}
+_KNOWN_B2 = {k.encode(): k for k in _KNOWN}                         # v >= 2
+_KNOWN_B1 = {k: n for k, n in _KNOWN_B2.items() if n not in _V2_KEYS}  # v 1
 
 
 def _need(val, k, check, what):
@@ -622,9 +693,10 @@ def _decode_map(root, nframes):
         raise ProtocolError("version", "v: not an unsigned integer")
     if not VERSION_MIN <= v0 <= VERSION:
         raise ProtocolError("version", "v: %d, supported %d..%d" % (v0, VERSION_MIN, VERSION))
+    known = _KNOWN_B1 if v0 < 2 else _KNOWN_B2
     val = {}
     for k, v in root:
-        name = _KNOWN_B.get(bytes(k)) if isinstance(k, _Str) else None
+        name = known.get(bytes(k)) if isinstance(k, _Str) else None
         if name is None:
             continue
         if name in val:
@@ -696,15 +768,24 @@ def _decode_map(root, nframes):
     if o is not None:
         if type(o) is not int:
             raise ProtocolError("field", "resume: not an integer")
-        if not 0 <= o <= _I64:
-            raise ProtocolError("limit", "resume: not a step in 0..2^63-1")
-        f.resume = o
+        f.resume = o            # its range: in _check_limits, in C's order
+    # version 2, optional; absent (or nil) is the v1 meaning (PROTOCOL.md 7b)
+    f.version = v0
+    f.senders = 1
+    f.rows = f.shape[1] if f.type == "snapshot" else 0
+    for k in _V2_KEYS:
+        o = val.get(k)
+        if o is None:
+            continue
+        if not _is_uint(o):
+            raise ProtocolError("field", "%s: not an unsigned integer" % k)
+        setattr(f, k, o)
     _check_limits(f)
     return f
 
 
 def _fields_dict(f):
-    d = {"v": VERSION, "type": f.type, "run": _as_str(f.run), "seq": f.seq}
+    d = {"v": f.version, "type": f.type, "run": _as_str(f.run), "seq": f.seq}
     if f.type == "snapshot":
         d.update(model=_as_str(f.model), params=f.params, layers=f.layers, heads=f.heads,
                  sink=f.sink, fixed_probe=f.fixed_probe, step=f.step, layer=f.layer,
@@ -718,6 +799,10 @@ def _fields_dict(f):
         d["inc"] = f.inc
     if f.resume is not None:
         d["resume"] = f.resume
+    # version 2, filled for every version as swp_decode() does
+    d["rank"], d["senders"] = f.rank, f.senders
+    if f.type == "snapshot":
+        d["head0"], d["row0"], d["rows"] = f.head0, f.row0, f.rows
     return d
 
 
@@ -742,7 +827,9 @@ def decode_header(header, nframes=None):
     only when nframes is given). Returns the field dict (run and model as
     str, bytes that are not UTF-8 kept as surrogate escapes; time only when
     present and finite; qpos only when present; tensor_bytes implied by the
-    shape). Raises ProtocolError(errname, detail)."""
+    shape; v as received; rank and senders always, and for a snapshot head0,
+    row0 and rows, the v1 defaults 0, 1, 0, 0 and shape[1] where absent).
+    Raises ProtocolError(errname, detail)."""
     return _fields_dict(_decode_header_fields(header, nframes))
 
 

@@ -50,6 +50,68 @@ The probe never raises into the training loop: an unexpected exception is
 counted in stats["errors"], kept in stats["last_error"] and warned about
 once; the model and the generators are restored all the same. probe.stats
 also measures the probe's cost: time per probe and bytes per probe.
+
+Distributed training (torch.distributed; protocol version 2, PROTOCOL.md 7b)
+
+Which layer of the model a captured attention is, and which of its heads it
+holds, the probe learns from the model it is attached to, per captured
+layer, in this order:
+
+- layer index: the arguments layers= (the global index of each captured
+  layer, in capture order) or layer_offset= (global = offset + capture
+  index); else, for a layer whose module is known (capture "mha", or the
+  `modules` given with "hf" or a callable), an int attribute of the module
+  or of its nearest ancestor: layer_idx (Hugging Face), layer_id (LLaMA
+  reference, torchtitan), layer_number (Megatron, 1-based); else the last
+  all-digit component of its qualified name in model.named_modules()
+  ("blocks.12.attn" -> 12, "model.layers.3.self_attn" -> 3): a pipeline
+  stage that keeps the model's module names (a ModuleDict keyed by the
+  global layer index, as torchtitan builds its stages; Megatron's stages
+  renumber their modules but carry layer_number) needs nothing more. A
+  stage whose blocks were renumbered (nn.ModuleList(model.blocks[lo:hi])
+  names them 0, 1, ...) cannot be told from the first stage by its names:
+  give it layer_offset= or layers=. The learned indices are used when
+  every captured layer has one, they are distinct and below the client's
+  layers; else the capture order (0, 1, ...), as on one process, which a
+  client of several senders refuses when fewer layers than the client's
+  were captured.
+- heads: head0= (the first of the model's heads the captured tensors hold);
+  else, from the module or its nearest ancestor: the heads per partition
+  num_attention_heads_per_partition (Megatron-LM, Megatron-core, DeepSpeed),
+  num_heads_per_partition, num_local_heads or n_local_heads (LLaMA
+  reference), or num_heads beside total_num_heads (vLLM), and the tensor-
+  parallel rank tp_rank, tensor_model_parallel_rank, tensor_parallel_rank or
+  model_parallel_rank (an int), or a process group tp_group,
+  tensor_parallel_group or tensor_model_parallel_group (its rank is taken):
+  head0 = rank x heads per partition. Without either the tensors must hold
+  all the client's heads (head0 0).
+
+Who sends:
+
+- Data parallel (the default): torch.distributed initialized with more than
+  one rank, a client of one sender (senders=1) and a whole model on the
+  rank: only rank 0 of data_parallel_group (default: the world) probes and
+  sends; the others return at once (no forward pass). Build the Client on
+  every rank, or only on rank 0 (client=None elsewhere: such a probe does
+  nothing); call end() only on the rank that sends.
+- A split model (pipeline stages holding some layers, tensor-parallel ranks
+  holding some heads): every rank of the split is a sender of the run,
+  with a client built by distributed_client(run, layers, heads, group) (its
+  rank and size in the group become rank and senders; one incarnation,
+  shared_incarnation(group), for all), and each sends what it holds; each
+  rank calls end(). With data_parallel_group given, only its rank 0 sends
+  (the model-parallel replicas of other data-parallel ranks do nothing).
+  A rank that holds a part of the model with a single-sender client is an
+  error (counted in stats["errors"], warned about once): the daemon could
+  never complete its steps.
+- A client of several senders on whole-model ranks (every rank a sender):
+  each sends every layer; the daemon keeps the first copy of each cell and
+  compares the others with it (PROTOCOL.md 7b, "disagree").
+
+All ranks that send must probe at the same steps (the same `every`), and
+with a pipeline the probe pass itself crosses the stages: the model the
+probe calls on each rank must run its stage of the probe batch (see
+contrib/examples/train_pipeline_gpt.py).
 """
 
 import inspect
@@ -61,9 +123,109 @@ import warnings
 import numpy as np
 import torch
 
-__all__ = ["AttentionProbe"]
+__all__ = ["AttentionProbe", "shared_incarnation", "distributed_client", "rowstats"]
 
 ROWSTATS_FIELDS = ("s", "w", "H", "hb", "Hc", "b")
+
+
+# ---------------------------------------------------------------- distributed
+
+def _dist():
+    """torch.distributed when it is available and initialized, else None."""
+    try:
+        import torch.distributed as dist
+    except ImportError:     # pragma: no cover - a torch built without it
+        return None
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
+
+
+def _global_rank(dist, group, rank):
+    """The global rank of a group's rank (src of a broadcast)."""
+    if group is None or group is dist.group.WORLD:
+        return rank
+    for fn in (getattr(dist, "get_global_rank", None),
+               getattr(dist.distributed_c10d, "_get_global_rank", None)):
+        if fn is not None:
+            return fn(group, rank)
+    return dist.get_process_group_ranks(group)[rank]     # pragma: no cover
+
+
+def shared_incarnation(group=None):
+    """One incarnation number for every rank of a torch.distributed process
+    group (default: the world): rank 0 of the group picks it, as a Client
+    does (sinkwatch.client.new_incarnation()), and broadcast_object_list
+    hands it to the others. A collective: every rank of the group calls it,
+    once per job attempt (a restarted job gets a new one, the next
+    incarnation). With NCCL, set the rank's CUDA device first
+    (torch.cuda.set_device), as broadcast_object_list needs. Without an
+    initialized torch.distributed: a new incarnation (one process)."""
+    from .client import new_incarnation
+    dist = _dist()
+    if dist is None:
+        return new_incarnation()
+    r = dist.get_rank(group)
+    if r < 0:
+        raise ValueError("shared_incarnation: this rank (%d) is not in the group"
+                         % dist.get_rank())
+    obj = [new_incarnation() if r == 0 else None]
+    dist.broadcast_object_list(obj, src=_global_rank(dist, group, 0), group=group)
+    inc = obj[0]
+    if not isinstance(inc, int) or not 1 <= inc < (1 << 64):
+        raise RuntimeError("shared_incarnation: received %r" % (inc,))
+    return inc
+
+
+def distributed_client(run, layers, heads, group=None, data_parallel_group=None,
+                       **client_kwargs):
+    """A sinkwatch.Client for this rank of a job whose model is split over
+    the ranks of `group` (pipeline stages, tensor-parallel ranks; default:
+    the world): rank = the rank in the group, senders = the group's size,
+    incarnation = shared_incarnation(group) (or the incarnation= given,
+    which must then be the same on every rank). layers and heads are the
+    whole model's; client_kwargs go to sinkwatch.Client (endpoint, model,
+    params, sink, fixed_probe, blocking, resume_from, ...).
+
+    A collective over `group` (unless incarnation= is given): every rank of
+    it calls this. data_parallel_group: when the split model is replicated
+    for data parallelism, the group of this rank's replicas; only its rank
+    0 gets a client, the others get None (they call shared_incarnation with
+    their own group all the same, and AttentionProbe(client=None) does
+    nothing). Without an initialized torch.distributed: a Client of one
+    sender."""
+    from .client import Client
+    for k in ("rank", "senders"):
+        if k in client_kwargs:
+            raise ValueError("distributed_client: %s is taken from the group; do not pass it"
+                             % k)
+    dist = _dist()
+    if dist is None:
+        return Client(run, layers, heads, **client_kwargs)
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    if rank < 0:
+        raise ValueError("distributed_client: this rank (%d) is not in the group"
+                         % dist.get_rank())
+    inc = client_kwargs.pop("incarnation", None)
+    if inc is None:
+        inc = shared_incarnation(group)
+    if data_parallel_group is not None and dist.get_rank(data_parallel_group) != 0:
+        return None
+    return Client(run, layers, heads, rank=rank, senders=size, incarnation=inc,
+                  **client_kwargs)
+
+
+def _ranges(ids):
+    """[0, 1, 2, 5] -> "0..2, 5" (for messages)."""
+    out, ids = [], sorted(ids)
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append("%d..%d" % (ids[i], ids[j]) if j > i else "%d" % ids[i])
+        i = j + 1
+    return ", ".join(out)
 
 
 # ---------------------------------------------------------------- state
@@ -101,11 +263,12 @@ class _MHAPatch:
     def __init__(self, modules):
         self.modules = list(modules)
         self.captured = []
+        self.sources = []       # the module of each captured tensor
         self.saved = []
 
-    def _wrapper(self, orig):
+    def _wrapper(self, orig, module):
         sig = inspect.signature(orig)
-        store = self.captured
+        store, sources = self.captured, self.sources
 
         def forward(*args, **kwargs):
             ba = sig.bind(*args, **kwargs)
@@ -117,6 +280,7 @@ class _MHAPatch:
             out, w = orig(*ba.args, **ba.kwargs)
             if w is not None:
                 store.append(w if w.dim() == 4 else w.unsqueeze(0))
+                sources.append(module)
             if not want or w is None:
                 return out, None
             return out, (w.mean(dim=-3) if avg else w)
@@ -126,7 +290,7 @@ class _MHAPatch:
         for m in self.modules:
             had = "forward" in m.__dict__
             self.saved.append((m, had, m.__dict__.get("forward")))
-            m.forward = self._wrapper(m.forward)
+            m.forward = self._wrapper(m.forward, m)
         self.fastpath = None
         mha = getattr(torch.backends, "mha", None)
         # torch >= 2.2: nn.TransformerEncoder's fused path skips
@@ -235,14 +399,43 @@ class AttentionProbe:
         (None: a fresh start, or the client's own resume_from). Set on the
         client (client.resume_from), which must not have sent anything yet:
         every message of an incarnation carries the same value.
+
+    Distributed training (the module's docstring says how the probe learns
+    the layers and heads a rank holds, and which ranks send):
+    client may be None: the probe then does nothing (a rank that does not
+        send; probe() returns False).
+    layers: the global layer index of each captured layer, in capture
+        order (a pipeline stage whose module names are renumbered).
+    layer_offset: global index = layer_offset + capture index.
+    head0: the first of the model's heads (of the client's heads) that the
+        captured tensors hold (a tensor-parallel rank); default: learned.
+    modules: with "hf" or a callable capture, the attention module of each
+        captured layer (in capture order), to learn from as "mha" does.
+    data_parallel_group: the torch.distributed group whose rank 0 alone
+        sends when the model is replicated for data parallelism (default:
+        the world for a single-sender client, none for a split model).
     """
 
     def __init__(self, model, probe_batch, client, every=100, capture="mha",
                  query_positions=None, cast=None, rowstats=False, causal=True,
-                 sink=None, modules=None, keep=False, delta=1e-10, resume_from=None):
+                 sink=None, modules=None, keep=False, delta=1e-10, resume_from=None,
+                 layers=None, layer_offset=None, head0=None, data_parallel_group=None):
         if cast not in (None, "f16", "bf16"):
             raise ValueError("cast must be None, 'f16' or 'bf16'")
-        if resume_from is not None:
+        if layers is not None and layer_offset is not None:
+            raise ValueError("layers and layer_offset: give one of them")
+        if layers is not None:
+            try:
+                layers = [int(x.__index__()) for x in layers]
+            except (TypeError, AttributeError):
+                raise ValueError("layers: a list of global layer indices (ints)") from None
+            if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
+                raise ValueError("layers: %r, expected distinct indices >= 0" % (layers,))
+        for name, v in (("layer_offset", layer_offset), ("head0", head0)):
+            if v is not None and (isinstance(v, bool) or not hasattr(v, "__index__") or
+                                  v.__index__() < 0):
+                raise ValueError("%s: %r, expected an int >= 0" % (name, v))
+        if resume_from is not None and client is not None:
             if not hasattr(client, "resume_from"):
                 raise ValueError("resume_from: the client has no resume_from")
             # ValueError if the client sent already with another value
@@ -264,15 +457,21 @@ class AttentionProbe:
         self.modules = modules
         self.keep = bool(keep)
         self.delta = float(delta)
+        self.layer_ids = layers
+        self.layer_offset = None if layer_offset is None else layer_offset.__index__()
+        self.head0 = None if head0 is None else head0.__index__()
+        self.data_parallel_group = data_parallel_group
         self.last = None
         self._layout = {}
+        self._plans = {}
+        self._names = None
         self._warned = set()
         self._st = {"probes": 0, "errors": 0, "last_error": None,
                     "messages": 0, "send_false": 0, "bytes_total": 0,
                     "bytes_last": 0, "ms_total": 0.0, "ms_last": 0.0,
                     "ms_max": 0.0, "ms_capture_total": 0.0, "layers": 0, "rows": 0, "keys": 0,
                     "rows_skipped": 0, "kind": "rowstats" if rowstats else "probs",
-                    "dtype": None}
+                    "dtype": None, "parts": []}
 
     # -- public
 
@@ -293,6 +492,21 @@ class AttentionProbe:
     def due(self, step):
         return self.every > 0 and step % self.every == 0
 
+    @property
+    def sends(self):
+        """Whether this rank probes and sends (see "Who sends" in the module
+        docstring): False without a client and on a data-parallel replica
+        other than rank 0. Asks torch.distributed each time."""
+        if self.client is None:
+            return False
+        dist = _dist()
+        if dist is None:
+            return True
+        dp = self.data_parallel_group
+        if getattr(self.client, "senders", 1) > 1:
+            return dp is None or dist.get_rank(dp) == 0
+        return dist.get_rank(dp) == 0
+
     def maybe(self, step):
         """Probes if `step` is 0 or a multiple of `every`. True if it probed
         and every layer was handed to the client."""
@@ -303,11 +517,15 @@ class AttentionProbe:
     __call__ = maybe
 
     def probe(self, step):
-        """One probe now, at training step `step`. Never raises."""
+        """One probe now, at training step `step`. Never raises. On a rank
+        that does not send (probe.sends is False) it does nothing and
+        returns False."""
         t0 = time.perf_counter()
         ok = False
         sent_bytes = 0
         try:
+            if not self.sends:
+                return False
             flags = [(m, m.training) for m in self.model.modules()]
             rng = _rng_state()
         except Exception as e:  # noqa: BLE001 - never into the training loop
@@ -316,11 +534,11 @@ class AttentionProbe:
         try:
             self.model.eval()
             with torch.no_grad():
-                layers = self._capture()
+                layers, sources = self._capture()
                 t1 = time.perf_counter()
                 self._st["ms_capture_total"] += (t1 - t0) * 1e3
-                sent_bytes, ok = self._send(step, layers)
-            del layers
+                sent_bytes, ok = self._send(step, layers, sources)
+            del layers, sources
         except Exception as e:  # noqa: BLE001
             self._error(e)
             ok = False
@@ -355,7 +573,12 @@ class AttentionProbe:
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
     def _capture(self):
+        """(the captured [batch, heads, q, k] tensors, the module of each or
+        None where unknown)."""
         model, batch = self.model, self.batch
+        sources = None
+        if self.capture != "mha" and self.modules is not None:
+            sources = list(self.modules)
         if callable(self.capture) and not isinstance(self.capture, str):
             att = list(self.capture(model, batch))
         elif self.capture == "hf":
@@ -377,7 +600,7 @@ class AttentionProbe:
                 raise RuntimeError("no torch.nn.MultiheadAttention in the model")
             with _MHAPatch(mods) as patch:
                 _call(model, batch)
-            att = patch.captured
+            att, sources = patch.captured, patch.sources
             if not att:
                 raise RuntimeError("no MultiheadAttention was called with weights "
                                    "during the probe pass (a fused fast path?)")
@@ -388,7 +611,10 @@ class AttentionProbe:
             if a is None or a.dim() != 4:
                 raise RuntimeError("attention of a layer is not [batch, heads, q, k]: %r"
                                    % (None if a is None else tuple(a.shape)))
-        return att
+        if sources is not None and len(sources) != len(att):
+            raise RuntimeError("modules: %d given, %d attention layers captured"
+                               % (len(sources), len(att)))
+        return att, sources or [None] * len(att)
 
     def _rows(self, Q, K, device):
         """(query indices, positions, kmax, nvalid per row) for a layer shape."""
@@ -460,29 +686,199 @@ class AttentionProbe:
             x = x.to(torch.float32)
         return x.contiguous().cpu().numpy(), "probs", None, qpos, host
 
-    def _send(self, step, layers):
+    # -- where the captured layers belong (module docstring, "Distributed")
+
+    _LAYER_ATTRS = (("layer_idx", 0), ("layer_id", 0), ("layer_number", 1))
+    _TP_HEADS_ATTRS = ("num_attention_heads_per_partition", "num_heads_per_partition",
+                       "num_local_heads", "n_local_heads")
+    _TP_RANK_ATTRS = ("tp_rank", "tensor_model_parallel_rank", "tensor_parallel_rank",
+                      "model_parallel_rank")
+    _TP_GROUP_ATTRS = ("tp_group", "tensor_parallel_group", "tensor_model_parallel_group")
+
+    def _lineage(self, module):
+        """(qualified name, [module, parent, ..., the model]) of a module of
+        the probe's model; (None, [module]) for one outside it."""
+        if self._names is None:
+            self._names = {}
+            self._by_name = {}
+            for name, m in self.model.named_modules():
+                self._names.setdefault(id(m), name)
+                self._by_name[name] = m
+        name = self._names.get(id(module))
+        if name is None:
+            return None, [module]
+        chain, parts = [module], name.split(".") if name else []
+        for i in range(len(parts) - 1, -1, -1):
+            m = self._by_name.get(".".join(parts[:i]))
+            if m is not None:
+                chain.append(m)
+        return name, chain
+
+    @staticmethod
+    def _int_attr(m, names):
+        for n in names:
+            v = getattr(m, n, None)
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                return n, int(v)
+        return None, None
+
+    def _learn_layer(self, module):
+        """The global layer index of an attention module, or None."""
+        name, chain = self._lineage(module)
+        for m in chain[:-1] if len(chain) > 1 else chain:     # not the model itself
+            for attr, base in self._LAYER_ATTRS:
+                v = getattr(m, attr, None)
+                if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= base:
+                    return int(v) - base
+        if name:
+            digits = [p for p in name.split(".") if p.isdigit()]
+            if digits:
+                return int(digits[-1])
+        return None
+
+    def _learn_heads(self, module, nh):
+        """(head0, how) of a module whose captured tensor has nh heads:
+        (None, None) when nothing says."""
+        _, chain = self._lineage(module)
+        per = rank = None
+        for m in chain:
+            if per is None:
+                attr, per = self._int_attr(m, self._TP_HEADS_ATTRS)
+                if per is None:
+                    _, local = self._int_attr(m, ("num_heads",))
+                    _, total = self._int_attr(m, ("total_num_heads",))
+                    if local is not None and total is not None:
+                        per, attr = local, "num_heads (total_num_heads %d)" % total
+                per_attr = attr
+            if rank is None:
+                rattr, rank = self._int_attr(m, self._TP_RANK_ATTRS)
+                if rank is None:
+                    dist = _dist()
+                    for g in self._TP_GROUP_ATTRS:
+                        grp = getattr(m, g, None)
+                        if grp is not None and dist is not None and not isinstance(grp, bool):
+                            rank, rattr = dist.get_rank(grp), g
+                            break
+        if per is None and rank is None:
+            return None, None
+        if per is not None and per != nh:
+            raise RuntimeError("the attention module says %s %d, its captured tensor "
+                               "has %d heads" % (per_attr, per, nh))
+        if rank is None:
+            if per == getattr(self.client, "heads", per):
+                return 0, per_attr
+            raise RuntimeError("a tensor-parallel attention (%s %d of the client's %s "
+                               "heads) without a tensor-parallel rank: set tp_rank on the "
+                               "module or pass head0= to the probe" % (per_attr, per,
+                                                                      self.client.heads))
+        if rank < 0:
+            raise RuntimeError("tensor-parallel rank %d (%s): not in the group" % (rank, rattr))
+        return rank * nh, "%s %d" % (rattr, rank)
+
+    def _plan(self, layers, sources):
+        """[(global layer, head0, heads)] of the captured layers, checked
+        against the client (and cached per capture layout)."""
+        key = tuple((id(m), a.shape[1]) for a, m in zip(layers, sources))
+        if key in self._plans:
+            return self._plans[key]
         nl = getattr(self.client, "layers", None)
-        if isinstance(nl, int) and nl != len(layers):
-            self._warn_once("layers", "sinkwatch probe: %d attention layers captured, "
-                            "the client declares %d" % (len(layers), nl))
-            if len(layers) > nl:
-                layers = layers[:nl]
         nh = getattr(self.client, "heads", None)
-        for li, a in enumerate(layers):
-            if isinstance(nh, int) and a.shape[1] != nh:
-                raise RuntimeError("layer %d has %d heads, the client declares %d"
-                                   % (li, a.shape[1], nh))
+        n = len(layers)
+        learned = False
+        if self.layer_ids is not None:
+            if len(self.layer_ids) != n:
+                raise RuntimeError("layers=%r names %d layers, %d attention layers were "
+                                   "captured" % (self.layer_ids, len(self.layer_ids), n))
+            ids = list(self.layer_ids)
+        elif self.layer_offset is not None:
+            ids = [self.layer_offset + i for i in range(n)]
+        else:
+            ids = [self._learn_layer(m) if m is not None else None for m in sources]
+            learned = (None not in ids and len(set(ids)) == n and
+                       (not isinstance(nl, int) or max(ids) < nl))
+            if not learned:
+                ids = list(range(n))
+        if isinstance(nl, int):
+            if (self.layer_ids is not None or self.layer_offset is not None) and \
+                    max(ids) >= nl:
+                raise RuntimeError("layer %d: the client declares %d layers" % (max(ids), nl))
+            if not learned and self.layer_ids is None and self.layer_offset is None:
+                if n > nl:
+                    ids = ids[:nl]      # the capture order, cut to the client's (warned)
+                elif n < nl and getattr(self.client, "senders", 1) > 1:
+                    raise RuntimeError(
+                        "%d attention layers captured of the client's %d, and nothing says "
+                        "which they are (no layer_idx/layer_id/layer_number attribute, no "
+                        "index in the module names): pass layers= or layer_offset="
+                        % (n, nl))
+            single = getattr(self.client, "senders", 1) == 1 and _dist() is None
+            if single and (n != nl or sorted(ids) != list(range(nl))):
+                self._warn_once("layers", "sinkwatch probe: %d attention layers captured "
+                                "(sent as layers %s), the client declares %d"
+                                % (n, _ranges(ids), nl))
+        plan = []
+        for li, (a, m) in zip(ids, zip(layers, sources)):
+            h = int(a.shape[1])
+            if self.head0 is not None:
+                h0, how = self.head0, "head0=%d" % self.head0
+            elif m is not None:
+                h0, how = self._learn_heads(m, h)
+            else:
+                h0, how = None, None
+            if isinstance(nh, int):
+                if h0 is None and h != nh:
+                    raise RuntimeError("layer %d has %d heads, the client declares %d (a "
+                                       "tensor-parallel part needs head0= or the module's "
+                                       "tensor-parallel attributes)" % (li, h, nh))
+                if h0 is not None and h0 + h > nh:
+                    raise RuntimeError("layer %d: heads %d..%d (%s), the client declares %d"
+                                       % (li, h0, h0 + h - 1, how, nh))
+            plan.append((li, h0 or 0, h))
+        self._plans[key] = plan
+        return plan
+
+    def _check_senders(self, plan):
+        """A part of the model on a rank of a distributed job needs a client
+        of several senders."""
+        if getattr(self.client, "senders", 1) > 1:
+            return
+        dist = _dist()
+        if dist is None or dist.get_world_size() < 2:
+            return
+        nl, nh = getattr(self.client, "layers", None), getattr(self.client, "heads", None)
+        ids = sorted(p[0] for p in plan)
+        part_layers = isinstance(nl, int) and ids != list(range(nl))
+        part_heads = any(h0 != 0 or (isinstance(nh, int) and h != nh) for _, h0, h in plan)
+        if part_layers or part_heads:
+            what = "layers %s" % _ranges(ids) if part_layers else "heads %s" % ", ".join(
+                sorted({"%d..%d" % (h0, h0 + h - 1) for _, h0, h in plan}))
+            raise RuntimeError(
+                "rank %d holds %s of the model (%s layers x %s heads) but the client is a "
+                "single sender: build it with sinkwatch.torch.distributed_client(run, "
+                "layers, heads, group) so that every rank of the split sends its part"
+                % (dist.get_rank(), what, nl, nh))
+
+    def _send(self, step, layers, sources=None):
+        if sources is None:
+            sources = [None] * len(layers)
+        plan = self._plan(layers, sources)
+        self._check_senders(plan)
+        nh = getattr(self.client, "heads", None)
         total, ok = 0, True
-        keep = {"step": step, "attention": [], "sent": []} if self.keep else None
-        for li, a in enumerate(layers):
+        keep = {"step": step, "attention": [], "sent": [], "layers": [], "head0": []} \
+            if self.keep else None
+        for (li, h0, h), a in zip(plan, layers):
             arr, kind, dtype, qpos, host = self._payload(a)
             if self.keep:
                 keep["attention"].append(host)
                 keep["sent"].append(arr)
+                keep["layers"].append(li)
+                keep["head0"].append(h0)
                 keep["qpos"] = None if qpos is None else np.asarray(qpos, dtype=np.int64)
                 keep["kind"], keep["dtype"] = kind, dtype or str(arr.dtype)
             total += arr.nbytes
-            r = self.client.send(step, li, arr, kind=kind, qpos=qpos, dtype=dtype)
+            part = {"head0": h0} if (h0 != 0 or (isinstance(nh, int) and h != nh)) else {}
+            r = self.client.send(step, li, arr, kind=kind, qpos=qpos, dtype=dtype, **part)
             self._st["messages"] += 1
             if r is False:
                 self._st["send_false"] += 1
@@ -490,7 +886,8 @@ class AttentionProbe:
             self._st["rows"], self._st["keys"] = arr.shape[1], arr.shape[2]
             self._st["dtype"] = dtype or {"float32": "f32", "float16": "f16",
                                           "float64": "f64"}.get(str(arr.dtype), str(arr.dtype))
-        self._st["layers"] = len(layers)
+        self._st["layers"] = len(plan)
+        self._st["parts"] = list(plan)
         if self.keep:
             self.last = keep
         return total, ok
