@@ -1272,7 +1272,9 @@ class _Opts(ctypes.Structure):
     _fields_ = [("endpoint", ctypes.c_char_p), ("blocking", ctypes.c_int),
                 ("block_timeout_ms", ctypes.c_int), ("queue_max", ctypes.c_int),
                 ("queue_max_bytes", ctypes.c_size_t), ("linger_ms", ctypes.c_int),
-                ("resuming", ctypes.c_int), ("resume_from", ctypes.c_int64)]
+                ("resuming", ctypes.c_int), ("resume_from", ctypes.c_int64),
+                ("rank", ctypes.c_uint32), ("senders", ctypes.c_uint32),
+                ("incarnation", ctypes.c_uint64)]
 
 
 class _Run(ctypes.Structure):
