@@ -11,14 +11,12 @@ example on one process (one stage, one sender) trains the same weights
   step with its rows, no drop of any reason, no decode error;
 - the pipeline's file equals the single sender's, dataset by dataset (the
   daemon computes each layer as if one message had carried it);
-- per-sender counters: the run file's sender table (sender_inc,
-  sender_rank, sender_messages, sender_lost, sender_ended) and the
-  daemon's status (`sinkwatch status --format json`, taken while the run
-  is open) name both ranks of the one incarnation, none lost, both ended.
-
-The daemon side of several senders (PROTOCOL.md 7b) is what this needs;
-the names of the sender table and of the status JSON are in SENDER_FIELDS
-and status_senders(), the places to adjust.
+- per-sender counters: the run file's sender table (dataset `senders`,
+  fields as its `sender_fields` attribute names them, storage/LAYOUT.md),
+  `sinkwatch report --format json` (senders, ranks_not_ended) and the
+  daemon's status section `senders` (taken while the run is open) name
+  both ranks of the one incarnation, every message counted, none lost or
+  duplicated, both ended.
 
     SINKWATCHD=./sinkwatchd SINKWATCH=./sinkwatch SW_SRCDIR=. \\
         /usr/bin/python3 tests/dist_live.py
@@ -59,9 +57,11 @@ PROBES = [0, 4, 8, 12]          # every 4 steps and the final weights
 ARGS = ["--steps", str(STEPS), "--every", str(EVERY), "--layers", str(LAYERS),
         "--heads", str(HEADS), "--d-model", "32", "--context", "32", "--dropout", "0",
         "--probe-batch", "2", "--log-every", "1", "--seed", "1"]
-# the run file's sender table (notes/v2.md point 7); one row per sender
-SENDER_FIELDS = ("sender_inc", "sender_rank", "sender_messages", "sender_lost",
-                 "sender_ended")
+# each rank's messages: its 2 layers at every probe, and its end
+MESSAGES = len(PROBES) * 2 + 1
+# counters that must stay 0 (PROTOCOL.md 7b, storage/LAYOUT.md)
+ZERO = ("lost", "duplicates", "overlaps", "mismatches", "disagree", "uncompared", "missing",
+        "after_end")
 STATE = {}
 
 
@@ -75,21 +75,34 @@ def torchrun():
 
 
 def status_senders(d, run):
-    """The daemon's counters of each sender of a run, from `sinkwatch status
-    --format json`: a list of dicts with inc, rank, senders, messages,
-    lost, ended (and duplicates, disagree, overlap, missing), or None when
-    the status does not list the run (any more)."""
-    rc, out, err = run_cmd([SINKWATCH, "status", "--control", d.control, "--format", "json"],
-                           timeout=10)
-    assert rc == 0, "sinkwatch status --format json: exit %d: %s" % (rc, err.strip())
-    js = json.loads(out)
-    runs = js.get("runs", [])
-    if isinstance(runs, dict):
-        runs = runs.get("runs", [])
-    for r in runs:
-        if r.get("run") == run:
-            return r.get("senders")
-    return None
+    """The daemon's counters of each sender of an open run (status section
+    senders, a line "sender: RUN inc=I rank=R/N messages=M ... ended=E"
+    each): a list of dicts of ints (senders: N), or None when the status
+    does not list the run (any more)."""
+    out = []
+    for line in d.ctl("status senders").splitlines():
+        if not line.startswith("sender: "):
+            continue
+        head, _, rest = line[len("sender: "):].rpartition(" inc=")
+        if head != run:
+            continue
+        kv = dict(x.split("=", 1) for x in ("inc=" + rest).split())
+        rank, senders = kv.pop("rank").split("/")
+        row = {k: int(v) for k, v in kv.items()}
+        row.update(rank=int(rank), senders=int(senders))
+        out.append(row)
+    return out or None
+
+
+def sender_table(path):
+    """The run file's sender table: a list of dicts, one per sender."""
+    with h5py.File(path, "r") as f:
+        assert "senders" in f, "no sender table (dataset senders) in %s" % path
+        names = f.attrs["sender_fields"]
+        names = (names.decode() if isinstance(names, bytes) else str(names)).split(",")
+        t = f["senders"][:]
+    assert t.ndim == 2 and t.shape[1] == len(names), (t.shape, names)
+    return [dict(zip(names, (int(v) for v in row))) for row in t]
 
 
 def losses(out):
@@ -193,41 +206,47 @@ def case_equals_single_sender():
 
 
 def case_sender_table():
+    """The file's sender table and `sinkwatch report --format json`."""
     with h5py.File(STATE["files"][0], "r") as f:
-        missing = [k for k in SENDER_FIELDS if k not in f]
-        assert not missing, "no %s in the run file" % missing
-        t = {k: f[k][:] for k in SENDER_FIELDS}
         inc = int(f["inc"][0])
-        for k in ("sender_duplicates", "sender_disagree", "sender_overlap", "sender_missing"):
-            if k in f:
-                assert not f[k][:].any(), (k, f[k][:])
-    assert len(t["sender_rank"]) == RANKS, t
-    assert sorted(int(r) for r in t["sender_rank"]) == list(range(RANKS)), t
-    assert all(int(i) == inc for i in t["sender_inc"]), (t, inc)
-    # each rank: its 2 layers at every probe, and its end
-    assert all(int(m) == len(PROBES) * 2 + 1 for m in t["sender_messages"]), t
-    assert not t["sender_lost"].any(), t
-    assert all(int(e) == 1 for e in t["sender_ended"]), t
+    t = sender_table(STATE["files"][0])
+    assert sorted(r["rank"] for r in t) == list(range(RANKS)), t
+    for r in t:
+        assert (r["inc"], r["senders"], r["messages"], r["ended"]) == \
+            (inc, RANKS, MESSAGES, 1), r
+        assert not any(r[k] for k in ZERO), r
+    rc, out, err = run_cmd([SINKWATCH, "report", STATE["files"][0], "--format", "json"])
+    assert rc == 0, (rc, err)
+    js = json.loads(out)
+    assert js["ranks_not_ended"] == [], js["ranks_not_ended"]
+    assert sorted((s["rank"], s["messages"], s["ended"]) for s in js["senders"]) == \
+        [(r, MESSAGES, 1) for r in range(RANKS)], js["senders"]
+    # the single sender's run: one row, rank 0 of 1
+    t1 = sender_table(STATE["files"][1])
+    assert [(r["rank"], r["senders"], r["messages"], r["ended"]) for r in t1] == \
+        [(0, 1, LAYERS * len(PROBES) + 1, 1)], t1
 
 
 def case_status_senders():
+    """The status while the run was open: both ranks of one incarnation,
+    nothing lost or dropped, messages counted as they came."""
     seen = STATE.get("status_seen", [])
     errors = [s for s in seen if isinstance(s, Exception)]
     assert not errors, errors[0]
     assert seen, "the status never listed run %s with its senders" % RUN
     last = seen[-1]
-    ranks = sorted(int(s["rank"]) for s in last)
-    assert ranks == list(range(RANKS)), last
-    assert len({s["inc"] for s in last}) == 1 and all(int(s["senders"]) == RANKS
-                                                      for s in last), last
+    assert sorted(s["rank"] for s in last) == list(range(RANKS)), last
+    assert len({s["inc"] for s in last}) == 1 and {s["senders"] for s in last} == {RANKS}, \
+        last
     for s in last:
-        assert int(s["lost"]) == 0 and 0 < int(s["messages"]) <= len(PROBES) * 2 + 1, s
-        for k in ("duplicates", "disagree", "overlap", "missing"):
-            assert int(s.get(k, 0)) == 0, (k, s)
+        assert 0 < s["messages"] <= MESSAGES and not any(s.get(k, 0) for k in ZERO), s
+    for a, b in zip(seen, seen[1:]):        # counters only grow
+        ma = {s["rank"]: s["messages"] for s in a}
+        assert all(s["messages"] >= ma.get(s["rank"], 0) for s in b), (a, b)
     after = status_senders(STATE["daemon"], RUN)
     if after:       # still listed after the ends: both ended, every message counted
         for s in after:
-            assert s.get("ended") in (1, True) and int(s["messages"]) == len(PROBES) * 2 + 1, s
+            assert s["ended"] == 1 and s["messages"] == MESSAGES, s
 
 
 CASES = [("training", case_training), ("one_run_file", case_one_run_file),

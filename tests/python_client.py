@@ -1269,6 +1269,9 @@ def c_client_lib():
 
 
 class _Opts(ctypes.Structure):
+    """sw_client_opts; rank, senders and incarnation since libsinkwatch.so.1
+    (a library before it reads only the fields before them: zeros there are
+    the defaults either way)."""
     _fields_ = [("endpoint", ctypes.c_char_p), ("blocking", ctypes.c_int),
                 ("block_timeout_ms", ctypes.c_int), ("queue_max", ctypes.c_int),
                 ("queue_max_bytes", ctypes.c_size_t), ("linger_ms", ctypes.c_int),
@@ -1370,6 +1373,90 @@ def t_wire_equals_c_client():
         cap.close()
 
 
+def _blank_time(h):
+    """A header with the 8 bytes of its time (float 64) zeroed."""
+    i = h.index(b"\xa4time\xcb") + 6
+    return h[:i] + b"\0" * 8 + h[i + 8:]
+
+
+def t_wire_equals_c_client_v2():
+    """Several senders from libsinkwatch (sw_client_opts rank, senders,
+    incarnation; sw_client_send_part) and from the Python client (rank,
+    senders, incarnation; send(head0=, row0=, rows=)): equal bytes, but for
+    the 8 bytes of the wall-clock time, whole layers, parts and the end."""
+    path = c_client_lib()
+    if path is None:
+        print("     (libsinkwatch.so not built)")
+        return
+    lib = ctypes.CDLL(path)
+    if not hasattr(lib, "sw_client_send_part"):
+        print("     (this libsinkwatch has no sw_client_send_part: skipped)")
+        return
+    lib.sw_client_new.argtypes = [ctypes.POINTER(_Opts), ctypes.POINTER(_Run),
+                                  ctypes.POINTER(ctypes.c_void_p)]
+    lib.sw_client_send.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Snap)]
+    lib.sw_client_send_part.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Snap), ctypes.c_uint32,
+                                        ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]
+    lib.sw_client_end.argtypes = [ctypes.c_void_p]
+    lib.sw_client_flush.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.sw_client_destroy.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    rng = np.random.default_rng(8)
+    H, inc = 6, (1 << 60) + 12345
+    # (array, qpos, head0 (None: whole layer), row0, rows)
+    msgs = [(probs(rng, H, 4, 16), [12, 13, 14, 15], None, 0, None),
+            (probs(rng, 2, 4, 16), None, 2, 0, None),
+            (probs(rng, H, 3, 16), [5, 6, 7], 0, 5, 9),
+            (probs(rng, 1, 1, 16), [200], 5, 300, 301),
+            (probs(rng, 3, 2, 16), None, 3, 0, 2)]
+    cap = Capture()
+    try:
+        for rank, senders in ((1, 3), (0, 1)):
+            run = "cmp-v2/%d" % senders
+            o = _Opts(cap.endpoint.encode(), 0, -1, 16, 256 << 20, 2000, 0, 0, rank, senders,
+                      inc)
+            ri = _Run(run.encode(), b"m", 5, 7, H, 0, 1)
+            ch = ctypes.c_void_p()
+            assert lib.sw_client_new(ctypes.byref(o), ctypes.byref(ri), ctypes.byref(ch)) == 0
+            keep = []
+            for i, (arr, q, h0, r0, rows) in enumerate(msgs):
+                arr = np.ascontiguousarray(arr)
+                keep.append(arr)
+                qp = None
+                if q is not None:
+                    qa = (ctypes.c_uint32 * len(q))(*q)
+                    keep.append(qa)
+                    qp = ctypes.cast(qa, ctypes.POINTER(ctypes.c_uint32))
+                sn = _Snap(40 + i, i, 0, 0, arr.shape[1], arr.shape[2], qp, arr.ctypes.data,
+                           arr.nbytes)
+                if h0 is None:
+                    assert lib.sw_client_send(ch, ctypes.byref(sn)) == 0, i
+                else:
+                    assert lib.sw_client_send_part(ch, ctypes.byref(sn), h0, arr.shape[0], r0,
+                                                   rows or 0) == 0, i
+            assert lib.sw_client_end(ch) == 0
+            assert lib.sw_client_flush(ch, 3000) == 0
+            from_c = [cap.recv() for _ in range(len(msgs) + 1)]
+            lib.sw_client_destroy(ctypes.byref(ch))
+            c = sinkwatch.Client(run, layers=7, heads=H, endpoint=cap.endpoint, model="m",
+                                 params=5, rank=rank, senders=senders, incarnation=inc)
+            for i, (arr, q, h0, r0, rows) in enumerate(msgs):
+                assert c.send(40 + i, i, arr, qpos=q, head0=h0, row0=r0, rows=rows), i
+            assert c.end() and c.flush(3.0) == 0
+            from_py = [cap.recv() for _ in range(len(msgs) + 1)]
+            c.close()
+            for i, (a, b) in enumerate(zip(from_c, from_py)):
+                assert a[0] == b[0] and a[2:] == b[2:], (senders, i)
+                assert _blank_time(a[1]) == _blank_time(b[1]), \
+                    "senders %d, message %d: C %s\n        Python %s" % (
+                        senders, i, a[1].hex(), b[1].hex())
+                h = proto.decode_header(a[1])
+                assert (h["rank"], h["senders"], h["inc"]) == (rank, senders, inc), h
+                # one sender: v1 for the whole layer and the end, v2 for parts
+                assert h["v"] == (1 if senders == 1 and i in (0, len(msgs)) else 2), (i, h)
+    finally:
+        cap.close()
+
+
 CASES = {
     "golden_reencode": lambda: t_golden_reencode(),
     "golden_worked_example": lambda: t_golden_worked_example(),
@@ -1387,6 +1474,7 @@ CASES = {
     "incarnation": lambda: t_incarnation(),
     "wire_equals_golden": lambda: t_wire_equals_golden(),
     "wire_equals_c_client": lambda: t_wire_equals_c_client(),
+    "wire_equals_c_client_v2": lambda: t_wire_equals_c_client_v2(),
     "close_bounded": lambda: t_close_bounded(),
     "down_then_up": lambda: t_down_then_up(),
     "daemon_restart": lambda: t_daemon_restart(),
