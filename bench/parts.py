@@ -1,0 +1,59 @@
+"""Daemon CPU per layer: whole layers from one sender vs the same layers as
+4 head parts from 4 senders (PROTOCOL.md 7b), side by side in one run."""
+import os
+import sys
+import time
+sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")), "tests"))
+import numpy as np
+from swharness import Daemon, Sender, random_probs
+
+L, H, R, K, STEPS = 12, 16, 64, 1024, 12
+rng = np.random.default_rng(1)
+data = [random_probs(rng, H, R, K, dtype=np.float16) for _ in range(L)]
+
+def cpu(pid):
+    f = open("/proc/%d/stat" % pid).read().split(")")[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+def wait_steps(d, run, n):
+    import h5py
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        try:
+            with h5py.File(d.run_file(run), "r", libver="latest", swmr=True) as f:
+                if f["step"].shape[0] >= n:
+                    return
+        except (OSError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise SystemExit("timeout")
+
+def run_whole(d):
+    s = Sender(d.listen, "whole", L, H, model="m")
+    c0 = cpu(d.proc.pid)
+    for st in range(STEPS):
+        for l in range(L):
+            s.snapshot(st, l, data[l], inc=5)
+    wait_steps(d, "whole", STEPS)
+    return cpu(d.proc.pid) - c0
+
+def run_parts(d):
+    inc = (int(time.time() * 1e6) << 12) | 7
+    ss = [Sender(d.listen, "parts", L, H, model="m") for _ in range(4)]
+    c0 = cpu(d.proc.pid)
+    for st in range(STEPS):
+        for l in range(L):
+            for k, s in enumerate(ss):
+                s.snapshot(st, l, np.ascontiguousarray(data[l][4 * k:4 * k + 4]), v=2,
+                           inc=inc, rank=k, senders=4, head0=4 * k)
+    wait_steps(d, "parts", STEPS)
+    return cpu(d.proc.pid) - c0
+
+d = Daemon(extra=["--budget-mb", "2048"]).start()
+try:
+    w, p = run_whole(d), run_parts(d)
+finally:
+    d.stop()
+n = L * STEPS
+print("layer %dx%dx%d f16 (%.1f MiB), %d layers each way" % (H, R, K, H * R * K * 2 / 2**20, n))
+print("daemon CPU per layer: whole %.2f ms, 4 head parts %.2f ms, ratio %.2f" % (1e3 * w / n, 1e3 * p / n, p / w))
