@@ -561,14 +561,15 @@ audit_clusters(struct audit *au, double *mean_ari)
 			sw_json_num(&au->j, "ari", ari);
 			sw_json_end_obj(&au->j);
 		} else {
-			printf("%6zu %6lld  keep ", l, (long long)a->whole);
+			printf("%6zu %6lld  ", l, (long long)a->whole);
 			if (a->whole > 0) {
+				printf("keep ");
 				text_labels(au->labels[0], H);
 				printf("  drop ");
 				text_labels(au->labels[1], H);
 				printf("  ARI %.6f\n", ari);
 			} else
-				printf("-  no whole step in the range\n");
+				printf("no whole step in the range\n");
 		}
 	}
 	if (au->o->json)
@@ -587,8 +588,8 @@ audit_means(struct audit *au)
 	if (au->o->json)
 		sw_json_begin_arr(&au->j, "layers");
 	else
-		printf("\nmean flip rate over the range\n%6s %8s %10s %10s %10s\n", "layer", "steps",
-		    "cosine", "js", "entropy");
+		printf("\nmean flip rate over the range (values: the layer-steps averaged, per metric)\n"
+		    "%6s %10s %10s %10s %16s\n", "layer", "cosine", "js", "entropy", "values c/j/e");
 	for (size_t l = 0; l <= au->L; l++) {
 		double mean[3];
 		int64_t nn[3];
@@ -616,12 +617,16 @@ audit_means(struct audit *au)
 				sw_json_int(&au->j, NULL, nn[m]);
 			sw_json_end_arr(&au->j);
 			sw_json_end_obj(&au->j);
-		} else if (l < au->L)
-			printf("%6zu %8lld %10.6f %10.6f %10.6f\n", l, (long long)nn[1], mean[0], mean[1],
-			    mean[2]);
-		else
-			printf("%6s %8lld %10.6f %10.6f %10.6f\n", "model", (long long)nn[1], mean[0],
-			    mean[1], mean[2]);
+		} else {
+			char lab[32], cnts[64];
+			if (l < au->L)
+				snprintf(lab, sizeof(lab), "%zu", l);
+			else
+				snprintf(lab, sizeof(lab), "model");
+			snprintf(cnts, sizeof(cnts), "%lld/%lld/%lld", (long long)nn[0], (long long)nn[1],
+			    (long long)nn[2]);
+			printf("%6s %10.6f %10.6f %10.6f %16s\n", lab, mean[0], mean[1], mean[2], cnts);
+		}
 	}
 }
 
@@ -641,7 +646,7 @@ audit_header(struct audit *au, const sw_view *v)
 		printf("audit of run %s  model %s  %zu layers x %zu heads  steps %lld .. %lld (%lld "
 		    "stored steps of %lld)\n", m->run, m->model[0] ? m->model : "-", au->L, au->H,
 		    (long long)first, (long long)last, (long long)n, (long long)v->n);
-		printf("\nflip rate (METRICS.md 5), recomputed from the stored pair matrices and head "
+		printf("\nflip rate (METRICS.md section 5), recomputed from the stored pair matrices and head "
 		    "entropies; '=' where the stored flip_rate agrees (to %g)\n", FLIP_TOL);
 		printf("%10s %6s %10s %10s %10s\n", "step", "layer", "cosine", "js", "entropy");
 		return;
