@@ -20,6 +20,7 @@ usage(FILE *f)
 	    "  tail RUN.h5                         print each step as it is committed\n"
 	    "  report RUN.h5 [--format text|json]  the run's entropy collapse attribution\n"
 	    "  check RUN.h5...                     is a run file whole; clear a killed writer's flags\n"
+	    "  audit RUN.h5 [options]              flip rates and head clusterings, sink kept vs dropped\n"
 	    "  status [SECTION]                    ask a running sinkwatchd\n"
 	    "  help                                this text\n"
 	    "  version                             print the version\n"
@@ -47,6 +48,8 @@ main(int argc, char **argv)
 		return sw_report_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "check"))
 		return sw_check_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "audit"))
+		return sw_audit_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "status"))
 		return sw_status_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

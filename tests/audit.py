@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""`sinkwatch audit` against independent computations on the stored values:
+a run streamed through a real daemon, with heads built to cluster by their
+content under drop and by their sink mass under keep, one layer missing at
+one step and the steps sent out of order. The audit's flip rates equal a
+numpy computation of METRICS.md §5 on the stored pair matrices and head
+entropies (and the stored flip_rate); its clusterings equal scipy's
+average linkage (linkage(method="average") + fcluster(maxclust=k)) on the
+same distances, merge heights included; its adjusted Rand index equals
+scikit-learn's on the same clusterings.
+
+    SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd /usr/bin/python3 tests/audit.py [CASE...]
+"""
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, Sender, run_cmd  # noqa: E402
+
+if not SINKWATCH or not SINKWATCHD:
+    print("SINKWATCH and SINKWATCHD must be set: skipped")
+    sys.exit(77)
+
+try:
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+    from sklearn.metrics import adjusted_rand_score
+except ImportError as e:    # python3-scipy, python3-sklearn
+    print("scipy or scikit-learn missing (%s): skipped" % e)
+    sys.exit(77)
+
+L, H, R, K = 3, 9, 8, 40
+STEPS = [0, 20, 10, 30, 50, 40]       # the order they are sent in
+MISSING = (30, 2)                     # (step, layer) never sent
+RUN = "audit"
+
+
+def layer_tensor(rng, step, layer):
+    """[H, R, K] probabilities: head h's content follows group h // 3 (plus
+    a little noise), its sink mass level h % 3; the levels are far apart, so
+    the sink dominates the keep convention's JS and the content the drop's."""
+    t = step / 50.0
+    base = np.random.default_rng(100 + layer).normal(size=(3, R, K - 1)) * 0.4
+    x = np.empty((H, R, K))
+    for h in range(H):
+        z = base[h // 3] + 0.04 * rng.normal(size=(R, K - 1))
+        c = np.exp(z - z.max(-1, keepdims=True))
+        c /= c.sum(-1, keepdims=True)
+        s = (0.04, 0.5, 0.96)[h % 3] * (1 - 0.02 * t) + 0.01 * rng.random(size=(R, 1))
+        x[h, :, 0] = s[:, 0]
+        x[h, :, 1:] = (1 - s) * c
+    return x
+
+
+def make_run():
+    d = Daemon(extra=["--step-timeout-ms", "300", "--pair-rows", "0"]).start()
+    try:
+        rng = np.random.default_rng(3)
+        snd = Sender(d.listen, RUN, L, H, model="audit-test", params=12345)
+        for st in STEPS:
+            for lay in range(L):
+                x = layer_tensor(rng, st, lay)
+                if (st, lay) != MISSING:
+                    snd.snapshot(st, lay, x)
+        snd.end()
+        path = d.wait_ended(RUN, timeout=30)
+        snd.close()
+    finally:
+        assert d.stop() == 0
+    return path
+
+
+def audit(path, *args, rc_want=0):
+    rc, out, err = run_cmd([SINKWATCH, "audit", path, "--format", "json"] + list(args))
+    assert rc == rc_want, (args, rc, out, err)
+    return json.loads(out) if rc == 0 else err
+
+
+def flip_np(keep, drop):
+    """METRICS.md §5: every anchor i, every unordered pair {j, l} of the
+    other heads; a flip where the signs of D(i,j) - D(i,l) differ, zeros
+    no flip; comparisons with a NaN left out."""
+    n = keep.shape[0]
+    flips = comps = 0
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        a, b = np.array(others)[:, None], np.array(others)[None, :]
+        upper = a < b
+        dk = np.sign(keep[i, a] - keep[i, b])[upper]
+        dd = np.sign(drop[i, a] - drop[i, b])[upper]
+        ok = ~(np.isnan(dk) | np.isnan(dd))
+        comps += int(ok.sum())
+        flips += int(((dk != 0) & (dd != 0) & (dk != dd) & ok).sum())
+    return flips / comps if comps else float("nan")
+
+
+def stored(path):
+    with h5py.File(path, "r") as f:
+        step = f["step"][:]
+        out = {k: f[k][:] for k in ("cosine_keep", "cosine_drop", "js_keep", "js_drop",
+                                    "entropy", "content_entropy", "flip_rate", "missing")}
+    return step, out
+
+
+def canon(labels):
+    """A partition as labels numbered by first occurrence."""
+    seen = {}
+    return [seen.setdefault(x, len(seen) + 1) for x in labels]
+
+
+def same(a, b, tol=1e-12):
+    a = float("nan") if a is None else a
+    return (np.isnan(a) and np.isnan(b)) or abs(a - b) <= tol
+
+
+PATH = None
+
+
+def case_flip_rates():
+    """Per step and layer the audit's flip rates equal numpy's on the stored
+    matrices, and the stored flip_rate; the means over the range too; the
+    steps come in step order (the view), the missing layer is skipped and
+    counted."""
+    rep = audit(PATH)
+    step, v = stored(PATH)
+    assert [s["step"] for s in rep["steps"]] == sorted(STEPS), rep["steps"]
+    assert rep["range"] == {"first_step": 0, "last_step": 50, "steps": 6, "steps_stored": 6}
+    sums = np.zeros((L, 3))
+    cnt = np.zeros((L, 3))
+    for s in rep["steps"]:
+        t = s["row"]
+        assert step[t] == s["step"], (t, s["step"])
+        for ly in s["layers"]:
+            lay = ly["layer"]
+            if (s["step"], lay) == MISSING:
+                assert v["missing"][t, lay] == 1
+                assert ly["status"] == "missing_heads" and ly["flip"] == [None] * 3, ly
+                continue
+            assert ly["status"] == "whole", ly
+            want = [flip_np(v["cosine_keep"][t, lay], v["cosine_drop"][t, lay]),
+                    flip_np(v["js_keep"][t, lay], v["js_drop"][t, lay]),
+                    flip_np(np.abs(np.subtract.outer(v["entropy"][t, lay], v["entropy"][t, lay])),
+                            np.abs(np.subtract.outer(v["content_entropy"][t, lay],
+                                                     v["content_entropy"][t, lay])))]
+            for m in range(3):
+                assert same(ly["flip"][m], want[m]), (s["step"], lay, m, ly["flip"], want)
+                assert same(ly["flip_stored"][m], v["flip_rate"][t, lay, m]), (ly, m)
+                assert same(ly["flip"][m], v["flip_rate"][t, lay, m]), (ly, m)
+            assert ly["agree"] is True
+            assert ly["comparisons"] == [H * (H - 1) * (H - 2) // 2] * 3, ly["comparisons"]
+            sums[lay] += want
+            cnt[lay] += 1
+    assert 0 < np.mean(sums / cnt) < 1      # flips happen, not everywhere
+    assert rep["flips_agree"] is True and rep["flips_disagree"] == 0
+    assert rep["skipped"] == {"steps": 1, "layer_steps_missing_heads": 1,
+                              "layer_steps_nan_pairs": 0}, rep["skipped"]
+    mf = rep["mean_flip"]
+    for lay in range(L):
+        for m, name in enumerate(("cosine", "js", "entropy")):
+            assert same(mf["layers"][lay][name], sums[lay, m] / cnt[lay, m]), (lay, name, mf)
+        assert mf["layers"][lay]["values"] == [int(c) for c in cnt[lay]]
+    for m, name in enumerate(("cosine", "js", "entropy")):
+        assert same(mf["model"][name], sums[:, m].sum() / cnt[:, m].sum()), (name, mf["model"])
+
+
+def check_clusters(rep, rows, dist):
+    """The audit's clusterings of every layer against scipy and sklearn."""
+    _, v = stored(PATH)
+    k = rep["clustering"]["k"]
+    aris = []
+    for lay, cl in enumerate(rep["clustering"]["layers"]):
+        use = [t for t in rows if v["missing"][t, lay] == 0]
+        assert cl["steps"] == len(use), (lay, cl["steps"], use)
+        labels = {}
+        for c in ("keep", "drop"):
+            jsd = np.mean(v["js_" + c][use, lay], axis=0)
+            D = np.sqrt(np.maximum(jsd, 0)) if dist == "sqrt" else np.maximum(jsd, 0)
+            np.fill_diagonal(D, 0)
+            Z = linkage(squareform(D, checks=False), method="average")
+            merges = np.array(cl[c]["merges"], dtype=float)
+            assert merges.shape == (H - 1, 4)
+            assert np.allclose(merges[:, 2], Z[:, 2], rtol=0, atol=1e-12), (lay, c, merges, Z)
+            assert np.all(np.diff(Z[:, 2]) > 1e-9), "ties in the test data"
+            assert np.array_equal(merges[:, [0, 1, 3]], Z[:, [0, 1, 3]]), (lay, c, merges, Z)
+            want = fcluster(Z, k, criterion="maxclust")
+            assert canon(cl[c]["labels"]) == canon(want.tolist()), (lay, c, cl[c]["labels"], want)
+            assert len(set(cl[c]["labels"])) == k
+            labels[c] = cl[c]["labels"]
+        ari = adjusted_rand_score(labels["keep"], labels["drop"])
+        assert same(cl["ari"], ari), (lay, cl["ari"], ari)
+        aris.append(ari)
+    assert same(rep["clustering"]["mean_ari"], float(np.mean(aris)))
+    return aris
+
+
+def case_clusters():
+    """Clusterings equal scipy's on the same distances (the square root of
+    the mean JS divergence over the range's whole steps, the default);
+    the drop clustering finds the content groups, the keep one the sink
+    levels; the ARI equals scikit-learn's."""
+    rep = audit(PATH)
+    step, _ = stored(PATH)
+    assert rep["clustering"]["distance"] == "sqrt_jsd" and rep["clustering"]["k"] == 3
+    check_clusters(rep, list(range(len(step))), "sqrt")
+    groups = [h // 3 + 1 for h in range(H)]
+    levels = canon([h % 3 for h in range(H)])
+    for cl in rep["clustering"]["layers"]:
+        assert cl["drop"]["labels"] == groups, cl
+        assert canon(cl["keep"]["labels"]) == levels, cl
+        assert cl["ari"] < 0, cl          # two orthogonal partitions
+    assert rep["cross_layer"]["available"] is False
+    assert rep["cross_layer"]["bytes_per_step"] == L * rep["cross_layer"][
+        "bytes_per_step_within_layers"]
+
+
+def case_options():
+    """--distance jsd, --k, --from/--to, --last; stored steps only."""
+    step, _ = stored(PATH)
+    row_of = {int(s): t for t, s in enumerate(step)}
+    for args, steps in ((["--k", "4", "--distance", "jsd"], sorted(STEPS)),
+                        (["--from", "10", "--to", "40", "--k", "2"], [10, 20, 30, 40]),
+                        (["--last", "2", "--k", "5"], [40, 50]),
+                        (["--from", "40"], [40, 50]), (["--to", "10"], [0, 10]),
+                        (["--last", "100"], sorted(STEPS))):
+        rep = audit(PATH, *args)
+        assert [s["step"] for s in rep["steps"]] == steps, (args, rep["steps"])
+        dist = "jsd" if "jsd" in args else "sqrt"
+        assert rep["clustering"]["distance"] == dist + ("_jsd" if dist == "sqrt" else "")
+        aris = check_clusters(rep, [row_of[s] for s in steps], dist)
+        assert any(a != 1 for a in aris), aris
+    one = audit(PATH, "--k", "1")
+    assert all(cl["ari"] == 1 and cl["keep"]["labels"] == [1] * H
+               for cl in one["clustering"]["layers"])
+    every = audit(PATH, "--k", str(H))
+    assert all(cl["ari"] == 1 and cl["drop"]["labels"] == list(range(1, H + 1))
+               for cl in every["clustering"]["layers"])
+    for args, msg in ((["--from", "15"], "nearest stored steps are 10 and 20"),
+                      (["--to", "60"], "last stored step is 50"),
+                      (["--from", "-5"], "first stored step is 0"),
+                      (["--k", "10"], "more clusters than the 9 heads"),
+                      (["--from", "40", "--to", "20"], "after"),
+                      (["--last", "2", "--from", "0"], "excludes"),
+                      (["--distance", "l2"], "not sqrt or jsd")):
+        err = audit(PATH, *args, rc_want=2)
+        assert msg in err, (args, err)
+
+
+def case_text():
+    """The text form says the same in lines a person reads."""
+    rc, out, err = run_cmd([SINKWATCH, "audit", PATH, "--last", "3"])
+    assert rc == 0, err
+    rep = audit(PATH, "--last", "3")
+    assert "stored and recomputed flip rates agree" in out, out
+    assert "skipped: 1 steps with a layer not whole" in out, out
+    assert "cross-layer clustering: not available" in out, out
+    assert "  skipped: heads missing" in out, out
+    for cl in rep["clustering"]["layers"]:
+        line = "keep %s  drop %s  ARI %.6f" % (" ".join(map(str, cl["keep"]["labels"])),
+                                                " ".join(map(str, cl["drop"]["labels"])), cl["ari"])
+        assert line in out, (line, out)
+
+
+CASES = [case_flip_rates, case_clusters, case_options, case_text]
+
+if __name__ == "__main__":
+    want = set(sys.argv[1:])
+    PATH = make_run()
+    res = Results()
+    for c in CASES:
+        if not want or c.__name__[5:] in want:
+            res.check(c.__name__[5:], c)
+    sys.exit(res.finish())
