@@ -578,6 +578,11 @@ def t_table(live):
     assert got2["excluded"][0]["reason"].startswith("unreadable: ") and \
         "No such file" in got2["excluded"][0]["reason"], got2["excluded"]
     assert got2["groups"] == [], got2["groups"]
+    # a file named twice counts once (no group of one file with itself)
+    got3 = report_json([some[1], data])
+    assert got3["groups"][0]["runs"] == 3, got3["groups"]
+    ex = [e for e in got3["excluded"] if e["reason"].startswith("the same file as ")]
+    assert len(ex) == 1 and os.path.samefile(ex[0]["file"], some[1]), got3["excluded"]
 
 
 def t_table_csv(live):

@@ -396,6 +396,8 @@ struct rep_run {
 	int have_agg, have_rank;
 	sw_agg agg;
 	sw_ranking rank;
+	dev_t dev;		/* the file, to see it named twice */
+	ino_t ino;
 	char reason[768];	/* why it is not compared; "" when it is */
 };
 
@@ -1126,9 +1128,15 @@ rep_load(struct rep_run *e, const struct rep_opts *o)
 	sw_run *run;
 	sw_range rg;
 
+	struct stat sb;
+
 	if (sw_run_open(e->file, &run, err, sizeof(err)) != 0) {
 		snprintf(e->reason, sizeof(e->reason), "unreadable: %s", err);
 		return -1;
+	}
+	if (stat(e->file, &sb) == 0) {
+		e->dev = sb.st_dev;
+		e->ino = sb.st_ino;
 	}
 	rep_take_meta(e, run);
 	if (sw_run_range(run, &o->range, &rg, err, sizeof(err)) != 0)
@@ -1253,6 +1261,20 @@ rep_cmp(const void *x, const void *y)
 		return a->meta.params < b->meta.params ? -1 : 1;
 	int c = strcmp(a->meta.model, b->meta.model);
 	return c ? c : strcmp(a->file, b->file);
+}
+
+/* A file named twice (or named and found in a directory) counts once. */
+static void
+rep_once(struct rep_list *runs)
+{
+	for (size_t i = 0; i < runs->n; i++) {
+		struct rep_run *a = &runs->v[i];
+		for (size_t k = 0; !a->reason[0] && a->ino && k < i; k++) {
+			const struct rep_run *b = &runs->v[k];
+			if (!b->reason[0] && b->dev == a->dev && b->ino == a->ino)
+				snprintf(a->reason, sizeof(a->reason), "the same file as %s", b->file);
+		}
+	}
 }
 
 /* Whether two runs measure the same thing (kind, probe keys, fixed-probe
@@ -1610,6 +1632,7 @@ report_many(char **paths, size_t np, const struct rep_opts *o)
 		rep_load(e, o);
 	}
 	qsort(runs.v, runs.n, sizeof(*runs.v), rep_cmp);
+	rep_once(&runs);
 	rep_majority(&runs);
 	if (!(cmp = malloc((runs.n + 1) * sizeof(*cmp))) ||
 	    !(g = malloc((runs.n + 1) * sizeof(*g))))
