@@ -18,7 +18,7 @@ usage(FILE *f)
 	    "  demo [--out FILE.h5]                write a demo tensor and analyze it\n"
 	    "  sim --run ID [options]              stream a synthetic run to sinkwatchd\n"
 	    "  tail RUN.h5                         print each step as it is committed\n"
-	    "  report RUN.h5 [--format text|json]  the run's entropy collapse attribution\n"
+	    "  report RUN.h5... | DIR [options]    entropy collapse attribution: one run, or a table of runs\n"
 	    "  check RUN.h5...                     is a run file whole; clear a killed writer's flags\n"
 	    "  audit RUN.h5 [options]              flip rates and head clusterings, sink kept vs dropped\n"
 	    "  status [SECTION]                    ask a running sinkwatchd\n"

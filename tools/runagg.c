@@ -1,0 +1,704 @@
+/*
+ * runagg.c: the one run aggregation (runagg.h): the view of a run file,
+ * ranges of it, the split of METRICS.md §3 over them, incomplete steps,
+ * per-head classes and rankings, the dashboard's series. Nothing here
+ * prints.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/runagg.h"
+
+/* ---- opening ---------------------------------------------------------------------- */
+
+static const char *const col_names[SW_RUN_COLS] = {
+	[SW_RC_ENTROPY] = "entropy", [SW_RC_SINK_ENTROPY] = "sink_entropy",
+	[SW_RC_SINK_MASS] = "sink_mass", [SW_RC_CONTENT_MASS] = "content_mass",
+	[SW_RC_CONTENT_ENTROPY_MW] = "content_entropy_mw",
+	[SW_RC_CONTENT_ENTROPY] = "content_entropy", [SW_RC_ROWS] = "rows",
+	[SW_RC_MISSING_RANK] = "missing_rank", [SW_RC_MISSING] = "missing",
+	[SW_RC_LOST] = "lost", [SW_RC_INCOMPLETE] = "incomplete",
+};
+
+/* Values per committed row of column c. */
+static size_t
+col_width(const sw_run *run, int c)
+{
+	if (c == SW_RC_LOST || c == SW_RC_INCOMPLETE)
+		return 1;
+	if (c == SW_RC_MISSING)
+		return run->L;
+	return run->LH;
+}
+
+void
+sw_run_close(sw_run **rp)
+{
+	sw_run *run = *rp;
+	if (!run)
+		return;
+	for (int c = 0; c < SW_RUN_COLS; c++)
+		free(run->col[c]);
+	sw_rows_free(&run->rows);
+	sw_view_free(&run->view);
+	sw_reader_close(&run->reader);
+	free(run->path);
+	free(run);
+	*rp = NULL;
+}
+
+/* Reads column c over every committed row; a dataset the file's layout
+ * does not have is left NULL. */
+static int
+read_col(sw_run *run, int c, char *err, size_t errlen)
+{
+	int k = sw_schema_find(col_names[c]);
+	if (k < 0 || sw_schema_at((size_t)k)->version > run->meta.version)
+		return 0;
+	size_t n = (size_t)run->T * col_width(run, c);
+	if (!(run->col[c] = malloc(n * sizeof(double) + 1))) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (run->T > 0 && sw_reader_read(run->reader, col_names[c], 0, run->T, run->col[c], n,
+	    err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+int
+sw_run_open(const char *path, sw_run **out, char *err, size_t errlen)
+{
+	sw_run *run = calloc(1, sizeof(*run));
+
+	*out = NULL;
+	if (!run || !(run->path = strdup(path))) {
+		free(run);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (sw_reader_open(path, &run->reader, &run->meta, err, errlen) != 0)
+		goto fail;
+	run->L = run->meta.layers;
+	run->H = run->meta.heads;
+	run->LH = run->L * run->H;
+	if ((run->T = sw_reader_refresh(run->reader, err, errlen)) < 0)
+		goto fail;
+	if (sw_reader_rows(run->reader, run->T, &run->rows, err, errlen) != 0)
+		goto fail;
+	if (sw_view_build(&run->rows, &run->view) != 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (int c = 0; c < SW_RUN_COLS; c++)
+		if (read_col(run, c, err, errlen) != 0)
+			goto fail;
+	if (!run->col[SW_RC_ENTROPY] || !run->col[SW_RC_MISSING] || !run->col[SW_RC_LOST]) {
+		snprintf(err, errlen, "%s: the file lacks the head values", path);
+		goto fail;
+	}
+	if (run->T > 0) {
+		run->lost = (int64_t)run->col[SW_RC_LOST][run->T - 1];
+		run->incomplete = (int64_t)run->col[SW_RC_INCOMPLETE][run->T - 1];
+	}
+	*out = run;
+	return 0;
+fail:
+	sw_run_close(&run);
+	return -1;
+}
+
+/* The first view index whose step is >= step (view.n if none). */
+static int64_t
+lower_bound(const sw_view *v, int64_t step)
+{
+	int64_t lo = 0, hi = v->n;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo) / 2;
+		if (v->step[mid] < step)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int64_t
+sw_run_find(const sw_run *run, int64_t step)
+{
+	int64_t k = lower_bound(&run->view, step);
+	return k < run->view.n && run->view.step[k] == step ? k : -1;
+}
+
+/* ---- ranges ----------------------------------------------------------------------- */
+
+/* "step S is not stored in FILE: the nearest stored steps are A and B" */
+static void
+not_stored(const sw_run *run, const char *opt, int64_t step, char *err, size_t errlen)
+{
+	const sw_view *v = &run->view;
+	int64_t k = lower_bound(v, step);
+	if (k == 0)
+		snprintf(err, errlen, "%s %lld: step %lld is not stored in %s; the nearest "
+		    "stored step is %lld (the first)", opt, (long long)step, (long long)step,
+		    run->path, (long long)v->step[0]);
+	else if (k == v->n)
+		snprintf(err, errlen, "%s %lld: step %lld is not stored in %s; the nearest "
+		    "stored step is %lld (the last)", opt, (long long)step, (long long)step,
+		    run->path, (long long)v->step[v->n - 1]);
+	else
+		snprintf(err, errlen, "%s %lld: step %lld is not stored in %s; the nearest "
+		    "stored steps are %lld and %lld", opt, (long long)step, (long long)step,
+		    run->path, (long long)v->step[k - 1], (long long)v->step[k]);
+}
+
+int
+sw_run_range(const sw_run *run, const sw_range_req *q, sw_range *out, char *err,
+    size_t errlen)
+{
+	const sw_view *v = &run->view;
+
+	if (v->n == 0) {
+		snprintf(err, errlen, "%s has 0 stored step(s) (%lld rows)", run->path,
+		    (long long)run->T);
+		return -1;
+	}
+	out->k0 = 0;
+	out->k1 = v->n - 1;
+	if (q->has_to && (out->k1 = sw_run_find(run, q->to)) < 0) {
+		not_stored(run, "--to", q->to, err, errlen);
+		return SW_RANGE_NOT_STORED;
+	}
+	if (q->has_from && (out->k0 = sw_run_find(run, q->from)) < 0) {
+		not_stored(run, "--from", q->from, err, errlen);
+		return SW_RANGE_NOT_STORED;
+	}
+	if (q->has_from && q->has_to && q->from > q->to) {
+		snprintf(err, errlen, "--from %lld is after --to %lld", (long long)q->from,
+		    (long long)q->to);
+		return -1;
+	}
+	if (q->last > 0) {
+		if (q->last > out->k1 + 1) {
+			snprintf(err, errlen, "--last %lld: %s has %lld stored step(s)%s", (long long)q->last,
+			    run->path, (long long)(out->k1 + 1), q->has_to ? " up to --to" : "");
+			return -1;
+		}
+		out->k0 = out->k1 - q->last + 1;
+	}
+	return 0;
+}
+
+/* ---- the attribution ------------------------------------------------------------- */
+
+static void
+head_at(const sw_run *run, int64_t t, size_t i, sw_head_at *h)
+{
+	size_t k = (size_t)t * run->LH + i;
+	h->H = run->col[SW_RC_ENTROPY][k];
+	h->hb = run->col[SW_RC_SINK_ENTROPY][k];
+	h->s = run->col[SW_RC_SINK_MASS][k];
+	h->w = run->col[SW_RC_CONTENT_MASS][k];
+	h->Hcw = run->col[SW_RC_CONTENT_ENTROPY_MW][k];
+	h->Hc = run->col[SW_RC_CONTENT_ENTROPY] ? run->col[SW_RC_CONTENT_ENTROPY][k] : NAN;
+	h->rows = (int64_t)run->col[SW_RC_ROWS][k];
+}
+
+/* The head values swm_split_aggregate takes. */
+static void
+swm_head_of(const sw_run *run, int64_t t, size_t i, swm_head *h)
+{
+	sw_head_at a;
+	head_at(run, t, i, &a);
+	memset(h, 0, sizeof(*h));
+	h->rows = (uint64_t)a.rows;
+	h->H = a.H;
+	h->hb = a.hb;
+	h->s = a.s;
+	h->w = a.w;
+	h->Hcw = a.Hcw;
+}
+
+/* The split of head i between stored rows ta and tb (row statistics ra, rb
+ * when paired, §3 paired form; else the aggregate form). */
+static void
+split_rows(const sw_run *run, size_t R, const swm_row *ra, const swm_row *rb, int64_t ta,
+    int64_t tb, size_t i, swm_split *out)
+{
+	if (ra && rb) {
+		swm_split_paired(ra + i * R, rb + i * R, R, out);
+		return;
+	}
+	swm_head a, b;
+	swm_head_of(run, ta, i, &a);
+	swm_head_of(run, tb, i, &b);
+	swm_split_aggregate(&a, &b, out);
+}
+
+/* Path sums over the range and the endpoint split, per head. */
+static int
+attribute(sw_run *run, sw_agg *a, char *err, size_t errlen)
+{
+	size_t LH = run->LH, R = a->paired ? run->meta.rows : 0, n = LH * R;
+	const sw_view *v = &run->view;
+	int64_t k0 = a->range.k0, k1 = a->range.k1;
+	swm_row *first = NULL, *prev = NULL, *cur = NULL;
+	int rc = -1;
+
+	if (a->paired && (!(first = malloc(n * sizeof(*first) + 1)) ||
+	    !(prev = malloc(n * sizeof(*prev) + 1)) || !(cur = malloc(n * sizeof(*cur) + 1)))) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	if (a->paired && sw_reader_row_stats(run->reader, v->row[k0], first, n, err, errlen) != 0)
+		goto out;
+	if (a->paired)
+		memcpy(prev, first, n * sizeof(*prev));
+	for (int64_t k = k0 + 1; k <= k1; k++) {
+		if (a->paired && sw_reader_row_stats(run->reader, v->row[k], cur, n, err, errlen) != 0)
+			goto out;
+		for (size_t i = 0; i < LH; i++) {
+			swm_split sp;
+			split_rows(run, R, prev, cur, v->row[k - 1], v->row[k], i, &sp);
+			if (a->parts) {
+				a->parts[((size_t)(k - k0) * LH + i) * 2] = sp.sink;
+				a->parts[((size_t)(k - k0) * LH + i) * 2 + 1] = sp.content;
+			}
+			if (!isfinite(sp.dH) || !isfinite(sp.sink) || !isfinite(sp.content))
+				continue;
+			swm_split_add(&a->head[i].path, &sp);
+			a->head[i].intervals++;
+		}
+		swm_row *t = prev;
+		prev = cur;
+		cur = t;
+	}
+	for (size_t i = 0; i < LH; i++)
+		split_rows(run, R, first, prev, v->row[k0], v->row[k1], i, &a->head[i].endpoint);
+	rc = 0;
+out:
+	free(first);
+	free(prev);
+	free(cur);
+	return rc;
+}
+
+static void
+shares(sw_attrib *x)
+{
+	swm_split_shares(&x->path, &x->path_sink_share, &x->path_content_share);
+	swm_split_shares(&x->endpoint, &x->end_sink_share, &x->end_content_share);
+}
+
+/* Layer and model figures: means of the head figures (§3). */
+static void
+means(sw_agg *a)
+{
+	size_t L = a->L, H = a->H, LH = a->LH;
+	for (size_t i = 0; i < LH; i++) {
+		if (a->head[i].intervals == 0)	/* no interval with a value: none */
+			a->head[i].path.dH = a->head[i].path.sink = a->head[i].path.content = NAN;
+		shares(&a->head[i]);
+	}
+	for (size_t l = 0; l <= L; l++) {
+		sw_attrib *dst = l < L ? &a->layer[l] : &a->model;
+		size_t h0 = l < L ? l * H : 0, n = l < L ? H : LH;
+		double acc[6] = { 0 };
+		size_t cnt[2] = { 0, 0 };
+		for (size_t i = h0; i < h0 + n; i++) {
+			const sw_attrib *h = &a->head[i];
+			if (h->intervals > 0) {
+				acc[0] += h->path.dH;
+				acc[1] += h->path.sink;
+				acc[2] += h->path.content;
+				cnt[0]++;
+				dst->intervals += h->intervals;
+			}
+			if (isfinite(h->endpoint.dH)) {
+				acc[3] += h->endpoint.dH;
+				acc[4] += h->endpoint.sink;
+				acc[5] += h->endpoint.content;
+				cnt[1]++;
+			}
+		}
+		dst->path.dH = cnt[0] ? acc[0] / cnt[0] : NAN;
+		dst->path.sink = cnt[0] ? acc[1] / cnt[0] : NAN;
+		dst->path.content = cnt[0] ? acc[2] / cnt[0] : NAN;
+		dst->endpoint.dH = cnt[1] ? acc[3] / cnt[1] : NAN;
+		dst->endpoint.sink = cnt[1] ? acc[4] / cnt[1] : NAN;
+		dst->endpoint.content = cnt[1] ? acc[5] / cnt[1] : NAN;
+		if (cnt[0])
+			dst->intervals /= (int64_t)cnt[0];
+		shares(dst);
+	}
+}
+
+/* Adds rank to the gap's ascending list of distinct ranks (the first few). */
+static void
+gap_rank(sw_step_gap *g, int32_t rank)
+{
+	int k = 0;
+	while (k < g->nranks && g->ranks[k] < rank)
+		k++;
+	if ((k < g->nranks && g->ranks[k] == rank) || g->nranks == SW_GAP_RANKS)
+		return;
+	memmove(g->ranks + k + 1, g->ranks + k, (size_t)(g->nranks - k) * sizeof(int32_t));
+	g->ranks[k] = rank;
+	g->nranks++;
+}
+
+/* What view step k lacks: 1 if anything (g filled), 0 if it is complete,
+ * -1 out of memory. */
+static int
+step_gap(const sw_run *run, int64_t k, sw_step_gap *g)
+{
+	int64_t t = run->view.row[k];
+	const double *miss = run->col[SW_RC_MISSING] + (size_t)t * run->L;
+	const double *mr = run->col[SW_RC_MISSING_RANK] ?
+	    run->col[SW_RC_MISSING_RANK] + (size_t)t * run->LH : NULL;
+	const double *rows = run->col[SW_RC_ROWS] + (size_t)t * run->LH;
+
+	memset(g, 0, sizeof(*g));
+	g->k = k;
+	g->step = run->view.step[k];
+	for (size_t l = 0; l < run->L; l++) {
+		g->layers_missing += miss[l] != 0;
+		for (size_t h = 0; h < run->H; h++) {
+			size_t i = l * run->H + h;
+			g->heads_missing += mr ? mr[i] != -1 : miss[l] != 0;
+			g->heads_without_rows += !(rows[i] > 0);
+			if (mr && mr[i] >= 0)
+				gap_rank(g, (int32_t)mr[i]);
+		}
+	}
+	if (!g->layers_missing && !g->heads_missing && !g->heads_without_rows)
+		return 0;
+	if (!(g->layers = malloc((size_t)g->layers_missing * sizeof(int32_t) + 1)))
+		return -1;
+	for (size_t l = 0, n = 0; l < run->L; l++)
+		if (miss[l] != 0)
+			g->layers[n++] = (int32_t)l;
+	return 1;
+}
+
+static int
+find_gaps(const sw_run *run, sw_agg *a)
+{
+	if (!(a->gaps = malloc((size_t)a->steps * sizeof(*a->gaps) + 1)))
+		return -1;
+	for (int64_t k = a->range.k0; k <= a->range.k1; k++) {
+		int rc = step_gap(run, k, &a->gaps[a->ngaps]);
+		if (rc < 0)
+			return -1;
+		a->ngaps += rc;
+	}
+	for (int64_t j = 1; j < a->steps; j++)
+		a->intervals_incomplete += sw_agg_interval_incomplete(a, j);
+	return 0;
+}
+
+/* Whether view step k is one of the gaps (sorted by k). */
+static int
+is_gap(const sw_agg *a, int64_t k)
+{
+	int64_t lo = 0, hi = a->ngaps;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo) / 2;
+		if (a->gaps[mid].k < k)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < a->ngaps && a->gaps[lo].k == k;
+}
+
+int
+sw_agg_interval_incomplete(const sw_agg *a, int64_t j)
+{
+	int64_t kb = a->range.k0 + j;
+	return is_gap(a, kb - 1) || is_gap(a, kb);
+}
+
+void
+sw_agg_free(sw_agg *a)
+{
+	free(a->step);
+	free(a->head);
+	free(a->layer);
+	free(a->first);
+	free(a->last);
+	for (int64_t g = 0; a->gaps && g < a->ngaps; g++)
+		free(a->gaps[g].layers);
+	free(a->gaps);
+	free(a->parts);
+	memset(a, 0, sizeof(*a));
+}
+
+int
+sw_agg_compute(sw_run *run, const sw_range *range, int want_series, sw_agg *a, char *err,
+    size_t errlen)
+{
+	memset(a, 0, sizeof(*a));
+	a->L = run->L;
+	a->H = run->H;
+	a->LH = run->LH;
+	a->range = *range;
+	a->steps = range->k1 - range->k0 + 1;
+	a->intervals = a->steps - 1;
+	a->first_step = run->view.step[range->k0];
+	a->last_step = run->view.step[range->k1];
+	/* the paired form where the file has each row's statistics (§3) */
+	a->paired = run->meta.row_stats;
+	a->form = a->paired ? "paired" : "aggregate";
+	size_t np = want_series ? (size_t)a->steps * a->LH * 2 : 0;
+	if (!(a->step = malloc((size_t)a->steps * sizeof(int64_t) + 1)) ||
+	    !(a->head = calloc(a->LH + 1, sizeof(*a->head))) ||
+	    !(a->layer = calloc(a->L + 1, sizeof(*a->layer))) ||
+	    !(a->first = calloc(a->LH + 1, sizeof(*a->first))) ||
+	    !(a->last = calloc(a->LH + 1, sizeof(*a->last))) ||
+	    (want_series && !(a->parts = malloc(np * sizeof(double) + 1))) ||
+	    find_gaps(run, a) != 0) {
+		sw_agg_free(a);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < np; i++)
+		a->parts[i] = NAN;
+	memcpy(a->step, run->view.step + range->k0, (size_t)a->steps * sizeof(int64_t));
+	for (size_t i = 0; i < a->LH; i++) {
+		head_at(run, run->view.row[range->k0], i, &a->first[i]);
+		head_at(run, run->view.row[range->k1], i, &a->last[i]);
+	}
+	if (attribute(run, a, err, errlen) != 0) {
+		sw_agg_free(a);
+		return -1;
+	}
+	means(a);
+	return 0;
+}
+
+/* ---- per head ------------------------------------------------------------------ */
+
+static const char *const class_names[SW_CLASS__N] = {
+	[SW_CLASS_NONE] = "none", [SW_CLASS_STABLE] = "stable", [SW_CLASS_RISE] = "rise",
+	[SW_CLASS_SINK] = "sink", [SW_CLASS_CONTENT] = "content", [SW_CLASS_BOTH] = "both",
+};
+
+const char *
+sw_head_class_name(sw_head_class c)
+{
+	return c < SW_CLASS__N ? class_names[c] : "?";
+}
+
+sw_head_class
+sw_head_classify(const sw_attrib *a, double eps)
+{
+	double dH = a->path.dH, s = a->path.sink, c = a->path.content;
+	if (a->intervals <= 0 || !isfinite(dH))
+		return SW_CLASS_NONE;
+	if (fabs(dH) < eps)
+		return SW_CLASS_STABLE;
+	if (dH >= eps)
+		return SW_CLASS_RISE;
+	if (s <= -eps && c > -eps)
+		return SW_CLASS_SINK;
+	if (c <= -eps && s > -eps)
+		return SW_CLASS_CONTENT;
+	return SW_CLASS_BOTH;
+}
+
+/* Sorting heads by a value, ties by head index (stable ranks). */
+struct ranked {
+	double v;
+	size_t i;
+};
+
+static int
+ranked_cmp(const void *x, const void *y)
+{
+	const struct ranked *a = x, *b = y;
+	if (a->v != b->v)
+		return a->v < b->v ? -1 : 1;
+	return (a->i > b->i) - (a->i < b->i);
+}
+
+/* Ranks 1..n of the values, ties the mean of their ranks, into rank[i]. */
+static void
+rank_of(struct ranked *r, size_t n, double *rank)
+{
+	qsort(r, n, sizeof(*r), ranked_cmp);
+	for (size_t a = 0; a < n;) {
+		size_t b = a;
+		while (b + 1 < n && r[b + 1].v == r[a].v)
+			b++;
+		double mean = 0.5 * (double)(a + b) + 1.0;
+		for (size_t k = a; k <= b; k++)
+			rank[r[k].i] = mean;
+		a = b + 1;
+	}
+}
+
+void
+sw_ranking_free(sw_ranking *r)
+{
+	free(r->rank_entropy);
+	free(r->rank_content);
+	free(r->moved);
+	memset(r, 0, sizeof(*r));
+}
+
+int
+sw_agg_rank(const sw_agg *a, sw_ranking *out)
+{
+	size_t LH = a->LH, n = 0;
+	struct ranked *re = malloc((LH + 1) * sizeof(*re)), *rc = malloc((LH + 1) * sizeof(*rc));
+	struct ranked *shift = malloc((LH + 1) * sizeof(*shift));
+
+	memset(out, 0, sizeof(*out));
+	out->rank_entropy = malloc((LH + 1) * sizeof(double));
+	out->rank_content = malloc((LH + 1) * sizeof(double));
+	out->moved = malloc((LH + 1) * sizeof(size_t));
+	if (!re || !rc || !shift || !out->rank_entropy || !out->rank_content || !out->moved) {
+		free(re);
+		free(rc);
+		free(shift);
+		sw_ranking_free(out);
+		return -1;
+	}
+	for (size_t i = 0; i < LH; i++) {
+		out->rank_entropy[i] = out->rank_content[i] = NAN;
+		const sw_head_at *h = &a->last[i];
+		if (!isfinite(h->H) || !isfinite(h->Hc))
+			continue;
+		re[n].v = h->H;
+		rc[n].v = h->Hc;
+		re[n].i = rc[n].i = i;
+		n++;
+	}
+	out->ranked = n;
+	rank_of(re, n, out->rank_entropy);
+	rank_of(rc, n, out->rank_content);
+	/* Spearman's rho: the Pearson correlation of the two rankings */
+	double mean = 0.5 * (double)(n + 1), sxy = 0, sxx = 0, syy = 0;
+	size_t nm = 0;
+	for (size_t i = 0; i < LH; i++) {
+		if (isnan(out->rank_entropy[i]))
+			continue;
+		double x = out->rank_entropy[i] - mean, y = out->rank_content[i] - mean;
+		sxy += x * y;
+		sxx += x * x;
+		syy += y * y;
+		double d = fabs(out->rank_content[i] - out->rank_entropy[i]);
+		if (d > 0) {	/* sorted by -|shift|: the largest first, ties by head */
+			shift[nm].v = -d;
+			shift[nm++].i = i;
+		}
+	}
+	out->rho = n >= 2 && sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : NAN;
+	qsort(shift, nm, sizeof(*shift), ranked_cmp);
+	for (size_t k = 0; k < nm && k < SW_RANK_MOVED; k++)
+		out->moved[out->nmoved++] = shift[k].i;
+	free(re);
+	free(rc);
+	free(shift);
+	return 0;
+}
+
+/* ---- the series ---------------------------------------------------------------- */
+
+/* Mean of the finite values of v[0 .. n). NaN if none. */
+static double
+finite_mean(const double *v, size_t n)
+{
+	double s = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (isfinite(v[i])) {
+			s += v[i];
+			k++;
+		}
+	return k ? s / (double)k : NAN;
+}
+
+void
+sw_series_free(sw_series *s)
+{
+	free(s->step);
+	free(s->sink_mass);
+	free(s->entropy);
+	free(s->cum_sink);
+	free(s->cum_content);
+	memset(s, 0, sizeof(*s));
+}
+
+int
+sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, size_t errlen)
+{
+	size_t L = a->L, H = a->H, LH = a->LH, n = (size_t)a->steps, m = (L + 1) * n;
+	double *hs = malloc((2 * LH + 1) * sizeof(double));
+
+	memset(out, 0, sizeof(*out));
+	out->n = n;
+	out->layers = L;
+	out->step = malloc(n * sizeof(int64_t) + 1);
+	out->sink_mass = malloc(m * sizeof(double) + 1);
+	out->entropy = malloc(m * sizeof(double) + 1);
+	out->cum_sink = malloc(m * sizeof(double) + 1);
+	out->cum_content = malloc(m * sizeof(double) + 1);
+	if (!a->parts || !hs || !out->step || !out->sink_mass || !out->entropy ||
+	    !out->cum_sink || !out->cum_content) {
+		free(hs);
+		sw_series_free(out);
+		snprintf(err, errlen, a->parts ? "out of memory" : "no series computed");
+		return -1;
+	}
+	memcpy(out->step, a->step, n * sizeof(int64_t));
+	for (size_t l = 0; l <= L; l++) {	/* l == L: the model */
+		size_t h0 = l < L ? l * H : 0, nh = l < L ? H : LH;
+		memset(hs, 0, 2 * LH * sizeof(double));
+		for (size_t j = 0; j < n; j++) {
+			size_t t = (size_t)run->view.row[a->range.k0 + (int64_t)j], o = l * n + j;
+			out->sink_mass[o] = finite_mean(run->col[SW_RC_SINK_MASS] + t * LH + h0, nh);
+			out->entropy[o] = finite_mean(run->col[SW_RC_ENTROPY] + t * LH + h0, nh);
+			double s = 0, c = 0;
+			for (size_t i = h0; i < h0 + nh; i++) {
+				double x = a->parts[(j * LH + i) * 2], y = a->parts[(j * LH + i) * 2 + 1];
+				hs[2 * i] += isfinite(x) ? x : 0;
+				hs[2 * i + 1] += isfinite(y) ? y : 0;
+				s += hs[2 * i];
+				c += hs[2 * i + 1];
+			}
+			out->cum_sink[o] = s / (double)nh;
+			out->cum_content[o] = c / (double)nh;
+		}
+	}
+	free(hs);
+	return 0;
+}
+
+/* ---- families ------------------------------------------------------------------- */
+
+void
+sw_mean_sd(const double *v, size_t n, double *mean, double *sd, size_t *used)
+{
+	double s = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (isfinite(v[i])) {
+			s += v[i];
+			k++;
+		}
+	*used = k;
+	*mean = k ? s / (double)k : NAN;
+	if (k < 2) {
+		*sd = NAN;
+		return;
+	}
+	double ss = 0;
+	for (size_t i = 0; i < n; i++)
+		if (isfinite(v[i]))
+			ss += (v[i] - *mean) * (v[i] - *mean);
+	*sd = sqrt(ss / (double)(k - 1));
+}
