@@ -239,8 +239,8 @@ def case_options():
     assert all(cl["ari"] == 1 and cl["drop"]["labels"] == list(range(1, H + 1))
                for cl in every["clustering"]["layers"])
     for args, msg in ((["--from", "15"], "nearest stored steps are 10 and 20"),
-                      (["--to", "60"], "last stored step is 50"),
-                      (["--from", "-5"], "first stored step is 0"),
+                      (["--to", "60"], "nearest stored step is 50 (the last)"),
+                      (["--from", "-5"], "nearest stored step is 0 (the first)"),
                       (["--k", "10"], "more clusters than the 9 heads"),
                       (["--from", "40", "--to", "20"], "after"),
                       (["--last", "2", "--from", "0"], "excludes"),

@@ -95,8 +95,37 @@ def case_family():
             assert rc == 0, e
             rep = json.loads(out)["model_attribution"]["path"]
             assert abs(rep["sink_share"] - got) < 1e-9, (rep, got)
+        cross_run(d.data)
     finally:
         assert d.stop() == 0
+
+
+def cross_run(data):
+    """The family's cross-run report (`sinkwatch report DIR`): one line per
+    run in params order, each share recovered to 0.01, in JSON, CSV and text."""
+    want = [(p, x) for p, x, _, _ in sorted(FAMILY)]
+    rc, out, err = run_cmd([SINKWATCH, "report", data, "--format", "json"])
+    assert rc == 0, err
+    runs = json.loads(out)["runs"]
+    got = [(r["params"], r["model_attribution"]["path"]["sink_share"]) for r in runs]
+    assert [p for p, _ in got] == [p for p, _ in want], got
+    assert all(abs(g - x) <= 0.01 for (_, g), (_, x) in zip(got, want)), (got, want)
+    rc, out, err = run_cmd([SINKWATCH, "report", data, "--format", "csv"])
+    assert rc == 0, err
+    import csv
+    import io
+    rows = [r for r in csv.DictReader(io.StringIO(out)) if r["scope"] == "run"]
+    assert [int(r["params"]) for r in rows] == [p for p, _ in want], rows
+    assert all(abs(float(r["path_sink_share"]) - x) <= 0.01 for r, (_, x) in zip(rows, want))
+    rc, out, err = run_cmd([SINKWATCH, "report", data])
+    assert rc == 0, err
+    at = [out.index("share-%d" % p) for p, _ in want]
+    assert at == sorted(at), out
+    for p, x in want:
+        line = next(ln for ln in out.splitlines() if "share-%d" % p in ln)
+        assert any(abs(float(tok) - x) <= 0.01 for tok in line.split()
+                   if tok.replace(".", "", 1).lstrip("-").isdigit() and "." in tok), line
+    print("     cross-run report: %s" % ", ".join("%g: %.4f" % g for g in got))
 
 
 def case_kinds_and_ends():

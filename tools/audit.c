@@ -25,6 +25,7 @@
 #include "storage/runfile.h"
 #include "tools/analyze.h"
 #include "tools/json.h"
+#include "tools/runagg.h"
 #include "tools/tools.h"
 
 /* Stored and recomputed flip rates agree within this (the same doubles, the same function). */
@@ -127,53 +128,6 @@ parse(int argc, char **argv, struct audit_opts *o)
 		return sw_tool_fail("audit", "--last excludes --from and --to");
 	if (o->has_from && o->has_to && o->from > o->to)
 		return sw_tool_fail("audit", "--from %ld is after --to %ld", o->from, o->to);
-	return 0;
-}
-
-/*
- * The view index of a stored step, or -1 after saying which stored steps
- * are nearest (view->step is ascending).
- */
-static int64_t
-find_step(const sw_view *v, long step, const char *opt)
-{
-	int64_t lo = 0, hi = v->n;
-	while (lo < hi) {
-		int64_t mid = lo + (hi - lo) / 2;
-		if (v->step[mid] < step)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo < v->n && v->step[lo] == step)
-		return lo;
-	if (lo == 0)
-		sw_tool_fail("audit", "%s %ld: not a stored step; the first stored step is %lld",
-		    opt, step, (long long)v->step[0]);
-	else if (lo == v->n)
-		sw_tool_fail("audit", "%s %ld: not a stored step; the last stored step is %lld",
-		    opt, step, (long long)v->step[v->n - 1]);
-	else
-		sw_tool_fail("audit", "%s %ld: not a stored step; the nearest stored steps are "
-		    "%lld and %lld", opt, step, (long long)v->step[lo - 1], (long long)v->step[lo]);
-	return -1;
-}
-
-/* The range [*k0, *k1] of view indices the options select; 0 or 2. */
-static int
-select_range(const sw_view *v, const struct audit_opts *o, int64_t *k0, int64_t *k1)
-{
-	*k0 = 0;
-	*k1 = v->n - 1;
-	if (o->has_last && o->last < v->n)
-		*k0 = v->n - o->last;
-	if (o->has_from && (*k0 = find_step(v, o->from, "--from")) < 0)
-		return 2;
-	if (o->has_to && (*k1 = find_step(v, o->to, "--to")) < 0)
-		return 2;
-	if (*k0 > *k1)
-		return sw_tool_fail("audit", "--from %lld is after the last step of the range",
-		    (long long)v->step[*k0]);
 	return 0;
 }
 
@@ -810,44 +764,35 @@ sw_audit_main(int argc, char **argv)
 	if (rc)
 		return rc;
 	char err[512];
-	sw_reader *r;
 	struct audit au;
+	sw_run *run = NULL;
 	memset(&au, 0, sizeof(au));
 	au.o = &o;
-	if (sw_reader_open(o.path, &r, &au.meta, err, sizeof(err)) != 0)
+	/* the one run aggregation's open and range (tools/runagg.h), as the report's */
+	if (sw_run_open(o.path, &run, err, sizeof(err)) != 0)
 		return sw_tool_fail("audit", "%s", err);
-	sw_rows rows;
-	sw_view view;
-	memset(&rows, 0, sizeof(rows));
-	memset(&view, 0, sizeof(view));
-	int64_t T = sw_reader_refresh(r, err, sizeof(err));
+	au.meta = run->meta;
+	au.L = run->L;
+	au.H = run->H;
 	rc = 2;
-	au.L = au.meta.layers;
-	au.H = au.meta.heads;
-	if (T < 0 || sw_reader_rows(r, T, &rows, err, sizeof(err)) != 0) {
-		sw_tool_fail("audit", "%s: %s", o.path, err);
-		goto out;
-	}
-	if (sw_view_build(&rows, &view) != 0) {
-		sw_tool_fail("audit", "out of memory");
-		goto out;
-	}
-	if (view.n < 1) {
-		sw_tool_fail("audit", "%s has no stored step", o.path);
-		goto out;
-	}
 	if (o.k > (long)au.H) {
 		sw_tool_fail("audit", "--k %ld: more clusters than the %zu heads", o.k, au.H);
 		goto out;
 	}
 	au.k = o.k > 0 ? (size_t)o.k : au.H < 3 ? au.H : 3;
-	if (select_range(&view, &o, &au.k0, &au.k1) != 0)
+	/* --last N: the last N stored steps, or all of them when there are fewer */
+	sw_range_req q = { o.has_from, o.has_to, o.from, o.to,
+	    o.has_last ? (o.last < run->view.n ? o.last : run->view.n) : 0 };
+	sw_range g;
+	if (sw_run_range(run, &q, &g, err, sizeof(err)) != 0) {
+		sw_tool_fail("audit", "%s", err);
 		goto out;
-	rc = audit_run(&au, r, &view);
+	}
+	au.k0 = g.k0;
+	au.k1 = g.k1;
+	rc = audit_run(&au, run->reader, &run->view);
 out:
 	audit_free(&au);
-	sw_rows_free(&rows);
-	sw_view_free(&view);
-	sw_reader_close(&r);
+	sw_run_close(&run);
 	return rc;
 }
