@@ -67,6 +67,18 @@ static const struct opt opts[] = {
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
 size_t swd_config_count(void) { return NOPTS; }
+int swd_config_runtime(size_t i) { return i < NOPTS ? opts[i].runtime : 0; }
+
+/* Whether option i has another value in b than in a. */
+int
+swd_config_differs(const swd_config *a, const swd_config *b, size_t i)
+{
+	if (i >= NOPTS)
+		return 0;
+	const struct opt *o = &opts[i];
+	const char *x = (const char *)a + o->off, *y = (const char *)b + o->off;
+	return o->type == O_STR ? strcmp(x, y) != 0 : memcmp(x, y, o->size) != 0;
+}
 const char *swd_config_name(size_t i) { return i < NOPTS ? opts[i].name : NULL; }
 const char *swd_config_help(size_t i) { return i < NOPTS ? opts[i].help : NULL; }
 const char *swd_config_default(size_t i) { return i < NOPTS ? opts[i].dflt : NULL; }

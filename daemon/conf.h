@@ -60,5 +60,9 @@ size_t swd_config_count(void);
 const char *swd_config_name(size_t i);
 const char *swd_config_help(size_t i);
 const char *swd_config_default(size_t i);
+/* 1 if option i may change while running (SIGHUP applies it). */
+int swd_config_runtime(size_t i);
+/* 1 if option i has another value in b than in a. */
+int swd_config_differs(const swd_config *a, const swd_config *b, size_t i);
 
 #endif

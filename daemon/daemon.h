@@ -126,6 +126,7 @@ typedef struct swd_wstats {
 	atomic_llong duplicates;	/* messages of steps an incarnation had already stored */
 	atomic_llong lost_restart;	/* messages lost while the daemon was down */
 	atomic_llong write_drops;	/* messages of steps not stored: the file failed */
+	atomic_llong items;		/* items taken off the queue (the watchdog's progress) */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;

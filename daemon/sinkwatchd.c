@@ -6,6 +6,7 @@
  * out) steps to the writer thread.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <malloc.h>
 #include <math.h>
 #include <signal.h>
@@ -22,6 +23,10 @@
 #include <zmq.h>
 
 #include "config.h"
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include "daemon/assembly.h"
 #include "daemon/conf.h"
 #include "daemon/daemon.h"
@@ -49,7 +54,9 @@ static struct {
 	void *zctx, *sub, *ctl;
 	uv_poll_t sub_poll, ctl_poll;
 	uv_idle_t drain_idle;
-	uv_timer_t tick;
+	uv_timer_t tick, watchdog;
+	uint64_t watchdog_usec;	/* systemd's WATCHDOG_USEC, 0: none */
+	long long writer_items;	/* the writer's progress at the last ping */
 	uv_signal_t sigint, sigterm, sighup;
 	int stopping, draining_idle;
 	swd_asm *as;
@@ -65,9 +72,20 @@ static struct {
 	/* rate ring: one sample a second */
 	int64_t ring_rows[11], ring_msgs[11];
 	int ring_pos, ring_fill;
+	int argc;		/* the command line, read again at SIGHUP */
+	char **argv;
 	/* rate-limited logging of bad messages */
 	int64_t log_window_ms, log_count;
 } D;
+
+#ifdef __GNUC__
+#define PRINTF_LIKE __attribute__((format(printf, 1, 2)))
+#else
+#define PRINTF_LIKE
+#endif
+
+static void notify_status(void);
+static int read_config(int argc, char **argv, swd_config *c, char *err, size_t errlen);
 
 static uint64_t
 mono_ms(void)
@@ -598,6 +616,10 @@ finish_shutdown(void)
 	swd_asm_free(&D.as);
 	uv_timer_stop(&D.tick);
 	uv_close((uv_handle_t *)&D.tick, NULL);
+	if (D.watchdog_usec) {
+		uv_timer_stop(&D.watchdog);
+		uv_close((uv_handle_t *)&D.watchdog, NULL);
+	}
 	uv_close((uv_handle_t *)&D.drain_idle, NULL);
 	uv_close((uv_handle_t *)&D.sigint, NULL);
 	uv_close((uv_handle_t *)&D.sigterm, NULL);
@@ -630,9 +652,112 @@ tick_cb(uv_timer_t *t)
 		D.ring_msgs[D.ring_pos] = D.messages;
 		if (D.ring_fill < 11)
 			D.ring_fill++;
+		static int every5;
+		if (++every5 % 5 == 0)
+			notify_status();
 	}
 	/* a missed edge on ZMQ_FD would stall receiving: look again */
 	drain();
+}
+
+/* ---- systemd (sd_notify; nothing without NOTIFY_SOCKET) ----------------------- */
+
+PRINTF_LIKE static void
+notify(const char *fmt, ...)
+{
+#ifdef HAVE_SYSTEMD
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	sd_notify(0, buf);
+#else
+	(void)fmt;
+#endif
+}
+
+/* What systemctl status shows: a line of the daemon's figures. */
+static void
+notify_status(void)
+{
+	long long drops = 0;
+	for (int i = 0; i < SWD_DROP_REASONS; i++)
+		drops += D.drops[i];
+	for (int i = 1; i < SWD_DECODE_ERRORS; i++)
+		drops += D.decode_errors[i];
+	int span = D.ring_fill < 10 ? D.ring_fill : 10;
+	double mps = 0;
+	if (span > 0)
+		mps = (double)(D.ring_msgs[D.ring_pos] - D.ring_msgs[(D.ring_pos - span + 11) % 11]) /
+		    span;
+	notify("STATUS=%lld messages (%.1f/s), %lld not stored, %lld steps written, "
+	    "data in %s", (long long)D.messages, mps, drops,
+	    (long long)atomic_load(&swd_writer_stats(D.writer)->steps_written), D.cfg.data_dir);
+}
+
+/*
+ * The watchdog ping, from the loop (a stuck loop stops it) and only while
+ * the writer moves or has nothing to do: a writer stuck in a write is
+ * not well, and systemd restarts the service.
+ */
+static void
+watchdog_cb(uv_timer_t *t)
+{
+	(void)t;
+	const swd_wstats *ws = swd_writer_stats(D.writer);
+	long long items = atomic_load(&ws->items), depth = atomic_load(&ws->queue_depth);
+	if (depth == 0 || items != D.writer_items)
+		notify("WATCHDOG=1");
+	else
+		log_warn("watchdog: the writer made no progress with %lld item(s) queued: "
+		    "no ping", depth);
+	D.writer_items = items;
+}
+
+/*
+ * SIGHUP: the configuration is read again (file and flags, as at start);
+ * the options that may change while running (--print-config marks them)
+ * are applied, a changed log file is opened, the same one reopened (log
+ * rotation); any other option that changed is named: it needs a restart.
+ */
+static void
+reload(void)
+{
+	char err[1024];
+	swd_config c;
+	notify("RELOADING=1");
+	if (read_config(D.argc, D.argv, &c, err, sizeof(err)) != 0 ||
+	    swd_config_check(&c, err, sizeof(err)) != 0) {
+		log_err("SIGHUP: the configuration is not valid, nothing changed: %s", err);
+		notify("READY=1");
+		return;
+	}
+	for (size_t i = 0; i < swd_config_count(); i++)
+		if (!swd_config_runtime(i) && swd_config_differs(&D.cfg, &c, i))
+			log_warn("SIGHUP: %s changed in the configuration: it applies at the next "
+			    "start, not now", swd_config_name(i));
+	if (c.log_level != D.cfg.log_level) {
+		log_info("SIGHUP: log_level %s -> %s", log_level_name(D.cfg.log_level),
+		    log_level_name(c.log_level));
+		log_set_level(c.log_level);
+		D.cfg.log_level = c.log_level;
+	}
+	if (strcmp(c.log_file, D.cfg.log_file) != 0) {
+		if (log_open(c.log_file[0] ? c.log_file : NULL) != 0)
+			log_err("SIGHUP: cannot open the log %s: %s (the log stays where it was)",
+			    c.log_file, strerror(errno));
+		else {
+			log_info("SIGHUP: logging to %s", c.log_file[0] ? c.log_file : "stderr");
+			memcpy(D.cfg.log_file, c.log_file, sizeof(c.log_file));
+		}
+	} else if (log_reopen() != 0) {
+		log_err("SIGHUP: cannot reopen %s: %s", D.cfg.log_file, strerror(errno));
+	} else {
+		log_info("SIGHUP: configuration read again, log reopened");
+	}
+	notify("READY=1");
+	notify_status();
 }
 
 static void
@@ -640,14 +765,13 @@ signal_cb(uv_signal_t *h, int signum)
 {
 	(void)h;
 	if (signum == SIGHUP) {
-		if (log_reopen() != 0)
-			log_err("SIGHUP: cannot reopen %s: %s", D.cfg.log_file, strerror(errno));
-		else
-			log_info("SIGHUP: log reopened");
+		reload();
 		return;
 	}
 	if (D.stopping)
 		return;
+	notify("STOPPING=1\nSTATUS=stopping: finishing %lld job(s) in flight, then flushing",
+	    (long long)D.jobs);
 	log_info("%s: stopping: finishing %lld job(s) in flight, then flushing",
 	    signum == SIGINT ? "SIGINT" : "SIGTERM", (long long)D.jobs);
 	D.stopping = 1;
@@ -752,31 +876,73 @@ poll_fd(void *sock, uv_poll_t *p, uv_poll_cb cb)
 	return uv_poll_start(p, UV_READABLE, cb);
 }
 
-int
-main(int argc, char **argv)
+/*
+ * The configuration: defaults, then the config file, then the flags over
+ * it. The same at start and at SIGHUP (which applies the options that may
+ * change while running). 0, or -1 with err.
+ */
+static int
+read_config(int argc, char **argv, swd_config *c, char *err, size_t errlen)
 {
-	char err[1024];
-	int check = 0, print = 0;
 	const char *config_file = NULL;
 
-	swd_config_defaults(&D.cfg);
-	/* the config file first, then the flags over it */
+	swd_config_defaults(c);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--config") && i + 1 < argc)
 			config_file = argv[++i];
 		else if (!strncmp(argv[i], "--config=", 9))
 			config_file = argv[i] + 9;
 	}
-	if (config_file && swd_config_load(&D.cfg, config_file, err, sizeof(err)) != 0) {
-		fprintf(stderr, "sinkwatchd: %s\n", err);
-		return 2;
-	}
+	if (config_file && swd_config_load(c, config_file, err, errlen) != 0)
+		return -1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--config")) {
 			i++;
-		} else if (!strncmp(a, "--config=", 9)) {
+		} else if (!strncmp(a, "--config=", 9) || !strcmp(a, "--check-config") ||
+		    !strcmp(a, "--print-config")) {
 			continue;
+		} else if (!strncmp(a, "--", 2)) {
+			char name[64];
+			const char *eq = strchr(a, '='), *val;
+			size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+			if (nl >= sizeof(name)) {
+				snprintf(err, errlen, "unknown option '%s'", a);
+				return -1;
+			}
+			memcpy(name, a + 2, nl);
+			name[nl] = '\0';
+			if (eq)
+				val = eq + 1;
+			else if (i + 1 < argc)
+				val = argv[++i];
+			else {
+				snprintf(err, errlen, "%s needs a value", a);
+				return -1;
+			}
+			if (swd_config_set(c, name, val, err, errlen) != 0) {
+				size_t n = strlen(err);
+				snprintf(err + n, errlen - n, " (sinkwatchd --help lists the options)");
+				return -1;
+			}
+		} else {
+			snprintf(err, errlen, "unexpected argument '%s'", a);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	char err[1024];
+	int check = 0, print = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--config")) {
+			i++;
 		} else if (!strcmp(a, "--check-config")) {
 			check = 1;
 		} else if (!strcmp(a, "--print-config")) {
@@ -788,33 +954,14 @@ main(int argc, char **argv)
 			printf("sinkwatchd %s (protocol %d, metric contract %d)\n", PACKAGE_VERSION,
 			    SWP_VERSION, SWM_CONTRACT_VERSION);
 			return 0;
-		} else if (!strncmp(a, "--", 2)) {
-			char name[64];
-			const char *eq = strchr(a, '='), *val;
-			size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-			if (nl >= sizeof(name)) {
-				fprintf(stderr, "sinkwatchd: unknown option '%s'\n", a);
-				return 2;
-			}
-			memcpy(name, a + 2, nl);
-			name[nl] = '\0';
-			if (eq)
-				val = eq + 1;
-			else if (i + 1 < argc)
-				val = argv[++i];
-			else {
-				fprintf(stderr, "sinkwatchd: %s needs a value\n", a);
-				return 2;
-			}
-			if (swd_config_set(&D.cfg, name, val, err, sizeof(err)) != 0) {
-				fprintf(stderr, "sinkwatchd: %s (sinkwatchd --help lists the options)\n", err);
-				return 2;
-			}
-		} else {
-			fprintf(stderr, "sinkwatchd: unexpected argument '%s'\n", a);
-			return 2;
 		}
 	}
+	if (read_config(argc, argv, &D.cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "sinkwatchd: %s\n", err);
+		return 2;
+	}
+	D.argc = argc;
+	D.argv = argv;
 	if (swd_config_check(&D.cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "sinkwatchd: %s\n", err);
 		return 2;
@@ -908,6 +1055,18 @@ main(int argc, char **argv)
 	log_info("listening on %s, control on %s, data in %s (budget %lld MiB, flush %lld ms)",
 	    D.cfg.listen, D.cfg.control, D.cfg.data_dir, (long long)D.cfg.budget_mb,
 	    (long long)D.cfg.flush_ms);
+#ifdef HAVE_SYSTEMD
+	if (sd_watchdog_enabled(0, &D.watchdog_usec) > 0 && D.watchdog_usec > 0) {
+		uint64_t ms = D.watchdog_usec / 2000 ? D.watchdog_usec / 2000 : 1;
+		uv_timer_init(D.loop, &D.watchdog);
+		uv_timer_start(&D.watchdog, watchdog_cb, ms, ms);
+		log_info("systemd watchdog: a ping every %llu ms", (unsigned long long)ms);
+	} else {
+		D.watchdog_usec = 0;
+	}
+#endif
+	notify("READY=1\nSTATUS=listening on %s, control on %s, data in %s", D.cfg.listen,
+	    D.cfg.control, D.cfg.data_dir);
 	/* the first messages may already be queued: look before waiting */
 	drain();
 	uv_run(D.loop, UV_RUN_DEFAULT);

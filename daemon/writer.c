@@ -864,6 +864,7 @@ writer_main(void *arg)
 			if (!w->head)
 				w->tail = NULL;
 			atomic_fetch_sub(&w->st.queue_depth, 1);
+			atomic_fetch_add(&w->st.items, 1);
 		} else if (w->stop) {
 			stopping = 1;
 		}
