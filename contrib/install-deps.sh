@@ -3,7 +3,7 @@
 # Run as root (or with sudo available). Safe to run again.
 set -eu
 PKGS="build-essential autoconf automake libtool pkg-config
-libuv1-dev libzmq3-dev libmsgpack-dev libhdf5-dev hdf5-tools check libsystemd-dev
+libuv1-dev libzmq3-dev libmsgpack-dev libhdf5-dev hdf5-tools check libsystemd-dev libmicrohttpd-dev
 python3 python3-numpy python3-h5py python3-zmq python3-msgpack python3-matplotlib
 python3-torch python3-scipy python3-sklearn python3-prometheus-client"
 SUDO=

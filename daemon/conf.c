@@ -63,6 +63,8 @@ static const struct opt opts[] = {
 	  "file mode creation mask of the run files (octal)" },
 	{ "run_idle_s", O_INT, S(run_idle_s), "600", 1, 86400 * 365, 0,
 	  "a run with no message for this long is written out and its file closed" },
+	{ "metrics_listen", O_STR, S(metrics_listen), "", 0, 0, 0,
+	  "HOST:PORT (loopback) serving Prometheus metrics at /metrics (empty: none)" },
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 

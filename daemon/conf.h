@@ -34,6 +34,7 @@ typedef struct swd_config {
 	int64_t max_open_steps;	/* steps being assembled per run */
 	int64_t run_idle_s;	/* a run silent this long is closed (file kept) */
 	int64_t umask;		/* file mode creation mask of run files */
+	char metrics_listen[160];	/* HOST:PORT of GET /metrics, "" none */
 } swd_config;
 
 void swd_config_defaults(swd_config *c);

@@ -127,6 +127,7 @@ typedef struct swd_wstats {
 	atomic_llong lost_restart;	/* messages lost while the daemon was down */
 	atomic_llong write_drops;	/* messages of steps not stored: the file failed */
 	atomic_llong items;		/* items taken off the queue (the watchdog's progress) */
+	atomic_llong bytes_written;	/* how much the run files grew, at flushes */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;

@@ -6,6 +6,7 @@
  * out) steps to the writer thread.
  */
 #include <errno.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <malloc.h>
 #include <math.h>
@@ -31,6 +32,7 @@
 #include "daemon/conf.h"
 #include "daemon/daemon.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/status.h"
 
 #define MAX_FRAMES 4
@@ -56,6 +58,7 @@ static struct {
 	uv_idle_t drain_idle;
 	uv_timer_t tick, watchdog;
 	uint64_t watchdog_usec;	/* systemd's WATCHDOG_USEC, 0: none */
+	swd_metrics *metrics;	/* GET /metrics, or NULL */
 	long long writer_items;	/* the writer's progress at the last ping */
 	uv_signal_t sigint, sigterm, sighup;
 	int stopping, draining_idle;
@@ -85,6 +88,7 @@ static struct {
 #endif
 
 static void notify_status(void);
+static void publish_metrics(void);
 static int read_config(int argc, char **argv, swd_config *c, char *err, size_t errlen);
 
 static uint64_t
@@ -567,6 +571,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->steps_written = atomic_load(&ws->steps_written);
 	st->write_errors = atomic_load(&ws->write_errors);
 	st->flushes = atomic_load(&ws->flushes);
+	st->bytes_written = atomic_load(&ws->bytes_written);
 	st->files_open = atomic_load(&ws->files_open);
 	st->max_flush_us = atomic_load(&ws->max_flush_us);
 	st->loop_turns = D.loop_turns;
@@ -616,6 +621,7 @@ finish_shutdown(void)
 	swd_asm_free(&D.as);
 	uv_timer_stop(&D.tick);
 	uv_close((uv_handle_t *)&D.tick, NULL);
+	swd_metrics_stop(&D.metrics);
 	if (D.watchdog_usec) {
 		uv_timer_stop(&D.watchdog);
 		uv_close((uv_handle_t *)&D.watchdog, NULL);
@@ -655,6 +661,7 @@ tick_cb(uv_timer_t *t)
 		static int every5;
 		if (++every5 % 5 == 0)
 			notify_status();
+		publish_metrics();
 	}
 	/* a missed edge on ZMQ_FD would stall receiving: look again */
 	drain();
@@ -758,6 +765,19 @@ reload(void)
 	}
 	notify("READY=1");
 	notify_status();
+}
+
+/* The Prometheus text, from the same figures as the status command. */
+static void
+publish_metrics(void)
+{
+	static swd_status_run runs[256];
+	static char text[16384];
+	if (!D.metrics)
+		return;
+	swd_status st;
+	fill_status(&st, runs, sizeof(runs) / sizeof(runs[0]));
+	swd_metrics_publish(D.metrics, text, swd_metrics_text(&st, text, sizeof(text)));
 }
 
 static void
@@ -962,7 +982,9 @@ main(int argc, char **argv)
 	}
 	D.argc = argc;
 	D.argv = argv;
-	if (swd_config_check(&D.cfg, err, sizeof(err)) != 0) {
+	struct sockaddr_storage msa;
+	if (swd_config_check(&D.cfg, err, sizeof(err)) != 0 || (D.cfg.metrics_listen[0] &&
+	    swd_metrics_addr(D.cfg.metrics_listen, &msa, sizeof(msa), err, sizeof(err)) != 0)) {
 		fprintf(stderr, "sinkwatchd: %s\n", err);
 		return 2;
 	}
@@ -1037,6 +1059,14 @@ main(int argc, char **argv)
 	if (!(D.as = swd_asm_new(&ac, to_writer, NULL))) {
 		log_err("out of memory");
 		return 2;
+	}
+	if (D.cfg.metrics_listen[0]) {
+		if (swd_metrics_start(&D.metrics, D.cfg.metrics_listen, err, sizeof(err)) != 0) {
+			log_err("%s", err);
+			return 2;
+		}
+		publish_metrics();
+		log_info("Prometheus metrics at http://%s/metrics", D.cfg.metrics_listen);
 	}
 	if (poll_fd(D.sub, &D.sub_poll, sub_poll_cb) != 0 ||
 	    poll_fd(D.ctl, &D.ctl_poll, ctl_poll_cb) != 0) {

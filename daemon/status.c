@@ -140,3 +140,78 @@ swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *ou
 	}
 	return b.len;
 }
+
+/* ---- Prometheus --------------------------------------------------------------- */
+
+static void
+metric(struct buf *b, const char *name, const char *type, const char *help)
+{
+	put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void
+one(struct buf *b, const char *name, const char *type, const char *help, double v)
+{
+	metric(b, name, type, help);
+	put(b, "%s %.17g\n", name, v);
+}
+
+size_t
+swd_metrics_text(const swd_status *st, char *out, size_t outlen)
+{
+	struct buf b = { out, 0, outlen };
+	if (outlen == 0)
+		return 0;
+	out[0] = '\0';
+	metric(&b, "sinkwatch_build_info", "gauge", "The daemon's version (always 1).");
+	put(&b, "sinkwatch_build_info{version=\"%s\",protocol=\"%d\"} 1\n", st->version,
+	    SWP_VERSION);
+	one(&b, "sinkwatch_uptime_seconds", "gauge", "Seconds since the daemon started.",
+	    st->uptime_s);
+	one(&b, "sinkwatch_messages_received_total", "counter",
+	    "Messages received, whatever became of them.", (double)st->messages);
+	one(&b, "sinkwatch_bytes_received_total", "counter", "Bytes of the messages received.",
+	    (double)st->bytes);
+	metric(&b, "sinkwatch_messages_dropped_total", "counter",
+	    "Messages not stored, by reason (PROTOCOL.md 7a and 8: bad_* failed to decode).");
+	for (int i = 0; i < SWD_DROP_REASONS; i++)
+		put(&b, "sinkwatch_messages_dropped_total{reason=\"%s\"} %lld\n", swd_drop_names[i],
+		    (long long)st->drops[i]);
+	for (int i = 1; i < SWD_DECODE_ERRORS; i++)
+		put(&b, "sinkwatch_messages_dropped_total{reason=\"bad_%s\"} %lld\n",
+		    swp_errname(-i), (long long)st->decode_errors[i]);
+	one(&b, "sinkwatch_rows_total", "counter", "Attention rows computed.", (double)st->rows);
+	metric(&b, "sinkwatch_rows_rejected_total", "counter",
+	    "Attention rows rejected, by reason (METRICS.md 6).");
+	for (int i = 1; i < SWM_STATUS__N; i++)
+		put(&b, "sinkwatch_rows_rejected_total{reason=\"%s\"} %lld\n",
+		    swm_status_name((swm_status)i), (long long)st->rejects[i]);
+	one(&b, "sinkwatch_steps_complete_total", "counter", "Steps assembled whole.",
+	    (double)st->steps_complete);
+	one(&b, "sinkwatch_steps_incomplete_total", "counter",
+	    "Steps written with layers or heads missing.", (double)st->steps_incomplete);
+	one(&b, "sinkwatch_steps_written_total", "counter", "Rows appended to run files.",
+	    (double)st->steps_written);
+	one(&b, "sinkwatch_write_errors_total", "counter", "Run file writes that failed.",
+	    (double)st->write_errors);
+	one(&b, "sinkwatch_flushes_total", "counter", "Run file flushes.", (double)st->flushes);
+	one(&b, "sinkwatch_bytes_written_total", "counter",
+	    "Bytes the run files grew by, measured after each flush.", (double)st->bytes_written);
+	one(&b, "sinkwatch_flush_seconds_max", "gauge", "The longest flush round so far.",
+	    (double)st->max_flush_us * 1e-6);
+	one(&b, "sinkwatch_writer_queue_depth", "gauge", "Items waiting for the writer thread.",
+	    (double)st->writer_queue);
+	one(&b, "sinkwatch_inflight_bytes", "gauge",
+	    "Bytes held in flight (messages, gathered parts, results), against the budget.",
+	    (double)st->inflight_bytes);
+	one(&b, "sinkwatch_budget_bytes", "gauge", "The in-flight memory budget.",
+	    (double)st->budget_bytes);
+	one(&b, "sinkwatch_jobs_in_flight", "gauge", "Layers being computed.",
+	    (double)st->jobs_in_flight);
+	one(&b, "sinkwatch_runs_live", "gauge", "Runs open in the daemon.", (double)st->nruns);
+	one(&b, "sinkwatch_senders_live", "gauge", "Senders of the open runs (PROTOCOL.md 7b).",
+	    (double)st->nsenders);
+	one(&b, "sinkwatch_files_open", "gauge", "Run files the writer holds open.",
+	    (double)st->files_open);
+	return b.len;
+}

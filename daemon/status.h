@@ -57,6 +57,7 @@ typedef struct swd_status {
 	int64_t rejects[SWM_STATUS__N];
 	int64_t inflight_bytes, budget_bytes, jobs_in_flight, writer_queue;
 	int64_t steps_written, write_errors, flushes, files_open, max_flush_us;
+	int64_t bytes_written;	/* how much the run files grew, over flushes */
 	int64_t loop_turns, drain_rounds, max_batch, batch_limit_hits;
 	double loop_idle_s;
 } swd_status;
@@ -69,5 +70,13 @@ typedef struct swd_status {
  */
 size_t swd_control_reply(const char *req, size_t reqlen, const swd_status *st,
     char *out, size_t outlen);
+
+/*
+ * The figures of st in Prometheus' text exposition format (version 0.0.4):
+ * HELP and TYPE lines, counters ending in _total, drops by reason as a
+ * label; no label whose values grow with the runs. Returns the length
+ * written (truncated to outlen - 1, NUL-terminated).
+ */
+size_t swd_metrics_text(const swd_status *st, char *out, size_t outlen);
 
 #endif

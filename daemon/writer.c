@@ -53,6 +53,7 @@ struct wsend {
 
 struct wrun {
 	swd_meta meta;
+	off_t size;		/* the file's size at the last flush, 0 before */
 	struct wsend *snd;
 	int64_t nsnd;		/* rows of the sender table */
 	sw_runfile *f;
@@ -459,6 +460,9 @@ wrun_get(swd_writer *w, const swd_meta *m, const swd_witem *it)
 		r->broken = 1;
 		atomic_fetch_add(&w->st.write_errors, 1);
 	} else {
+		struct stat sb;
+		if (stat(sw_runfile_path(r->f), &sb) == 0)	/* growth from here is counted */
+			r->size = sb.st_size;
 		atomic_fetch_add(&w->st.files_open, 1);
 		int64_t have = sw_runfile_steps(r->f);
 		if (have > 0)
@@ -772,6 +776,12 @@ flush_all(swd_writer *w)
 		if (sw_runfile_flush(r->f, err, sizeof(err)) != 0) {
 			log_err("run %s: flush failed: %s", r->meta.run, err);
 			atomic_fetch_add(&w->st.write_errors, 1);
+		}
+		struct stat sb;
+		if (stat(sw_runfile_path(r->f), &sb) == 0) {
+			if (sb.st_size > r->size)
+				atomic_fetch_add(&w->st.bytes_written, (long long)(sb.st_size - r->size));
+			r->size = sb.st_size;
 		}
 		r->dirty = 0;
 		atomic_fetch_add(&w->st.flushes, 1);
