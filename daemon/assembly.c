@@ -1629,6 +1629,17 @@ swd_asm_runs(const swd_asm *a, swd_asm_run *out, size_t max)
 	return n;
 }
 
+void
+swd_asm_count(const swd_asm *a, int64_t *runs, int64_t *senders)
+{
+	*runs = a->nruns;
+	*senders = 0;
+	for (const struct arun *r = a->runs; r; r = r->next)
+		for (const struct ainc *i = r->incs; i; i = i->next)
+			for (const struct asend *d = i->snd; d; d = d->next)
+				(*senders)++;
+}
+
 size_t
 swd_asm_senders(const swd_asm *a, swd_sender *out, const char **run, size_t max)
 {

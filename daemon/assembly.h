@@ -137,6 +137,8 @@ size_t swd_asm_runs(const swd_asm *a, swd_asm_run *out, size_t max);
 /* Fills at most max senders' counters, every run's; returns the number
  * filled. run[i] is the run id of out[i] (pointers into the assembly). */
 size_t swd_asm_senders(const swd_asm *a, swd_sender *out, const char **run, size_t max);
+/* How many runs are open, and how many senders they have heard. */
+void swd_asm_count(const swd_asm *a, int64_t *runs, int64_t *senders);
 const swd_asm_stats *swd_asm_get_stats(const swd_asm *a);
 
 #endif

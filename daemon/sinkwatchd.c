@@ -544,6 +544,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 		    sd[i].seq_next, sd[i].ended };
 	st->nsenders = ns;
 	st->senders = ss;
+	swd_asm_count(D.as, &st->runs_live, &st->senders_live);
 	st->messages = D.messages;
 	st->bytes = D.bytes;
 	st->rows = atomic_load(&D.rows);

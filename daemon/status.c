@@ -208,9 +208,10 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	    (double)st->budget_bytes);
 	one(&b, "sinkwatch_jobs_in_flight", "gauge", "Layers being computed.",
 	    (double)st->jobs_in_flight);
-	one(&b, "sinkwatch_runs_live", "gauge", "Runs open in the daemon.", (double)st->nruns);
+	one(&b, "sinkwatch_runs_live", "gauge", "Runs open in the daemon.",
+	    (double)st->runs_live);
 	one(&b, "sinkwatch_senders_live", "gauge", "Senders of the open runs (PROTOCOL.md 7b).",
-	    (double)st->nsenders);
+	    (double)st->senders_live);
 	one(&b, "sinkwatch_files_open", "gauge", "Run files the writer holds open.",
 	    (double)st->files_open);
 	return b.len;

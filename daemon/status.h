@@ -58,6 +58,7 @@ typedef struct swd_status {
 	int64_t inflight_bytes, budget_bytes, jobs_in_flight, writer_queue;
 	int64_t steps_written, write_errors, flushes, files_open, max_flush_us;
 	int64_t bytes_written;	/* how much the run files grew, over flushes */
+	int64_t runs_live, senders_live;	/* all of them (runs, senders: those listed) */
 	int64_t loop_turns, drain_rounds, max_batch, batch_limit_hits;
 	double loop_idle_s;
 } swd_status;

@@ -722,6 +722,10 @@ START_TEST(test_withheld_part_named)
 	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 4), 2);
 	ck_assert_int_eq(sd[1].rank, 1);
 	ck_assert_int_eq(sd[1].missing, 2);
+	int64_t nr, ns;
+	swd_asm_count(a, &nr, &ns);
+	ck_assert_int_eq(nr, 1);
+	ck_assert_int_eq(ns, 2);
 	ck_assert_int_eq(sd[0].missing, 0);
 	swd_asm_free(&a);
 }
