@@ -1,0 +1,47 @@
+#!/bin/sh
+# make install into a temporary root (DESTDIR): the programs run from there with no
+# LD_LIBRARY_PATH, pkg-config --cflags libsinkwatch prints only what the
+# public header needs, a program built with pkg-config's flags against the
+# installed library links, the unit file names the installed daemon, and
+# make install says where the Python package went.
+set -eu
+top=${abs_top_builddir:-$(pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+log="$tmp/install.log"
+${MAKE:-make} -C "$top" install DESTDIR="$tmp/root" > "$log" 2>&1 || { cat "$log"; exit 1; }
+conf_prefix=$(sed -n 's/^prefix=//p' "$top/client/libsinkwatch.pc")
+prefix="$tmp/root$conf_prefix"
+unset LD_LIBRARY_PATH
+"$prefix/sbin/sinkwatchd" --version | grep -q '^sinkwatchd ' || { echo "sinkwatchd does not run"; exit 1; }
+"$prefix/bin/sinkwatch" --help > /dev/null 2>&1 || "$prefix/bin/sinkwatch" help > /dev/null 2>&1 ||
+	{ echo "sinkwatch does not run"; exit 1; }
+for p in sbin/sinkwatchd bin/sinkwatch; do
+	if ldd "$prefix/$p" | grep -q 'not found'; then
+		echo "$p: a library is not found:"; ldd "$prefix/$p"; exit 1
+	fi
+done
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/root"
+cflags=$(pkg-config --cflags libsinkwatch | sed 's/ *$//')
+[ "$cflags" = "-I$prefix/include" ] || { echo "pkg-config --cflags: '$cflags'"; exit 1; }
+pkg-config --libs --static libsinkwatch | grep -q -- '-lzmq' ||
+	{ echo "pkg-config --static lacks -lzmq"; exit 1; }
+cat > "$tmp/t.c" <<'C'
+#include <sinkwatch/client.h>
+#include <stdio.h>
+int main(void) { printf("%s\n", sw_strerror(SW_EINVAL)); return 0; }
+C
+${CC:-cc} "$tmp/t.c" -o "$tmp/t" $cflags $(pkg-config --libs libsinkwatch) -Wl,-rpath,"$prefix/lib"
+"$tmp/t" > /dev/null || { echo "a program linked with pkg-config's flags does not run"; exit 1; }
+grep -q "^ExecStart=$conf_prefix/sbin/sinkwatchd " "$prefix/lib/systemd/system/sinkwatchd.service" ||
+	{ echo "the unit does not name the installed daemon"; exit 1; }
+grep -q "sinkwatch: the Python package is in $prefix/" "$log" ||
+	{ echo "make install does not say where the Python package went"; cat "$log"; exit 1; }
+pkgdir=$(sed -n 's/^sinkwatch: the Python package is in //p' "$log" | sed "s|^$tmp/root||; s|/sinkwatch\$||")
+if ${PYTHON:-python3} -c "import sys; sys.exit(0 if '$pkgdir' in sys.path else 1)"; then
+	! grep -q "export PYTHONPATH" "$log" || { echo "a PYTHONPATH line the interpreter does not need"; exit 1; }
+else
+	grep -q "export PYTHONPATH=$pkgdir\$" "$log" ||
+		{ echo "make install does not give the PYTHONPATH line"; exit 1; }
+fi
+echo "ok: installed under $prefix, programs run, pkg-config cflags '$cflags'"
