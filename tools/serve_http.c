@@ -232,6 +232,8 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
 		return send_buf(c, 200, "text/html; charset=utf-8", a->data, a->len,
 		    MHD_RESPMEM_PERSISTENT, set_cookie, NULL);
 	}
+	if (!strcmp(url, "/favicon.ico"))
+		return send_buf(c, 204, "image/x-icon", "", 0, MHD_RESPMEM_PERSISTENT, NULL, NULL);
 	if (!strncmp(url, "/static/", 8)) {
 		const char *name = url + 8;
 		if (!strcmp(name, "dygraph.min.js"))
