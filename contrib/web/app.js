@@ -30,6 +30,8 @@
     if (v === null || v === undefined || typeof v !== "number") return "–";
     return v.toFixed(digits === undefined ? 4 : digits);
   }
+  /* an axis label: four significant digits, so a narrow range stays readable */
+  function tick(v) { return typeof v === "number" ? String(Number(v.toPrecision(4))) : ""; }
   function fmtInt(v) { return v === null || v === undefined ? "–" : String(v); }
   function fmtParams(p) {
     if (!p) return "–";
@@ -309,7 +311,8 @@
       var opts = function (extra) {
         var o = { labelsSeparateLines: false, legend: "always", xlabel: "step",
           connectSeparatedPoints: true, drawPoints: false, strokeWidth: 1.5, axes: {
-            x: { axisLabelWidth: 60 }, y: { axisLabelWidth: 55 } },
+            x: { axisLabelWidth: 60 }, y: { axisLabelWidth: 70, axisLabelFormatter: tick,
+              valueFormatter: tick } },
           zoomCallback: function (a, b) {
             if (syncing) return;
             var g = this;
@@ -332,6 +335,7 @@
           colors: ["#2f9e44", "#1c7ed6", "#868e96"], ylabel: "nats" })),
         new Dygraph(c3.plot, data3(), opts({ labels: ["step", "sink part", "content part"],
           labelsDiv: c3.legend, stackedGraph: true, fillGraph: true, fillAlpha: 0.45,
+          includeZero: true,
           colors: ["#d9480f", "#1c7ed6"], ylabel: "nats" }))];
     }
     var modelSeries = null;
