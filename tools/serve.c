@@ -818,13 +818,3 @@ sw_srv_api(sw_srv *s, const char *path, sw_arg_fn arg, void *ctx, sw_reply *r)
 	return reply_error(r, 404, "no such endpoint");
 }
 
-int
-sw_srv_export(sw_srv *s, const char *dir, char **ids, size_t nids, char *err, size_t errlen)
-{
-	(void)s;
-	(void)dir;
-	(void)ids;
-	(void)nids;
-	snprintf(err, errlen, "not implemented yet");
-	return -1;
-}

@@ -41,11 +41,6 @@ typedef const char *(*sw_arg_fn)(void *ctx, const char *key);
  */
 int sw_srv_api(sw_srv *s, const char *path, sw_arg_fn arg, void *ctx, sw_reply *out);
 
-/* Writes a static copy of the page for the runs (ids, or every run when
- * nids is 0) into dir, to open from file://. 0, or -1 with err. */
-int sw_srv_export(sw_srv *s, const char *dir, char **ids, size_t nids, char *err,
-    size_t errlen);
-
 int sw_serve_main(int argc, char **argv);
 
 #endif

@@ -50,7 +50,6 @@ usage(FILE *f)
 {
 	fputs("usage: sinkwatch serve [DATA_DIR...] [--listen HOST:PORT] [--allow-remote]\n"
 	    "        [--host NAME]... [--token-file FILE] [--stale SECONDS]\n"
-	    "       sinkwatch serve [DATA_DIR...] --export DIR\n"
 	    "\n"
 	    "A read-only web dashboard over the run files of DATA_DIR (default\n"
 	    "sinkwatch-data). --listen defaults to 127.0.0.1:8710; an address that is\n"
@@ -385,13 +384,13 @@ read_token(const char *path, char *buf, size_t len)
 int
 sw_serve_main(int argc, char **argv)
 {
-	const char *listen_spec = "127.0.0.1:8710", *token_file = NULL, *export_dir = NULL;
-	char *dirs[64], *names[SERVE_HOSTS], *ids[256];
-	size_t ndirs = 0, nnames = 0, nids = 0;
+	const char *listen_spec = "127.0.0.1:8710", *token_file = NULL;
+	char *dirs[64], *names[SERVE_HOSTS];
+	size_t ndirs = 0, nnames = 0;
 	int allow_remote = 0, rc = 2;
 	double stale = 60;
 	struct served sv;
-	char host[128], err[512];
+	char host[128];
 
 	memset(&sv, 0, sizeof(sv));
 	for (int i = 1; i < argc; i++) {
@@ -408,10 +407,6 @@ sw_serve_main(int argc, char **argv)
 			names[nnames++] = argv[++i];
 		else if (!strcmp(a, "--token-file") && more)
 			token_file = argv[++i];
-		else if (!strcmp(a, "--export") && more)
-			export_dir = argv[++i];
-		else if (!strcmp(a, "--run") && more && nids < 256)
-			ids[nids++] = argv[++i];
 		else if (!strcmp(a, "--stale") && more) {
 			char *end;
 			stale = strtod(argv[++i], &end);
@@ -432,14 +427,6 @@ sw_serve_main(int argc, char **argv)
 			return sw_tool_fail("serve", "%s: %s", dirs[i], strerror(errno));
 	if (!(sv.srv = sw_srv_new(dirs, ndirs, stale)))
 		return sw_tool_fail("serve", "out of memory");
-	if (export_dir) {
-		if (sw_srv_export(sv.srv, export_dir, ids, nids, err, sizeof(err)) != 0) {
-			sw_srv_free(&sv.srv);
-			return sw_tool_fail("serve", "--export %s: %s", export_dir, err);
-		}
-		sw_srv_free(&sv.srv);
-		return 0;
-	}
 	if (!(sv.dyg_js = slurp(SW_DYGRAPHS_DIR "/dygraph.min.js", &sv.dyg_js_len)) ||
 	    !(sv.dyg_css = slurp(SW_DYGRAPHS_DIR "/dygraph.min.css", &sv.dyg_css_len))) {
 		sw_tool_fail("serve", "%s/dygraph.min.js: %s (Debian: libjs-dygraphs)",
