@@ -5,6 +5,7 @@
  * prints.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,49 @@ fail:
 	return -1;
 }
 
+int
+sw_run_refresh(sw_run *run, char *err, size_t errlen)
+{
+	int64_t T = sw_reader_refresh(run->reader, err, errlen);
+	sw_rows rows;
+	sw_view view;
+
+	if (T < 0)
+		return -1;
+	if (T <= run->T)
+		return 0;
+	/* the columns grow in place; run->T moves only once all are read */
+	for (int c = 0; c < SW_RUN_COLS; c++) {
+		if (!run->col[c])
+			continue;
+		size_t w = col_width(run, c), n = (size_t)T * w;
+		double *p = realloc(run->col[c], n * sizeof(double) + 1);
+		if (!p) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		run->col[c] = p;
+		if (sw_reader_read(run->reader, col_names[c], run->T, T, p + (size_t)run->T * w,
+		    n - (size_t)run->T * w, err, errlen) < 0)
+			return -1;
+	}
+	if (sw_reader_rows(run->reader, T, &rows, err, errlen) != 0)
+		return -1;
+	if (sw_view_build(&rows, &view) != 0) {
+		sw_rows_free(&rows);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	sw_rows_free(&run->rows);
+	sw_view_free(&run->view);
+	run->rows = rows;
+	run->view = view;
+	run->T = T;
+	run->lost = (int64_t)run->col[SW_RC_LOST][T - 1];
+	run->incomplete = (int64_t)run->col[SW_RC_INCOMPLETE][T - 1];
+	return 1;
+}
+
 /* The first view index whose step is >= step (view.n if none). */
 static int64_t
 lower_bound(const sw_view *v, int64_t step)
@@ -123,6 +167,14 @@ lower_bound(const sw_view *v, int64_t step)
 			hi = mid;
 	}
 	return lo;
+}
+
+int
+sw_run_span(const sw_run *run, int64_t from, int64_t to, int64_t *k0, int64_t *k1)
+{
+	*k0 = lower_bound(&run->view, from);
+	*k1 = to == INT64_MAX ? run->view.n - 1 : lower_bound(&run->view, to + 1) - 1;
+	return *k0 < run->view.n && *k1 >= *k0 ? 0 : -1;
 }
 
 int64_t
@@ -630,6 +682,7 @@ sw_series_free(sw_series *s)
 	free(s->entropy);
 	free(s->cum_sink);
 	free(s->cum_content);
+	free(s->content_entropy);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -647,8 +700,9 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 	out->entropy = malloc(m * sizeof(double) + 1);
 	out->cum_sink = malloc(m * sizeof(double) + 1);
 	out->cum_content = malloc(m * sizeof(double) + 1);
+	out->content_entropy = malloc(m * sizeof(double) + 1);
 	if (!a->parts || !hs || !out->step || !out->sink_mass || !out->entropy ||
-	    !out->cum_sink || !out->cum_content) {
+	    !out->cum_sink || !out->cum_content || !out->content_entropy) {
 		free(hs);
 		sw_series_free(out);
 		snprintf(err, errlen, a->parts ? "out of memory" : "no series computed");
@@ -662,6 +716,8 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 			size_t t = (size_t)run->view.row[a->range.k0 + (int64_t)j], o = l * n + j;
 			out->sink_mass[o] = finite_mean(run->col[SW_RC_SINK_MASS] + t * LH + h0, nh);
 			out->entropy[o] = finite_mean(run->col[SW_RC_ENTROPY] + t * LH + h0, nh);
+			out->content_entropy[o] = run->col[SW_RC_CONTENT_ENTROPY] ?
+			    finite_mean(run->col[SW_RC_CONTENT_ENTROPY] + t * LH + h0, nh) : NAN;
 			double s = 0, c = 0;
 			for (size_t i = h0; i < h0 + nh; i++) {
 				double x = a->parts[(j * LH + i) * 2], y = a->parts[(j * LH + i) * 2 + 1];

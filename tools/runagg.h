@@ -56,6 +56,20 @@ typedef struct sw_run {
 int sw_run_open(const char *path, sw_run **out, char *err, size_t errlen);
 void sw_run_close(sw_run **run);
 
+/*
+ * Reads what was committed since the open or the last refresh: the new
+ * rows of every column, the rows and the view again. Returns 1 when rows
+ * were added, 0 when none, -1 with err (the run stays as it was). Pointers
+ * into run->view and run->col are invalid after a return of 1.
+ */
+int sw_run_refresh(sw_run *run, char *err, size_t errlen);
+
+/*
+ * The view indices of the stored steps in [from, to]: *k0 the first at or
+ * after from, *k1 the last at or before to. 0, or -1 when none is there.
+ */
+int sw_run_span(const sw_run *run, int64_t from, int64_t to, int64_t *k0, int64_t *k1);
+
 /* The view index of step, or -1 when the view does not hold it. */
 int64_t sw_run_find(const sw_run *run, int64_t step);
 
@@ -176,7 +190,7 @@ int sw_agg_interval_incomplete(const sw_agg *a, int64_t j);
 /*
  * The series a chart plots, per range step: for each layer and the model
  * (index L, over all heads) the head means of sink_mass and entropy
- * (finite values; NaN if none) and the running sums of the interval parts
+ * (finite values; NaN if none), the same of content_entropy, and the running sums of the interval parts
  * (an interval without a value counting as 0, mean over the heads).
  * Each array is [(L + 1) * steps], layer-major. Needs want_series.
  */
@@ -184,6 +198,7 @@ typedef struct sw_series {
 	size_t n, layers;	/* steps, L */
 	int64_t *step;		/* [n] */
 	double *sink_mass, *entropy, *cum_sink, *cum_content;
+	double *content_entropy;	/* head means of H̄c (NaN before layout 2) */
 } sw_series;
 int sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err,
     size_t errlen);

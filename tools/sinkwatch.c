@@ -7,6 +7,9 @@
 #include "config.h"
 #include "tools/analyze.h"
 #include "tools/tools.h"
+#ifdef SW_SERVE
+#include "tools/serve.h"
+#endif
 
 static void
 usage(FILE *f)
@@ -22,6 +25,7 @@ usage(FILE *f)
 	    "  check RUN.h5...                     is a run file whole; clear a killed writer's flags\n"
 	    "  audit RUN.h5 [options]              flip rates and head clusterings, sink kept vs dropped\n"
 	    "  status [SECTION]                    ask a running sinkwatchd\n"
+	    "  serve [DATA_DIR...] [options]       read-only web dashboard (127.0.0.1:8710)\n"
 	    "  help                                this text\n"
 	    "  version                             print the version\n"
 	    "\n"
@@ -52,6 +56,15 @@ main(int argc, char **argv)
 		return sw_audit_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "status"))
 		return sw_status_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "serve")) {
+#ifdef SW_SERVE
+		return sw_serve_main(argc - 1, argv + 1);
+#else
+		fprintf(stderr, "sinkwatch serve: not built (configure --disable-serve, or "
+		    "libmicrohttpd was missing)\n");
+		return 2;
+#endif
+	}
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		usage(stdout);
 		return 0;

@@ -1,0 +1,490 @@
+/*
+ * app.js: the page of `sinkwatch serve`. Every number shown comes from the
+ * server's JSON (tools/serve.c over tools/runagg.c); this file only lays
+ * them out. Text from run files (ids, models, errors) is only ever set as
+ * textContent, never as HTML. Charts: dygraphs, served locally.
+ */
+"use strict";
+(function () {
+  var POLL_MS = 1000;
+  var STATIC = window.SW_STATIC || null;	/* a --export copy: data.js */
+  var main = document.getElementById("main");
+  var liveEl = document.getElementById("live");
+  var timer = null, gen = 0;
+  window.swState = { view: null, lastStep: null, rows: null, win: null, report: null,
+    updates: 0 };
+
+  /* ---- helpers ---- */
+  function el(tag, attrs, kids) {
+    var e = document.createElement(tag);
+    if (attrs) Object.keys(attrs).forEach(function (k) {
+      if (k === "text") e.textContent = attrs[k];
+      else if (k === "cls") e.className = attrs[k];
+      else e.setAttribute(k, attrs[k]);
+    });
+    (kids || []).forEach(function (c) { if (c) e.appendChild(c); });
+    return e;
+  }
+  function txt(s) { return document.createTextNode(s); }
+  function fmt(v, digits) {
+    if (v === null || v === undefined || typeof v !== "number") return "–";
+    return v.toFixed(digits === undefined ? 4 : digits);
+  }
+  /* an axis label: four significant digits, so a narrow range stays readable */
+  function tick(v) { return typeof v === "number" ? String(Number(v.toPrecision(4))) : ""; }
+  function fmtInt(v) { return v === null || v === undefined ? "–" : String(v); }
+  function fmtParams(p) {
+    if (!p) return "–";
+    var u = [["T", 1e12], ["B", 1e9], ["M", 1e6], ["K", 1e3]];
+    for (var i = 0; i < u.length; i++)
+      if (p >= u[i][1]) return (p / u[i][1]).toFixed(p % u[i][1] ? 1 : 0) + u[i][0];
+    return String(p);
+  }
+  function fmtTime(t) {
+    if (typeof t !== "number") return "–";
+    return new Date(t * 1000).toLocaleString();
+  }
+  /* a number cell: the text shown, and the exact value in data-value */
+  function numCell(v, key, digits) {
+    var td = el("td", { cls: "num", text: fmt(v, digits) });
+    if (key) td.setAttribute("data-key", key);
+    td.setAttribute("data-value", v === null || v === undefined ? "" : String(v));
+    return td;
+  }
+  function qs(params) {
+    return Object.keys(params).filter(function (k) {
+      return params[k] !== undefined && params[k] !== null && params[k] !== "";
+    }).map(function (k) {
+      return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]);
+    }).join("&");
+  }
+  function api(path, params) {
+    if (STATIC) {
+      var d = STATIC[path + "?" + qs(params || {})] || STATIC[path + "?" + qs({ id: (params || {}).id })];
+      return d ? Promise.resolve(d) : Promise.reject(new Error("not in this static copy"));
+    }
+    return fetch("api/" + path + "?" + qs(params || {}), { credentials: "same-origin" })
+      .then(function (r) {
+        return r.json().then(function (j) {
+          if (!r.ok) throw new Error(j.error || r.statusText);
+          return j;
+        });
+      });
+  }
+  function stateBadge(run, now) {
+    var s = el("span", { cls: "state " + run.state, text: run.state });
+    if (run.state === "interrupted" && typeof run.last_time === "number")
+      s.title = "no end mark and no step for " + Math.round(now - run.last_time) +
+        " s (more than " + run.stale_s + " s)";
+    return s;
+  }
+  function parseHash() {
+    var h = location.hash.replace(/^#/, "") || "/";
+    var q = h.indexOf("?"), path = q < 0 ? h : h.slice(0, q), params = {};
+    if (q >= 0) h.slice(q + 1).split("&").forEach(function (kv) {
+      if (!kv) return;
+      var i = kv.indexOf("=");
+      params[decodeURIComponent(i < 0 ? kv : kv.slice(0, i))] =
+        decodeURIComponent(i < 0 ? "" : kv.slice(i + 1));
+    });
+    return { path: path, params: params };
+  }
+  function setHashParams(path, params) {
+    history.replaceState(null, "", "#" + path + (qs(params) ? "?" + qs(params) : ""));
+  }
+  function stop() { if (timer) clearInterval(timer); timer = null; gen++; }
+  function fail(e) {
+    main.textContent = "";
+    main.appendChild(el("p", { cls: "err", text: String(e.message || e) }));
+  }
+
+  /* ---- runs ---- */
+  function viewRuns(params) {
+    var my = gen;
+    var filter = el("input", { type: "search", placeholder: "filter by run or model",
+      id: "filter", value: params.q || "" });
+    var cmpBtn = el("button", { id: "compare-btn", text: "compare selected" });
+    var tbody = el("tbody", { id: "runs-body" });
+    var table = el("table", { id: "runs" }, [el("thead", null, [el("tr", null,
+      ["", "run", "model", "params", "layers×heads", "steps", "last step", "state",
+        "last update"].map(function (h) { return el("th", { text: h }); }))]), tbody]);
+    var selected = {};
+    main.textContent = "";
+    main.appendChild(el("h1", { text: "Runs" }));
+    main.appendChild(el("div", { cls: "toolbar" }, [filter, cmpBtn]));
+    main.appendChild(table);
+    var last = null;
+    function draw() {
+      if (!last) return;
+      var q = filter.value.toLowerCase();
+      tbody.textContent = "";
+      last.runs.forEach(function (r) {
+        var hay = ((r.run || "") + " " + (r.model || "") + " " + r.file).toLowerCase();
+        if (q && hay.indexOf(q) < 0) return;
+        var cb = el("input", { type: "checkbox", "data-id": r.id });
+        cb.checked = !!selected[r.id];
+        cb.onchange = function () { selected[r.id] = cb.checked; };
+        var link = el("a", { href: "#/run?" + qs({ id: r.id }), text: r.run || r.file,
+          cls: "run-link" });
+        r.stale_s = last.stale_s;
+        tbody.appendChild(el("tr", { "data-id": r.id }, [el("td", null, [cb]),
+          el("td", null, [link, r.error ? el("div", { cls: "err", text: r.error }) : null]),
+          el("td", { text: r.model || "–" }), el("td", { cls: "num", text: fmtParams(r.params) }),
+          el("td", { cls: "num", text: r.layers + "×" + r.heads }),
+          el("td", { cls: "num", text: fmtInt(r.steps) }),
+          el("td", { cls: "num", text: fmtInt(r.last_step) }),
+          el("td", null, [stateBadge(r, last.now)]),
+          el("td", { text: fmtTime(r.last_time) })]));
+      });
+    }
+    filter.oninput = function () {
+      setHashParams("/", { q: filter.value });
+      draw();
+    };
+    cmpBtn.onclick = function () {
+      var ids = Object.keys(selected).filter(function (k) { return selected[k]; });
+      if (ids.length) location.hash = "#/compare?" + qs({ ids: ids.join(",") });
+    };
+    function load() {
+      return api("runs").then(function (j) {
+        if (my !== gen) return;
+        last = j;
+        draw();
+        liveEl.textContent = "updated " + new Date().toLocaleTimeString();
+      });
+    }
+    load().catch(fail);
+    if (!STATIC) timer = setInterval(function () { load().catch(function () {}); }, 2000);
+  }
+
+  /* ---- one run ---- */
+  function chartBox(id, title) {
+    var plot = el("div", { cls: "plot", id: id });
+    var legend = el("div", { cls: "legend", id: id + "-legend" });
+    return { box: el("div", { cls: "chart" }, [el("h3", { text: title }), plot, legend]),
+      plot: plot, legend: legend };
+  }
+
+  function attribRows(tbody, label, a, keyp) {
+    ["path", "endpoint"].forEach(function (form) {
+      var x = a[form];
+      var bar = el("div", { cls: "share-bar" }, [
+        el("div", { cls: "s", style: "flex:" + (x.sink_share === null ? 0 : x.sink_share) }),
+        el("div", { cls: "c", style: "flex:" + (x.content_share === null ? 0 : x.content_share) })]);
+      tbody.appendChild(el("tr", null, [el("td", { text: label }), el("td", { text: form }),
+        numCell(x.dH, keyp + "." + form + ".dH"), numCell(x.sink, keyp + "." + form + ".sink"),
+        numCell(x.content, keyp + "." + form + ".content"),
+        numCell(x.sink_share, keyp + "." + form + ".sink_share", 3),
+        numCell(x.content_share, keyp + "." + form + ".content_share", 3),
+        el("td", null, [bar])]));
+    });
+  }
+
+  function shareColor(v) {
+    if (typeof v !== "number") return "#e9ecef";
+    var t = Math.max(0, Math.min(1, v));	/* 0: content (blue) .. 1: sink (orange) */
+    return "hsl(" + (210 - 185 * t) + ", 75%, " + (88 - 30 * Math.abs(t - 0.5) * 2 * 0.5) + "%)";
+  }
+
+  var CLASS_MARK = { sink: "S", content: "C", both: "B", rise: "R", stable: "·", none: "" };
+  function drawHeads(holder, rep, metric) {
+    holder.textContent = "";
+    var H = rep.heads, L = rep.layers;
+    var head = el("tr", null, [el("th", { text: "layer \\ head" })]);
+    for (var h = 0; h < H; h++) head.appendChild(el("th", { text: String(h) }));
+    var tb = el("tbody");
+    for (var l = 0; l < L; l++) {
+      var tr = el("tr", null, [el("th", { text: String(l) })]);
+      for (h = 0; h < H; h++) {
+        var p = rep.per_head[l * H + h];
+        var v = metric === "mass" ? p.sink_mass_last : p.path.sink_share;
+        var td = el("td", { text: CLASS_MARK[p["class"]] || "", "data-layer": l,
+          "data-head": h, "data-class": p["class"], "data-value": String(v) });
+        td.style.background = shareColor(v);
+        td.title = "layer " + l + " head " + h + "\nclass " + p["class"] +
+          "\nsink share " + fmt(p.path.sink_share, 3) + ", content share " +
+          fmt(p.path.content_share, 3) + "\ndH " + fmt(p.path.dH) + " = sink " +
+          fmt(p.path.sink) + " + content " + fmt(p.path.content) +
+          "\nsink mass " + fmt(p.sink_mass_first) + " → " + fmt(p.sink_mass_last) +
+          "\nentropy " + fmt(p.entropy_first) + " → " + fmt(p.entropy_last) +
+          "\ncontent entropy " + fmt(p.content_entropy_first) + " → " +
+          fmt(p.content_entropy_last) + "\nrank entropy " + fmt(p.rank_entropy, 1) +
+          ", rank content " + fmt(p.rank_content, 1);
+        tr.appendChild(td);
+      }
+      tb.appendChild(tr);
+    }
+    holder.appendChild(el("table", { cls: "grid", id: "heads-grid" }, [el("thead", null, [head]), tb]));
+    holder.appendChild(el("p", { cls: "muted", text: "Colour: " + (metric === "mass" ?
+      "sink mass at step " + rep.last_step : "path sink share over steps " + rep.first_step +
+      "–" + rep.last_step) + " (blue 0 … orange 1, grey none). Letter: the report's class " +
+      "(S sink, C content, B both, R rise, · stable); hover for the numbers." }));
+  }
+
+  function viewRun(params) {
+    var my = gen, id = params.id;
+    var layer = params.layer || "model";
+    var st = window.swState;
+    st.view = "run"; st.win = null; st.report = null; st.lastStep = null; st.rows = null;
+    if (params.from !== undefined && params.to !== undefined && params.from !== "" )
+      st.win = [Number(params.from), Number(params.to)];
+    main.textContent = "";
+    var title = el("h1", { id: "run-title" });
+    var meta = el("div", { cls: "muted", id: "run-meta" });
+    var layerSel = el("select", { id: "layer" });
+    var csv = el("a", { id: "csv", text: "CSV of the charts" });
+    var reset = el("button", { text: "whole run", id: "reset" });
+    var metricSel = el("select", { id: "heads-metric" }, [
+      el("option", { value: "share", text: "path sink share" }),
+      el("option", { value: "mass", text: "sink mass (last step)" })]);
+    main.appendChild(el("div", null, [el("a", { href: "#/", text: "← runs" })]));
+    main.appendChild(title);
+    main.appendChild(meta);
+    main.appendChild(el("div", { cls: "toolbar" }, [txt("layer "), layerSel, reset, csv]));
+    var c1 = chartBox("c-sink", "sink mass"), c2 = chartBox("c-ent", "entropy (whole row, content)"),
+      c3 = chartBox("c-cum", "cumulative entropy change: sink part + content part (stacked)");
+    main.appendChild(el("div", { cls: "charts" }, [c1.box, c2.box, c3.box]));
+    var repTitle = el("h2", { id: "report-range" });
+    var repBody = el("tbody", { id: "report-body" });
+    main.appendChild(repTitle);
+    main.appendChild(el("div", { cls: "report" }, [el("table", { id: "report" }, [
+      el("thead", null, [el("tr", null, ["", "split", "dH", "sink", "content", "sink share",
+        "content share", ""].map(function (h) { return el("th", { text: h, cls: "num" }); }))]),
+      repBody])]));
+    var repNote = el("p", { cls: "muted", id: "report-note" });
+    main.appendChild(repNote);
+    main.appendChild(el("h2", { text: "Heads" }));
+    main.appendChild(el("div", { cls: "toolbar" }, [txt("colour by "), metricSel]));
+    var headsBox = el("div", { id: "heads" });
+    main.appendChild(headsBox);
+
+    var charts = [], syncing = false, series = null, repSeq = 0, repTimer = null;
+
+    function hashNow() {
+      var p = { id: id };
+      if (layer !== "model") p.layer = layer;
+      if (st.win) { p.from = Math.ceil(st.win[0]); p.to = Math.floor(st.win[1]); }
+      setHashParams("/run", p);
+      var cp = { id: id, layer: layer };
+      if (st.win) { cp.from = Math.ceil(st.win[0]); cp.to = Math.floor(st.win[1]); }
+      csv.href = "api/csv?" + qs(cp);
+    }
+    function loadReport() {
+      var seq = ++repSeq, p = { id: id };
+      if (st.win) { p.from = Math.ceil(st.win[0]); p.to = Math.floor(st.win[1]); }
+      return api("report", p).then(function (rep) {
+        if (my !== gen || seq !== repSeq) return;
+        st.report = rep;
+        repTitle.textContent = "Report: steps " + rep.first_step + "–" + rep.last_step +
+          " (" + rep.steps_used + " stored steps, " + rep.split_form + " split)";
+        repTitle.setAttribute("data-from", rep.first_step);
+        repTitle.setAttribute("data-to", rep.last_step);
+        repBody.textContent = "";
+        attribRows(repBody, "model", rep.model_attribution, "model");
+        if (layer !== "model")
+          attribRows(repBody, "layer " + layer, rep.layer_attribution[Number(layer)],
+            "layer" + layer);
+        repNote.textContent = rep.intervals_incomplete ? rep.intervals_incomplete +
+          " of " + rep.intervals + " intervals touch an incomplete step (" +
+          rep.steps_incomplete + " steps)" : "";
+        drawHeads(headsBox, rep, metricSel.value);
+      }).catch(function (e) {
+        if (my !== gen) return;
+        repTitle.textContent = "Report: " + e.message;
+      });
+    }
+    function reportSoon() {
+      if (repTimer) clearTimeout(repTimer);
+      repTimer = setTimeout(loadReport, 150);
+    }
+    function setWin(w, from) {
+      st.win = w;
+      syncing = true;
+      charts.forEach(function (g) {
+        if (g !== from) g.updateOptions({ dateWindow: w });
+      });
+      syncing = false;
+      hashNow();
+      reportSoon();
+    }
+    function makeCharts() {
+      var opts = function (extra) {
+        var o = { labelsSeparateLines: false, legend: "always", xlabel: "step",
+          connectSeparatedPoints: true, drawPoints: false, strokeWidth: 1.5, axes: {
+            x: { axisLabelWidth: 60 }, y: { axisLabelWidth: 70, axisLabelFormatter: tick,
+              valueFormatter: tick } },
+          zoomCallback: function (a, b) {
+            if (syncing) return;
+            var g = this;
+            setWin(g.isZoomed("x") ? [a, b] : null, g);
+          },
+          drawCallback: function (g, initial) {
+            if (syncing || initial || !st.win) return;
+            var r = g.xAxisRange();
+            if (Math.abs(r[0] - st.win[0]) > 1e-9 || Math.abs(r[1] - st.win[1]) > 1e-9)
+              setWin([r[0], r[1]], g);
+          } };
+        Object.keys(extra).forEach(function (k) { o[k] = extra[k]; });
+        if (st.win) o.dateWindow = st.win;
+        return o;
+      };
+      charts = [
+        new Dygraph(c1.plot, data1(), opts({ labels: labels1(), labelsDiv: c1.legend,
+          colors: ["#d9480f", "#868e96"], ylabel: "sink mass" })),
+        new Dygraph(c2.plot, data2(), opts({ labels: labels2(), labelsDiv: c2.legend,
+          colors: ["#2f9e44", "#1c7ed6", "#868e96"], ylabel: "nats" })),
+        new Dygraph(c3.plot, data3(), opts({ labels: ["step", "sink part", "content part"],
+          labelsDiv: c3.legend, stackedGraph: true, fillGraph: true, fillAlpha: 0.45,
+          includeZero: true,
+          colors: ["#d9480f", "#1c7ed6"], ylabel: "nats" }))];
+    }
+    var modelSeries = null;
+    function lname() { return layer === "model" ? "model mean" : "layer " + layer; }
+    function labels1() { return layer === "model" ? ["step", "model mean"] : ["step", lname(), "model mean"]; }
+    function labels2() {
+      return layer === "model" ? ["step", "entropy", "content entropy"] :
+        ["step", "entropy (" + lname() + ")", "content entropy (" + lname() + ")", "entropy (model)"];
+    }
+    function rows(cols) {
+      var out = [];
+      for (var k = 0; k < series.step.length; k++)
+        out.push([series.step[k]].concat(cols.map(function (c) { return c[k]; })));
+      return out;
+    }
+    function data1() {
+      return rows(layer === "model" ? [series.sink_mass] : [series.sink_mass, modelSeries.sink_mass]);
+    }
+    function data2() {
+      return rows(layer === "model" ? [series.entropy, series.content_entropy] :
+        [series.entropy, series.content_entropy, modelSeries.entropy]);
+    }
+    function data3() { return rows([series.cum_sink, series.cum_content]); }
+
+    function loadSeries() {
+      var p1 = api("series", { id: id, layer: layer });
+      var p2 = layer === "model" ? p1 : api("series", { id: id, layer: "model" });
+      return Promise.all([p1, p2]).then(function (r) {
+        if (my !== gen) return;
+        series = r[0]; modelSeries = r[1];
+        st.lastStep = series.last_step; st.rows = series.rows;
+        title.textContent = series.run;
+        meta.textContent = "";
+        meta.appendChild(txt((series.model || "") + " · " + fmtParams(series.params) +
+          " params · " + series.layers + " layers × " + series.heads + " heads · " +
+          series.steps + " stored steps · last step " + series.last_step + " · "));
+        series.stale_s = 0;
+        meta.appendChild(stateBadge(series, Date.now() / 1000));
+        meta.appendChild(txt(" · last update " + fmtTime(series.last_time) + " · file " +
+          series.file));
+        if (!layerSel.options.length) {
+          layerSel.appendChild(el("option", { value: "model", text: "model mean" }));
+          for (var l = 0; l < series.layers; l++)
+            layerSel.appendChild(el("option", { value: String(l), text: "layer " + l }));
+          layerSel.value = layer;
+        }
+        if (!charts.length) makeCharts();
+        else {
+          syncing = true;
+          charts[0].updateOptions({ file: data1(), labels: labels1(), dateWindow: st.win });
+          charts[1].updateOptions({ file: data2(), labels: labels2(), dateWindow: st.win });
+          charts[2].updateOptions({ file: data3(), dateWindow: st.win });
+          syncing = false;
+        }
+        st.updates++;
+        liveEl.textContent = "step " + series.last_step + " · " + new Date().toLocaleTimeString();
+      });
+    }
+    layerSel.onchange = function () {
+      layer = layerSel.value;
+      hashNow();
+      loadSeries().then(loadReport).catch(fail);
+    };
+    metricSel.onchange = function () { if (st.report) drawHeads(headsBox, st.report, metricSel.value); };
+    reset.onclick = function () { setWin(null, null); };
+    hashNow();
+    loadSeries().then(loadReport).catch(fail);
+    if (!STATIC) timer = setInterval(function () {
+      api("state", { id: id }).then(function (s) {
+        if (my !== gen) return;
+        if (s.rows !== st.rows || s.last_step !== st.lastStep)
+          loadSeries().then(loadReport);
+      }).catch(function () {});
+    }, POLL_MS);
+  }
+
+  /* ---- compare ---- */
+  function viewCompare(params) {
+    var my = gen;
+    var ids = (params.ids || "");
+    main.textContent = "";
+    main.appendChild(el("div", null, [el("a", { href: "#/", text: "← runs" })]));
+    main.appendChild(el("h1", { text: "Compare" }));
+    var c1 = chartBox("cmp-sink", "model mean sink mass"),
+      c2 = chartBox("cmp-ent", "model mean content entropy");
+    main.appendChild(el("div", { cls: "charts" }, [c1.box, c2.box]));
+    var tb = el("tbody", { id: "compare-body" });
+    main.appendChild(el("h2", { text: "Whole runs, in parameter order" }));
+    main.appendChild(el("table", { id: "compare" }, [el("thead", null, [el("tr", null,
+      ["#", "run", "model", "params", "steps", "path dH", "sink", "content", "sink share",
+        "content share"].map(function (h) { return el("th", { text: h }); }))]), tb]));
+    var graphs = null;
+    function load() {
+      return api("compare", { ids: ids }).then(function (j) {
+        if (my !== gen) return;
+        tb.textContent = "";
+        var steps = {}, labels = ["step"];
+        j.runs.forEach(function (r, i) {
+          /* legend labels are numbers: dygraphs writes labels as HTML */
+          labels.push("#" + (i + 1));
+          var a = r.model_attribution ? r.model_attribution.path : {};
+          tb.appendChild(el("tr", { "data-id": r.id }, [el("td", { text: "#" + (i + 1) }),
+            el("td", null, [el("a", { href: "#/run?" + qs({ id: r.id }), text: r.run || r.file })]),
+            el("td", { text: r.model || "–" }), el("td", { cls: "num", text: fmtParams(r.params),
+              "data-value": String(r.params) }),
+            el("td", { cls: "num", text: fmtInt(r.steps) }),
+            numCell(a.dH), numCell(a.sink), numCell(a.content), numCell(a.sink_share, null, 3),
+            numCell(a.content_share, null, 3)]));
+          (r.step || []).forEach(function (s, k) {
+            if (!steps[s]) steps[s] = { sm: [], ce: [] };
+            steps[s].sm[i] = r.sink_mass[k];
+            steps[s].ce[i] = r.content_entropy[k];
+          });
+        });
+        var keys = Object.keys(steps).map(Number).sort(function (a, b) { return a - b; });
+        var n = j.runs.length;
+        function data(f) {
+          return keys.map(function (s) {
+            var row = [s];
+            for (var i = 0; i < n; i++) {
+              var v = steps[s][f][i];
+              row.push(v === undefined ? null : v);
+            }
+            return row;
+          });
+        }
+        if (!n || !keys.length) return;
+        var o = { labels: labels, legend: "always", xlabel: "step", connectSeparatedPoints: true };
+        if (!graphs) graphs = [
+          new Dygraph(c1.plot, data("sm"), Object.assign({ labelsDiv: c1.legend }, o)),
+          new Dygraph(c2.plot, data("ce"), Object.assign({ labelsDiv: c2.legend }, o))];
+        else {
+          graphs[0].updateOptions({ file: data("sm") });
+          graphs[1].updateOptions({ file: data("ce") });
+        }
+      });
+    }
+    load().catch(fail);
+    if (!STATIC) timer = setInterval(function () { load().catch(function () {}); }, 2000);
+  }
+
+  function route() {
+    stop();
+    var h = parseHash();
+    window.swState.view = h.path;
+    if (h.path === "/run" && h.params.id) viewRun(h.params);
+    else if (h.path === "/compare") viewCompare(h.params);
+    else viewRuns(h.params);
+  }
+  window.addEventListener("hashchange", route);
+  route();
+})();

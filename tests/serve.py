@@ -1,0 +1,274 @@
+"""`sinkwatch serve` over HTTP (issue 14): the endpoints, their numbers equal
+to `sinkwatch report --format json` for the same range (the page computes
+none), a run growing live, and the security rules: loopback by default,
+--allow-remote with a token, the Host check, read-only, path traversal,
+escaping of ids."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+
+sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", "."), "tests"))
+from servelib import Daemon, Server, SINKWATCH, run_cmd, sim  # noqa: E402
+from swharness import Results  # noqa: E402
+
+SRC = os.environ.get("SW_SRCDIR", ".")
+GOLDEN = os.path.join(SRC, "tests", "data", "golden_run", "golden.h5")
+EVIL = "<script>alert('x')</script>&\"q\""
+FAMILY = [(1.4e9, "fam-1.4b"), (70e6, "fam-70m"), (410e6, "fam-410m")]
+
+
+def q(s):
+    return urllib.parse.quote(s, safe="")
+
+
+def same(a, b, where):
+    """Equal JSON values; numbers to 1e-12 relative (they are the same C)."""
+    if isinstance(a, dict):
+        for k in b:
+            if k in a:
+                same(a[k], b[k], where + "." + k)
+    elif isinstance(a, list):
+        assert len(a) == len(b), (where, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, "%s[%d]" % (where, i))
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a is not None and b is not None, (where, a, b)
+        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
+def report_cli(path, *args):
+    rc, out, err = run_cmd([SINKWATCH, "report", path, "--format", "json", "--per-head"]
+                           + list(args))
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def check_report(srv, rid, path, frm=None, to=None):
+    qs = "id=" + q(rid)
+    args = []
+    if frm is not None:
+        qs += "&from=%d" % frm
+        args += ["--from", str(frm)]
+    if to is not None:
+        qs += "&to=%d" % to
+        args += ["--to", str(to)]
+    got = srv.json("/api/report?" + qs)
+    want = report_cli(path, *args)
+    for k in ("first_step", "last_step", "steps_used", "intervals", "intervals_incomplete",
+              "steps_incomplete", "split_form", "model_attribution", "layer_attribution",
+              "per_head"):
+        same(got[k], want[k], k)
+    same(got["ranking"]["spearman_rho"], want["ranking"]["spearman_rho"], "rho")
+    return got
+
+
+def main():
+    res = Results()
+    d = Daemon().start()
+    outside = os.path.join(d.tmp, "outside")
+    os.makedirs(outside)
+    srv = None
+    try:
+        for params, name in FAMILY:
+            sim(d, name, "--params", "%g" % params, "--steps", "12", "--layers", "2",
+                "--heads", "3", "--model", name, "--sink-share", "0.6")
+        evil_path = sim(d, EVIL, "--steps", "6", "--layers", "2", "--heads", "2",
+                        "--model", "<b>m</b>")
+        data = d.data
+        shutil.copy(GOLDEN, os.path.join(data, "golden.h5"))
+        shutil.copy(GOLDEN, os.path.join(outside, "secret.h5"))
+        os.symlink(os.path.join(outside, "secret.h5"), os.path.join(data, "link.h5"))
+        shutil.copy(GOLDEN, os.path.join(data, ".hidden.h5"))
+        with open(os.path.join(data, "notes.txt"), "w") as f:
+            f.write("not a run")
+        srv = Server([data])
+        evil_id = "0/" + os.path.basename(evil_path)
+
+        def runs():
+            j = srv.json("/api/runs")
+            ids = [r["id"] for r in j["runs"]]
+            assert ids == sorted(ids), ids
+            assert "0/golden.h5" in ids and evil_id in ids, ids
+            for bad in ("0/link.h5", "0/.hidden.h5", "0/notes.txt"):
+                assert bad not in ids, (bad, ids)
+            for r in j["runs"]:
+                assert r["state"] == "ended", r
+            g = [r for r in j["runs"] if r["id"] == "0/golden.h5"][0]
+            assert (g["run"], g["model"], g["params"], g["steps"]) == \
+                ("golden", "golden-sim", 123456, 9), g
+        res.check("runs: every run file, sorted, with state; links, hidden names, "
+                  "other files left out", runs)
+
+        def numbers():
+            path = os.path.join(data, "golden.h5")
+            check_report(srv, "0/golden.h5", path)
+            check_report(srv, "0/golden.h5", path, 20, 60)
+            check_report(srv, "0/golden.h5", path, 0, 10)
+            # a range between stored steps: the stored steps within it
+            got = srv.json("/api/report?id=0%2Fgolden.h5&from=15&to=65")
+            assert (got["first_step"], got["last_step"]) == (20, 60), got["first_step"]
+            check_report(srv, "0/golden.h5", path, 20, 60)
+            for _, name in FAMILY:
+                check_report(srv, "0/%s.h5" % name, os.path.join(data, name + ".h5"), 3, 9)
+        res.check("report of a range equals sinkwatch report --format json (model, "
+                  "layers, heads, classes, ranks)", numbers)
+
+        def series():
+            want = report_cli(os.path.join(data, "golden.h5"), "--series")["series"]
+            for layer in ("model", "0", "1"):
+                got = srv.json("/api/series?id=0%2Fgolden.h5&layer=" + layer)
+                w = [x for x in want["layers"] if str(x["layer"]) == layer][0]
+                same(got["step"], want["step"], "step")
+                for k in ("sink_mass", "entropy", "cum_sink", "cum_content"):
+                    same(got[k], w[k], layer + "." + k)
+                assert len(got["content_entropy"]) == len(got["step"])
+            csv = srv.raw("/api/csv?id=0%2Fgolden.h5&layer=model&from=20&to=60")
+            assert csv[0] == 200 and csv[1]["Content-Type"].startswith("text/csv"), csv[:2]
+            lines = csv[2].decode().strip().split("\n")
+            assert lines[0].startswith("step,layer,sink_mass"), lines[0]
+            got = srv.json("/api/series?id=0%2Fgolden.h5&layer=model")
+            steps = [s for s in got["step"] if 20 <= s <= 60]
+            assert [int(x.split(",")[0]) for x in lines[1:]] == steps, lines
+            assert float(lines[1].split(",")[2]) == got["sink_mass"][got["step"].index(20)]
+            st, _, _ = srv.raw("/api/series?id=0%2Fgolden.h5&layer=7")
+            assert st == 400, st
+        res.check("series equal report --series; CSV of a range", series)
+
+        def compare():
+            ids = ",".join("0/%s.h5" % n for _, n in FAMILY)
+            j = srv.json("/api/compare?ids=" + q(ids))
+            assert [r["params"] for r in j["runs"]] == sorted(int(p) for p, _ in FAMILY), j
+            for r in j["runs"]:
+                want = report_cli(os.path.join(data, r["file"]))
+                same(r["model_attribution"], want["model_attribution"], r["id"])
+        res.check("compare: three runs in parameter order, the cross-run figures", compare)
+
+        def escaping():
+            st, h, body = srv.raw("/api/state?id=" + q(evil_id))
+            assert st == 200 and h["Content-Type"] == "application/json", (st, h)
+            j = json.loads(body)
+            assert j["run"] == EVIL and j["model"] == "<b>m</b>", j
+            assert h["X-Content-Type-Options"] == "nosniff", h
+            assert "default-src 'self'" in h["Content-Security-Policy"], h
+        res.check("ids and models come back as JSON strings, nosniff and a CSP", escaping)
+
+        def traversal():
+            bad = ["/static/../../../../etc/passwd", "/static/%2e%2e/%2e%2e/etc/passwd",
+                   "/../../etc/passwd", "/static/", "/static/index.html/../../x",
+                   "/api/series?id=0/../../../../etc/passwd",
+                   "/api/series?id=0%2F..%2F..%2Fetc%2Fpasswd",
+                   "/api/series?id=0%2F..%2Foutside%2Fsecret.h5",
+                   "/api/report?id=" + q(outside + "/secret.h5"),
+                   "/api/report?id=0%2Flink.h5", "/api/report?id=0%2F.hidden.h5",
+                   "/api/report?id=1%2Fgolden.h5", "/api/report?id=-1%2Fgolden.h5",
+                   "/api/report?id=0%2Fnotes.txt", "/api/report?id=00x%2Fgolden.h5",
+                   "/api/nothing", "/etc/passwd"]
+            for p in bad:
+                st, _, body = srv.raw(p)
+                assert st in (400, 404), (p, st, body[:200])
+                assert b"root:" not in body and b"HDF" not in body, (p, body[:200])
+            st, _, body = srv.raw("/static/app.js")
+            assert st == 200 and b"swState" in body
+            st, _, body = srv.raw("/static/dygraph.min.js")
+            assert st == 200 and len(body) > 10000
+        res.check("path traversal: only the fixed static names and run files of the "
+                  "data directories", traversal)
+
+        def rules():
+            for host in ("evil.example:%d" % srv.port, "evil.example", None,
+                         "127.0.0.1:1", "127.0.0.1"):
+                st, _, _ = srv.raw("/api/runs", headers={"Host": host})
+                assert st == 403, (host, st)
+            for host in ("localhost:%d" % srv.port, "[::1]:%d" % srv.port):
+                st, _, _ = srv.raw("/api/runs", headers={"Host": host})
+                assert st == 200, (host, st)
+            for m in ("POST", "PUT", "DELETE", "PATCH"):
+                st, _, _ = srv.raw("/api/runs", method=m)
+                assert st == 405, (m, st)
+            st, _, body = srv.raw("/", method="HEAD")
+            assert st == 200 and body == b""
+            rc, out, err = run_cmd([SINKWATCH, "serve", data, "--listen", "0.0.0.0:0"],
+                                   timeout=10)
+            assert rc == 2 and "--allow-remote" in err, (rc, err)
+        res.check("Host header of another name refused (DNS rebinding); read-only; "
+                  "no wider address without --allow-remote", rules)
+
+        def token():
+            env = dict(os.environ, SINKWATCH_TOKEN="t0k3n-0123456789abcdef")
+            p = subprocess.Popen([SINKWATCH, "serve", data, "--listen", "0.0.0.0:0",
+                                  "--allow-remote", "--host", "127.0.0.1"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+            try:
+                line = p.stdout.readline().decode()
+                port = int(line.split(":")[-1].strip("/\n"))
+                s = Server.__new__(Server)
+                s.port, s.host = port, "127.0.0.1:%d" % port
+                st, _, _ = s.raw("/api/runs")
+                assert st == 401, st
+                st, _, _ = s.raw("/api/runs", headers={"Authorization": "Bearer wrong"})
+                assert st == 401, st
+                st, _, _ = s.raw("/api/runs", headers={
+                    "Authorization": "Bearer t0k3n-0123456789abcdef"})
+                assert st == 200, st
+                st, h, _ = s.raw("/?token=t0k3n-0123456789abcdef")
+                assert st == 200 and "HttpOnly" in h.get("Set-Cookie", ""), h
+                st, _, _ = s.raw("/api/runs", headers={
+                    "Cookie": "a=b; sw_token=t0k3n-0123456789abcdef"})
+                assert st == 200, st
+                st, _, _ = s.raw("/api/runs", headers={
+                    "Host": "evil:%d" % port, "Authorization": "Bearer t0k3n-0123456789abcdef"})
+                assert st == 403, st
+            finally:
+                p.terminate()
+                p.wait(timeout=10)
+        res.check("--allow-remote: the token (header, query then cookie) and the Host "
+                  "check", token)
+
+        def live():
+            proc = sim(d, "growing", "--steps", "30", "--every-ms", "200", "--layers", "2",
+                       "--heads", "3", wait=False)
+            rid = "0/growing.h5"
+            deadline = time.time() + 30
+            seen = []
+            while time.time() < deadline:
+                st, _, body = srv.raw("/api/state?id=" + q(rid))
+                if st == 200:
+                    j = json.loads(body)
+                    if j.get("steps"):
+                        seen.append(j["steps"])
+                        if len(seen) == 1:  # open the whole run while it grows
+                            srv.json("/api/series?id=" + q(rid))
+                            srv.json("/api/report?id=" + q(rid))
+                    if j.get("state") == "ended":
+                        break
+                time.sleep(0.25)
+            assert proc.wait(timeout=60) == 0
+            assert len(set(seen)) >= 3, seen
+            path = d.wait_ended("growing", timeout=30)
+            got = srv.json("/api/state?id=" + q(rid))
+            assert got["steps"] == 30 and got["state"] == "ended", got
+            # the run was read as it grew (sw_run_refresh): the same numbers
+            check_report(srv, rid, path)
+            check_report(srv, rid, path, 5, 20)
+            want = report_cli(path, "--series")["series"]
+            got = srv.json("/api/series?id=" + q(rid))
+            same(got["step"], want["step"], "step")
+            same(got["cum_sink"], want["layers"][-1]["cum_sink"], "cum_sink")
+        res.check("a run read while it grows: steps appear, and at the end the numbers "
+                  "equal a fresh report", live)
+    finally:
+        if srv:
+            assert srv.stop() == 0
+        assert d.stop() == 0
+    return res.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,820 @@
+/*
+ * serve.c: the runs behind `sinkwatch serve` (serve.h). Every number a
+ * reply holds comes from runagg.c: the page computes none. Readers are
+ * cached, one per file (sw_reader_open's rule), and refreshed when asked
+ * about (SWMR: a refresh shows what the daemon has flushed).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "tools/json.h"
+#include "tools/runagg.h"
+#include "tools/serve.h"
+
+/* One run file: a light reader for the run list, or the whole run. */
+struct entry {
+	char *path, *id;
+	int dir;
+	sw_reader *rd;		/* the list's reader, while run is NULL */
+	sw_runmeta meta;	/* string pointers cleared */
+	char kind[16];
+	sw_run *run;		/* opened once a page asks for its numbers */
+	int64_t T, steps, last_step;
+	double last_time;
+	int ended;
+	char err[512];		/* why it cannot be read; "" when it can */
+	/* the aggregation over the whole view, with its series, as of agg_T */
+	int have_agg;
+	int64_t agg_T;
+	sw_agg agg;
+	sw_series ser;
+};
+
+struct sw_srv {
+	char **dirs;
+	size_t ndirs;
+	double stale_s;
+	struct entry **ent;
+	size_t nent;
+};
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+sw_srv *
+sw_srv_new(char **dirs, size_t ndirs, double stale_s)
+{
+	sw_srv *s = calloc(1, sizeof(*s));
+	if (!s || !(s->dirs = calloc(ndirs + 1, sizeof(char *)))) {
+		free(s);
+		return NULL;
+	}
+	for (size_t i = 0; i < ndirs; i++)
+		if (!(s->dirs[s->ndirs++] = strdup(dirs[i]))) {
+			sw_srv_free(&s);
+			return NULL;
+		}
+	s->stale_s = stale_s;
+	return s;
+}
+
+static void
+entry_drop_agg(struct entry *e)
+{
+	if (!e->have_agg)
+		return;
+	sw_agg_free(&e->agg);
+	sw_series_free(&e->ser);
+	e->have_agg = 0;
+}
+
+static void
+entry_free(struct entry *e)
+{
+	entry_drop_agg(e);
+	sw_reader_close(&e->rd);
+	sw_run_close(&e->run);
+	free(e->path);
+	free(e->id);
+	free(e);
+}
+
+void
+sw_srv_free(sw_srv **sp)
+{
+	sw_srv *s = *sp;
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->nent; i++)
+		entry_free(s->ent[i]);
+	free(s->ent);
+	for (size_t i = 0; i < s->ndirs; i++)
+		free(s->dirs[i]);
+	free(s->dirs);
+	free(s);
+	*sp = NULL;
+}
+
+/*
+ * Whether name may be a run file of a data directory: what the daemon
+ * makes (LAYOUT.md "File name") and nothing else: no '/', no leading '.',
+ * ends in .h5. What is not such a name is never opened.
+ */
+static int
+run_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	return n > 3 && n < 256 && name[0] != '.' && !strchr(name, '/') &&
+	    !strcmp(name + n - 3, ".h5");
+}
+
+/* The path of id "D/NAME" when it names a regular file (not a link) of
+ * data directory D, else NULL. */
+static char *
+id_path(const sw_srv *s, const char *id, int *dir)
+{
+	char *end;
+	if (!id || id[0] < '0' || id[0] > '9')
+		return NULL;
+	errno = 0;
+	unsigned long d = strtoul(id, &end, 10);
+	if (errno || *end != '/' || d >= s->ndirs || !run_name_ok(end + 1))
+		return NULL;
+	size_t len = strlen(s->dirs[d]) + strlen(end) + 1;
+	char *p = malloc(len);
+	if (!p)
+		return NULL;
+	snprintf(p, len, "%s%s", s->dirs[d], end);
+	struct stat sb;
+	if (lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		free(p);
+		return NULL;
+	}
+	*dir = (int)d;
+	return p;
+}
+
+static void
+entry_take_meta(struct entry *e, const sw_runmeta *m)
+{
+	e->meta = *m;
+	snprintf(e->kind, sizeof(e->kind), "%s", m->kind ? m->kind : "");
+	e->meta.kind = e->meta.split_form = e->meta.dtype = NULL;
+}
+
+/* The entry of id, made when first asked for; NULL when id names no run
+ * file (or out of memory). */
+static struct entry *
+entry_get(sw_srv *s, const char *id)
+{
+	for (size_t i = 0; i < s->nent; i++)
+		if (!strcmp(s->ent[i]->id, id))
+			return s->ent[i];
+	int dir;
+	char *path = id_path(s, id, &dir);
+	if (!path)
+		return NULL;
+	struct entry *e = calloc(1, sizeof(*e)), **grown;
+	if (!e || !(e->id = strdup(id)) ||
+	    !(grown = realloc(s->ent, (s->nent + 1) * sizeof(*grown)))) {
+		if (e)
+			free(e->id);
+		free(e);
+		free(path);
+		return NULL;
+	}
+	e->path = path;
+	e->dir = dir;
+	e->T = -1;
+	e->last_time = NAN;
+	s->ent = grown;
+	s->ent[s->nent++] = e;
+	return e;
+}
+
+static sw_reader *
+entry_reader(struct entry *e)
+{
+	return e->run ? e->run->reader : e->rd;
+}
+
+/* Refreshes what the run list shows of e; -1 with e->err. */
+static int
+entry_poll(struct entry *e)
+{
+	char err[512];
+	int64_t T;
+
+	if (e->run) {
+		if (sw_run_refresh(e->run, err, sizeof(err)) < 0)
+			goto fail;
+		T = e->run->T;
+		e->steps = e->run->view.n;
+		e->last_step = e->steps ? e->run->view.step[e->steps - 1] : -1;
+	} else {
+		if (!e->rd) {
+			sw_runmeta m;
+			if (sw_reader_open(e->path, &e->rd, &m, err, sizeof(err)) != 0)
+				goto fail;
+			entry_take_meta(e, &m);
+		}
+		if ((T = sw_reader_refresh(e->rd, err, sizeof(err))) < 0)
+			goto fail;
+		if (T != e->T) {
+			sw_rows rows;
+			sw_view v;
+			if (sw_reader_rows(e->rd, T, &rows, err, sizeof(err)) != 0)
+				goto fail;
+			if (sw_view_build(&rows, &v) != 0) {
+				sw_rows_free(&rows);
+				snprintf(err, sizeof(err), "out of memory");
+				goto fail;
+			}
+			e->steps = v.n;
+			e->last_step = v.n ? v.step[v.n - 1] : -1;
+			sw_view_free(&v);
+			sw_rows_free(&rows);
+		}
+	}
+	if (T > 0 && T != e->T) {
+		double t;
+		if (sw_reader_read(entry_reader(e), "time", T - 1, T, &t, 1, err, sizeof(err)) < 0)
+			goto fail;
+		e->last_time = t;
+	}
+	e->T = T;
+	e->ended = sw_reader_ended(entry_reader(e)) == 1;
+	e->err[0] = 0;
+	return 0;
+fail:
+	snprintf(e->err, sizeof(e->err), "%s", err);
+	return -1;
+}
+
+/* Opens the whole run (the list's reader closed first: one per file). */
+static int
+entry_full(struct entry *e)
+{
+	char err[512];
+	if (!e->run) {
+		sw_reader_close(&e->rd);
+		e->T = -1;
+		if (sw_run_open(e->path, &e->run, err, sizeof(err)) != 0) {
+			snprintf(e->err, sizeof(e->err), "%s", err);
+			return -1;
+		}
+		entry_take_meta(e, &e->run->meta);
+	}
+	return entry_poll(e);
+}
+
+/* The whole view's aggregation and series, as of the last refresh. */
+static int
+entry_agg(struct entry *e)
+{
+	char err[512];
+	if (entry_full(e) != 0)
+		return -1;
+	if (e->have_agg && e->agg_T == e->run->T)
+		return 0;
+	entry_drop_agg(e);
+	if (e->run->view.n == 0) {
+		snprintf(e->err, sizeof(e->err), "no stored step yet");
+		return -1;
+	}
+	sw_range rg = { 0, e->run->view.n - 1 };
+	if (sw_agg_compute(e->run, &rg, 1, &e->agg, err, sizeof(err)) != 0) {
+		snprintf(e->err, sizeof(e->err), "%s", err);
+		return -1;
+	}
+	if (sw_agg_series(e->run, &e->agg, &e->ser, err, sizeof(err)) != 0) {
+		sw_agg_free(&e->agg);
+		snprintf(e->err, sizeof(e->err), "%s", err);
+		return -1;
+	}
+	e->have_agg = 1;
+	e->agg_T = e->run->T;
+	return 0;
+}
+
+static const char *
+entry_state(const sw_srv *s, const struct entry *e, double now)
+{
+	if (e->err[0])
+		return "unreadable";
+	if (e->ended)
+		return "ended";
+	if (e->T <= 0 || !isfinite(e->last_time) || now - e->last_time > s->stale_s)
+		return "interrupted";
+	return "live";
+}
+
+/* ---- replies ------------------------------------------------------------------- */
+
+typedef struct out {
+	FILE *f;
+	char *buf;
+	size_t len;
+	sw_json j;
+} out_t;
+
+static int
+out_open(out_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	if (!(o->f = open_memstream(&o->buf, &o->len)))
+		return -1;
+	sw_json_init(&o->j, o->f);
+	return 0;
+}
+
+static int
+out_reply(out_t *o, int status, const char *type, sw_reply *r)
+{
+	if (fclose(o->f) != 0) {
+		free(o->buf);
+		r->body = NULL;
+		return -1;
+	}
+	r->status = status;
+	r->type = type;
+	r->body = o->buf;
+	r->len = o->len;
+	return 0;
+}
+
+static int
+reply_error(sw_reply *r, int status, const char *msg)
+{
+	out_t o;
+	if (out_open(&o) != 0)
+		return -1;
+	sw_json_begin_obj(&o.j, NULL);
+	sw_json_str(&o.j, "error", msg);
+	sw_json_end_obj(&o.j);
+	sw_json_finish(&o.j);
+	return out_reply(&o, status, "application/json", r);
+}
+
+static void
+json_entry(const sw_srv *s, sw_json *j, const struct entry *e, double now)
+{
+	sw_json_str(j, "id", e->id);
+	sw_json_str(j, "dir", s->dirs[e->dir]);
+	sw_json_str(j, "file", strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path);
+	sw_json_str(j, "state", entry_state(s, e, now));
+	if (e->err[0]) {
+		sw_json_str(j, "error", e->err);
+		return;
+	}
+	sw_json_str(j, "run", e->meta.run);
+	sw_json_str(j, "model", e->meta.model);
+	sw_json_uint(j, "params", e->meta.params);
+	sw_json_int(j, "layers", e->meta.layers);
+	sw_json_int(j, "heads", e->meta.heads);
+	sw_json_str(j, "kind", e->kind);
+	sw_json_int(j, "rows", e->T);
+	sw_json_int(j, "steps", e->steps);
+	sw_json_num(j, "last_step", e->steps ? (double)e->last_step : NAN);
+	sw_json_num(j, "last_time", e->last_time);
+	sw_json_bool(j, "ended", e->ended);
+}
+
+static int
+name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* GET /api/runs: every run file of the directories, in directory order
+ * then by name. */
+static int
+api_runs(sw_srv *s, sw_reply *r)
+{
+	out_t o;
+	double now = now_s();
+	if (out_open(&o) != 0)
+		return -1;
+	sw_json_begin_obj(&o.j, NULL);
+	sw_json_num(&o.j, "now", now);
+	sw_json_num(&o.j, "stale_s", s->stale_s);
+	sw_json_begin_arr(&o.j, "runs");
+	for (size_t d = 0; d < s->ndirs; d++) {
+		DIR *dp = opendir(s->dirs[d]);
+		struct dirent *de;
+		char **names = NULL;
+		size_t n = 0;
+		if (!dp)
+			continue;
+		while ((de = readdir(dp))) {
+			char **g;
+			if (!run_name_ok(de->d_name) || !(g = realloc(names, (n + 1) * sizeof(*g))))
+				continue;
+			names = g;
+			if ((names[n] = strdup(de->d_name)))
+				n++;
+		}
+		closedir(dp);
+		qsort(names, n, sizeof(*names), name_cmp);
+		for (size_t i = 0; i < n; i++) {
+			char id[300];
+			snprintf(id, sizeof(id), "%zu/%s", d, names[i]);
+			struct entry *e = entry_get(s, id);
+			free(names[i]);
+			if (!e)	/* not a regular file */
+				continue;
+			entry_poll(e);
+			sw_json_begin_obj(&o.j, NULL);
+			json_entry(s, &o.j, e, now);
+			sw_json_end_obj(&o.j);
+		}
+		free(names);
+	}
+	sw_json_end_arr(&o.j);
+	sw_json_end_obj(&o.j);
+	sw_json_finish(&o.j);
+	return out_reply(&o, 200, "application/json", r);
+}
+
+/* The run an API call names by ?id=, refreshed; NULL after a reply. */
+static struct entry *
+want_run(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r, int *rc)
+{
+	const char *id = arg(ctx, "id");
+	struct entry *e = id ? entry_get(s, id) : NULL;
+	if (!e) {
+		*rc = reply_error(r, 404, "no such run file in the data directories");
+		return NULL;
+	}
+	return e;
+}
+
+/* An int64 argument: 1 when given and valid, 0 when absent, -1 invalid. */
+static int
+arg_int(sw_arg_fn arg, void *ctx, const char *key, int64_t *v)
+{
+	const char *x = arg(ctx, key);
+	char *end;
+	if (!x || !*x)
+		return 0;
+	errno = 0;
+	long long n = strtoll(x, &end, 10);
+	if (errno || *end)
+		return -1;
+	*v = n;
+	return 1;
+}
+
+/* ?layer=N or model (L): the series' layer index; -1 invalid. */
+static long
+arg_layer(sw_arg_fn arg, void *ctx, size_t L)
+{
+	const char *x = arg(ctx, "layer");
+	char *end;
+	if (!x || !strcmp(x, "model"))
+		return (long)L;
+	long l = strtol(x, &end, 10);
+	return *x && !*end && l >= 0 && (size_t)l < L ? l : -1;
+}
+
+static void
+json_nums(sw_json *j, const char *key, const double *x, size_t n)
+{
+	sw_json_begin_arr(j, key);
+	for (size_t i = 0; i < n; i++)
+		sw_json_num(j, NULL, x[i]);
+	sw_json_end_arr(j);
+}
+
+/* GET /api/series?id=&layer=N|model: what the run's charts plot. */
+static int
+api_series(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
+{
+	int rc = 0;
+	struct entry *e = want_run(s, arg, ctx, r, &rc);
+	if (!e)
+		return rc;
+	if (entry_agg(e) != 0)
+		return reply_error(r, 409, e->err);
+	const sw_series *ser = &e->ser;
+	long l = arg_layer(arg, ctx, ser->layers);
+	if (l < 0)
+		return reply_error(r, 400, "layer: a layer number of the run, or model");
+	size_t n = ser->n, o0 = (size_t)l * n;
+	out_t o;
+	if (out_open(&o) != 0)
+		return -1;
+	sw_json_begin_obj(&o.j, NULL);
+	json_entry(s, &o.j, e, now_s());
+	if ((size_t)l < ser->layers)
+		sw_json_int(&o.j, "layer", l);
+	else
+		sw_json_str(&o.j, "layer", "model");
+	sw_json_str(&o.j, "split_form", e->agg.form);
+	sw_json_begin_arr(&o.j, "step");
+	for (size_t k = 0; k < n; k++)
+		sw_json_int(&o.j, NULL, ser->step[k]);
+	sw_json_end_arr(&o.j);
+	json_nums(&o.j, "sink_mass", ser->sink_mass + o0, n);
+	json_nums(&o.j, "entropy", ser->entropy + o0, n);
+	json_nums(&o.j, "content_entropy", ser->content_entropy + o0, n);
+	json_nums(&o.j, "cum_sink", ser->cum_sink + o0, n);
+	json_nums(&o.j, "cum_content", ser->cum_content + o0, n);
+	sw_json_end_obj(&o.j);
+	sw_json_finish(&o.j);
+	return out_reply(&o, 200, "application/json", r);
+}
+
+/* GET /api/state?id=: the cheap question the page polls. */
+static int
+api_state(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
+{
+	int rc = 0;
+	struct entry *e = want_run(s, arg, ctx, r, &rc);
+	if (!e)
+		return rc;
+	entry_poll(e);
+	out_t o;
+	if (out_open(&o) != 0)
+		return -1;
+	sw_json_begin_obj(&o.j, NULL);
+	json_entry(s, &o.j, e, now_s());
+	sw_json_end_obj(&o.j);
+	sw_json_finish(&o.j);
+	return out_reply(&o, 200, "application/json", r);
+}
+
+/* The keys of `sinkwatch report --format json` for one split. */
+static void
+json_attrib(sw_json *j, const sw_attrib *a)
+{
+	sw_json_begin_obj(j, "path");
+	sw_json_num(j, "dH", a->path.dH);
+	sw_json_num(j, "sink", a->path.sink);
+	sw_json_num(j, "content", a->path.content);
+	sw_json_num(j, "sink_share", a->path_sink_share);
+	sw_json_num(j, "content_share", a->path_content_share);
+	sw_json_int(j, "intervals", a->intervals);
+	sw_json_end_obj(j);
+	sw_json_begin_obj(j, "endpoint");
+	sw_json_num(j, "dH", a->endpoint.dH);
+	sw_json_num(j, "sink", a->endpoint.sink);
+	sw_json_num(j, "content", a->endpoint.content);
+	sw_json_num(j, "sink_share", a->end_sink_share);
+	sw_json_num(j, "content_share", a->end_content_share);
+	sw_json_end_obj(j);
+}
+
+/*
+ * GET /api/report?id=&from=&to=[&eps=]: the report of the stored steps in
+ * [from, to] (either end open), the keys named as `sinkwatch report
+ * --format json --per-head` names them.
+ */
+static int
+api_report(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
+{
+	int rc = 0;
+	char err[512];
+	struct entry *e = want_run(s, arg, ctx, r, &rc);
+	int64_t from = INT64_MIN, to = INT64_MAX, k0, k1;
+	double eps = SW_CLASS_EPS_DEFAULT;
+	const char *x;
+
+	if (!e)
+		return rc;
+	if (arg_int(arg, ctx, "from", &from) < 0 || arg_int(arg, ctx, "to", &to) < 0)
+		return reply_error(r, 400, "from, to: step numbers");
+	if ((x = arg(ctx, "eps"))) {
+		char *end;
+		eps = strtod(x, &end);
+		if (*end || !(eps >= 0))
+			return reply_error(r, 400, "eps: a number >= 0");
+	}
+	if (entry_full(e) != 0)
+		return reply_error(r, 409, e->err);
+	if (sw_run_span(e->run, from, to, &k0, &k1) != 0)
+		return reply_error(r, 409, "no stored step in the range");
+	sw_range rg = { k0, k1 };
+	sw_agg a;
+	sw_ranking rk;
+	if (sw_agg_compute(e->run, &rg, 0, &a, err, sizeof(err)) != 0)
+		return reply_error(r, 500, err);
+	if (sw_agg_rank(&a, &rk) != 0) {
+		sw_agg_free(&a);
+		return -1;
+	}
+	out_t o;
+	if (out_open(&o) != 0) {
+		sw_agg_free(&a);
+		sw_ranking_free(&rk);
+		return -1;
+	}
+	sw_json *j = &o.j;
+	sw_json_begin_obj(j, NULL);
+	json_entry(s, j, e, now_s());
+	sw_json_str(j, "split_form", a.form);
+	sw_json_int(j, "steps_stored", e->run->view.n);
+	sw_json_int(j, "steps_used", a.steps);
+	sw_json_int(j, "first_step", a.first_step);
+	sw_json_int(j, "last_step", a.last_step);
+	sw_json_int(j, "intervals", a.intervals);
+	sw_json_int(j, "intervals_incomplete", a.intervals_incomplete);
+	sw_json_int(j, "steps_incomplete", a.ngaps);
+	sw_json_int(j, "lost", e->run->lost);
+	sw_json_int(j, "incomplete", e->run->incomplete);
+	sw_json_begin_obj(j, "model_attribution");
+	json_attrib(j, &a.model);
+	sw_json_end_obj(j);
+	sw_json_begin_arr(j, "layer_attribution");
+	for (size_t l = 0; l < a.L; l++) {
+		sw_json_begin_obj(j, NULL);
+		sw_json_int(j, "layer", (int64_t)l);
+		json_attrib(j, &a.layer[l]);
+		sw_json_end_obj(j);
+	}
+	sw_json_end_arr(j);
+	sw_json_begin_obj(j, "classification");
+	sw_json_num(j, "eps", eps);
+	sw_json_end_obj(j);
+	sw_json_begin_arr(j, "per_head");
+	for (size_t i = 0; i < a.LH; i++) {
+		const sw_head_at *f = &a.first[i], *l = &a.last[i];
+		sw_json_begin_obj(j, NULL);
+		sw_json_int(j, "layer", (int64_t)(i / a.H));
+		sw_json_int(j, "head", (int64_t)(i % a.H));
+		sw_json_int(j, "rows_first", f->rows);
+		sw_json_int(j, "rows_last", l->rows);
+		sw_json_num(j, "sink_mass_first", f->s);
+		sw_json_num(j, "sink_mass_last", l->s);
+		sw_json_num(j, "entropy_first", f->H);
+		sw_json_num(j, "entropy_last", l->H);
+		sw_json_num(j, "content_entropy_first", f->Hc);
+		sw_json_num(j, "content_entropy_last", l->Hc);
+		json_attrib(j, &a.head[i]);
+		sw_json_str(j, "class", sw_head_class_name(sw_head_classify(&a.head[i], eps)));
+		sw_json_num(j, "rank_entropy", rk.rank_entropy[i]);
+		sw_json_num(j, "rank_content", rk.rank_content[i]);
+		sw_json_end_obj(j);
+	}
+	sw_json_end_arr(j);
+	sw_json_begin_obj(j, "ranking");
+	sw_json_int(j, "step", a.last_step);
+	sw_json_int(j, "ranked", (int64_t)rk.ranked);
+	sw_json_num(j, "spearman_rho", rk.rho);
+	sw_json_end_obj(j);
+	sw_json_end_obj(j);
+	sw_json_finish(j);
+	sw_agg_free(&a);
+	sw_ranking_free(&rk);
+	return out_reply(&o, 200, "application/json", r);
+}
+
+struct cmp_item {
+	struct entry *e;
+};
+
+static int
+cmp_params(const void *x, const void *y)
+{
+	const struct entry *a = ((const struct cmp_item *)x)->e, *b = ((const struct cmp_item *)y)->e;
+	if (a->meta.params != b->meta.params)
+		return a->meta.params < b->meta.params ? -1 : 1;
+	return strcmp(a->id, b->id);
+}
+
+/*
+ * GET /api/compare?ids=ID,ID,...: the runs in parameter order, each with
+ * the whole view's model attribution (the cross-run table) and the model's
+ * series (one axis for all).
+ */
+static int
+api_compare(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
+{
+	const char *ids = arg(ctx, "ids");
+	struct cmp_item items[64];
+	size_t n = 0;
+	char *copy, *save = NULL;
+
+	if (!ids || !(copy = strdup(ids)))
+		return reply_error(r, 400, "ids: run ids separated by commas");
+	for (char *t = strtok_r(copy, ",", &save); t && n < 64; t = strtok_r(NULL, ",", &save)) {
+		struct entry *e = entry_get(s, t);
+		int dup = 0;
+		for (size_t i = 0; i < n; i++)
+			dup |= items[i].e == e;
+		if (!e || dup)
+			continue;
+		if (entry_agg(e) != 0 && !e->err[0])
+			snprintf(e->err, sizeof(e->err), "unreadable");
+		items[n++].e = e;
+	}
+	free(copy);
+	qsort(items, n, sizeof(*items), cmp_params);
+	out_t o;
+	if (out_open(&o) != 0)
+		return -1;
+	sw_json *j = &o.j;
+	double now = now_s();
+	sw_json_begin_obj(j, NULL);
+	sw_json_str(j, "order", "params");
+	sw_json_begin_arr(j, "runs");
+	for (size_t i = 0; i < n; i++) {
+		struct entry *e = items[i].e;
+		sw_json_begin_obj(j, NULL);
+		json_entry(s, j, e, now);
+		if (e->have_agg && !e->err[0]) {
+			const sw_series *ser = &e->ser;
+			size_t m = ser->n, o0 = ser->layers * m;
+			sw_json_str(j, "split_form", e->agg.form);
+			sw_json_int(j, "first_step", e->agg.first_step);
+			sw_json_int(j, "steps_used", e->agg.steps);
+			sw_json_begin_obj(j, "model_attribution");
+			json_attrib(j, &e->agg.model);
+			sw_json_end_obj(j);
+			sw_json_begin_arr(j, "step");
+			for (size_t k = 0; k < m; k++)
+				sw_json_int(j, NULL, ser->step[k]);
+			sw_json_end_arr(j);
+			json_nums(j, "sink_mass", ser->sink_mass + o0, m);
+			json_nums(j, "entropy", ser->entropy + o0, m);
+			json_nums(j, "content_entropy", ser->content_entropy + o0, m);
+		}
+		sw_json_end_obj(j);
+	}
+	sw_json_end_arr(j);
+	sw_json_end_obj(j);
+	sw_json_finish(j);
+	return out_reply(&o, 200, "application/json", r);
+}
+
+/* A CSV number: %.17g, empty for NaN. */
+static void
+csv_num(FILE *f, double v)
+{
+	if (isfinite(v))
+		fprintf(f, ",%.17g", v);
+	else
+		fputs(",", f);
+}
+
+/* GET /api/csv?id=&layer=&from=&to=: the rows of what the run's charts
+ * show, over the stored steps in [from, to]. */
+static int
+api_csv(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
+{
+	int rc = 0;
+	struct entry *e = want_run(s, arg, ctx, r, &rc);
+	int64_t from = INT64_MIN, to = INT64_MAX, k0, k1;
+	if (!e)
+		return rc;
+	if (arg_int(arg, ctx, "from", &from) < 0 || arg_int(arg, ctx, "to", &to) < 0)
+		return reply_error(r, 400, "from, to: step numbers");
+	if (entry_agg(e) != 0)
+		return reply_error(r, 409, e->err);
+	const sw_series *ser = &e->ser;
+	long l = arg_layer(arg, ctx, ser->layers);
+	if (l < 0)
+		return reply_error(r, 400, "layer: a layer number of the run, or model");
+	if (sw_run_span(e->run, from, to, &k0, &k1) != 0)
+		k1 = k0 - 1;	/* none: the header alone */
+	out_t o;
+	if (out_open(&o) != 0)
+		return -1;
+	size_t n = ser->n, o0 = (size_t)l * n;
+	fputs("step,layer,sink_mass,entropy,content_entropy,cum_sink,cum_content\n", o.f);
+	for (int64_t k = k0; k <= k1; k++) {
+		size_t i = o0 + (size_t)k;
+		fprintf(o.f, "%" PRId64, ser->step[k]);
+		if ((size_t)l < ser->layers)
+			fprintf(o.f, ",%ld", l);
+		else
+			fputs(",model", o.f);
+		csv_num(o.f, ser->sink_mass[i]);
+		csv_num(o.f, ser->entropy[i]);
+		csv_num(o.f, ser->content_entropy[i]);
+		csv_num(o.f, ser->cum_sink[i]);
+		csv_num(o.f, ser->cum_content[i]);
+		fputc('\n', o.f);
+	}
+	/* the file name: the id's safe bytes only */
+	char name[100];
+	size_t m = 0;
+	for (const char *p = e->id; *p && m < 60; p++)
+		name[m++] = ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '.') ? *p : '_';
+	name[m] = 0;
+	snprintf(r->disposition, sizeof(r->disposition), "attachment; filename=\"%s.csv\"", name);
+	return out_reply(&o, 200, "text/csv; charset=utf-8", r);
+}
+
+int
+sw_srv_api(sw_srv *s, const char *path, sw_arg_fn arg, void *ctx, sw_reply *r)
+{
+	r->disposition[0] = 0;
+	if (!strcmp(path, "/api/runs"))
+		return api_runs(s, r);
+	if (!strcmp(path, "/api/series"))
+		return api_series(s, arg, ctx, r);
+	if (!strcmp(path, "/api/state"))
+		return api_state(s, arg, ctx, r);
+	if (!strcmp(path, "/api/report"))
+		return api_report(s, arg, ctx, r);
+	if (!strcmp(path, "/api/compare"))
+		return api_compare(s, arg, ctx, r);
+	if (!strcmp(path, "/api/csv"))
+		return api_csv(s, arg, ctx, r);
+	return reply_error(r, 404, "no such endpoint");
+}
+

@@ -1,0 +1,46 @@
+/*
+ * serve.h: `sinkwatch serve`, a read-only web dashboard over run files.
+ *
+ * serve.c holds the runs (a cache of open readers, one per file, all used
+ * from one thread: HDF5 is not thread-safe here) and answers the JSON and
+ * CSV of the page from the one run aggregation (runagg.h); serve_http.c is
+ * the HTTP side (libmicrohttpd with one internal thread, which is the
+ * thread that calls sw_srv_api, hence the only one touching HDF5), with the
+ * security rules: loopback by default, the Host check, the access token,
+ * GET and HEAD only, a fixed set of static names.
+ */
+#ifndef SW_SERVE_H
+#define SW_SERVE_H
+
+#include <stddef.h>
+
+typedef struct sw_srv sw_srv;
+
+/* dirs: the data directories, in order (a run's id is "D/FILE", D its
+ * index). stale_s: a run with no end mark and no step for this long is
+ * interrupted. NULL when out of memory. */
+sw_srv *sw_srv_new(char **dirs, size_t ndirs, double stale_s);
+void sw_srv_free(sw_srv **s);
+
+/* A reply: status, content type and a malloc'd body the caller frees. */
+typedef struct sw_reply {
+	int status;
+	const char *type;
+	char *body;
+	size_t len;
+	char disposition[160];	/* a Content-Disposition value, or "" */
+} sw_reply;
+
+/* Query argument key of the request, NULL when absent. */
+typedef const char *(*sw_arg_fn)(void *ctx, const char *key);
+
+/*
+ * Answers GET path (under /api/) with its query arguments. Always fills
+ * out (404, 400, 500 with a JSON {"error": ...} body where it fails);
+ * returns -1 only when out of memory (out->body NULL).
+ */
+int sw_srv_api(sw_srv *s, const char *path, sw_arg_fn arg, void *ctx, sw_reply *out);
+
+int sw_serve_main(int argc, char **argv);
+
+#endif
