@@ -390,7 +390,7 @@ def main():
         path = live["path"] = d.run_file(RUN)
         follow_png = os.path.join(tmp, "follow.png")
         sim = subprocess.Popen([SINKWATCH, "sim", "--connect", d.listen, "--run", RUN,
-                                "--steps", str(STEPS), "--every-ms", "50", "--layers", str(LAYERS),
+                                "--steps", str(STEPS), "--every-ms", "120", "--layers", str(LAYERS),
                                 "--heads", str(HEADS), "--blocking"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # started before the file exists: it has to wait for it
