@@ -22,6 +22,18 @@ DIR/probe.pt: the fixed probe batch, the model's hyper-parameters and where
 build_model() lives, so that `python3 -m sinkwatch.sweep --checkpoint-dir DIR`
 can replay the checkpoints later (saving draws no random numbers: the
 training is the same bit for bit).
+
+Head masking (for pruning studies, contrib/examples/prune_heads.py):
+model.set_head_mask(M), M a [layers, heads] 0/1 array or None, zeroes the
+output of every head with M == 0 before the output projection of its layer
+(the projection's bias stays). None (the default, and what training uses)
+is the plain torch.nn.MultiheadAttention path; a mask of all ones takes the
+masked path and gives the same numbers bit for bit.
+
+--holdout F trains on the first 1 - F of the text only and prints the
+validation loss of the rest after training; --save PATH writes the final
+model as one file (load_checkpoint() reads it back). Neither changes the
+training of the other flags (--holdout 0, the default, is the whole text).
 """
 import argparse
 import json
@@ -71,10 +83,30 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d),
                                  nn.Dropout(dropout))
+        self.head_mask = None       # [heads] float 0/1, or None: see set_head_mask
+
+    def _masked_attention(self, h, mask):
+        """What self.attn(h, h, h, attn_mask=mask) computes, with the
+        columns of the output projection that read head i multiplied by
+        head_mask[i]: the head's output is zeroed before the projection.
+        The same call MultiheadAttention makes on its (non-fast) path, so a
+        mask of ones gives the same bits."""
+        m = self.attn
+        cols = self.head_mask.to(m.out_proj.weight.dtype).repeat_interleave(m.head_dim)
+        q = h.transpose(1, 0)
+        out, _ = F.multi_head_attention_forward(
+            q, q, q, m.embed_dim, m.num_heads, m.in_proj_weight, m.in_proj_bias,
+            m.bias_k, m.bias_v, m.add_zero_attn, m.dropout,
+            m.out_proj.weight * cols[None, :], m.out_proj.bias,
+            training=m.training, attn_mask=mask, need_weights=False)
+        return out.transpose(1, 0)
 
     def forward(self, x, mask):
         h = self.ln1(x)
-        a, _ = self.attn(h, h, h, attn_mask=mask, need_weights=False)
+        if self.head_mask is None:
+            a, _ = self.attn(h, h, h, attn_mask=mask, need_weights=False)
+        else:
+            a = self._masked_attention(h, mask)
         x = x + self.drop(a)
         return x + self.mlp(self.ln2(x))
 
@@ -108,6 +140,39 @@ class TinyGPT(nn.Module):
             x = b(x, mask)
         return self.head(self.ln(x))
 
+    def set_head_mask(self, mask):
+        """mask: [layers, heads] of 0/1 (1 keeps the head), or None for no
+        masking. Not a parameter or buffer: the state_dict is unchanged."""
+        if mask is None:
+            for b in self.blocks:
+                b.head_mask = None
+            return
+        m = torch.as_tensor(np.asarray(mask, dtype=np.float32))
+        L, H = len(self.blocks), self.blocks[0].attn.num_heads
+        if tuple(m.shape) != (L, H):
+            raise ValueError("head mask is %r, the model has %d layers x %d heads"
+                             % (tuple(m.shape), L, H))
+        dev = self.head.weight.device
+        for i, b in enumerate(self.blocks):
+            b.head_mask = m[i].clone().to(dev)
+
+    @torch.no_grad()
+    def attention(self, idx):
+        """The per-head attention of every layer for idx, as forward()
+        computes it (with the current head masks; a masked head still has
+        weights): a list of [batch, heads, T, T] tensors, masked keys 0."""
+        T = idx.shape[1]
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))
+        mask = self.mask[:T, :T]
+        out = []
+        for b in self.blocks:
+            h = b.ln1(x)
+            _, w = b.attn(h, h, h, attn_mask=mask, need_weights=True,
+                          average_attn_weights=False)
+            out.append(w)
+            x = b(x, mask)
+        return out
+
 
 def build_model(hparams):
     """The model of a hyper-parameter dict (layers, heads, d, context,
@@ -139,6 +204,68 @@ def save_checkpoint(dirname, model, step):
     torch.save(model.state_dict(), tmp)
     os.replace(tmp, path)           # a sweep never sees a half-written file
     return path
+
+
+def save_model(path, model, hparams, meta):
+    """One file: {"format", "state_dict", "meta": a JSON string holding
+    "hparams" and whatever meta adds} (JSON, so weights_only loads it)."""
+    m = dict(meta)
+    m["hparams"] = dict(hparams)
+    tmp = path + ".tmp"
+    torch.save({"format": "sinkwatch-tiny-gpt/1", "state_dict": model.state_dict(),
+                "meta": json.dumps(m, sort_keys=True)}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path):
+    """(model in eval mode, meta dict) of a file that --save wrote."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:                       # torch < 1.13
+        ck = torch.load(path, map_location="cpu")
+    if not isinstance(ck, dict) or ck.get("format") != "sinkwatch-tiny-gpt/1":
+        raise ValueError("%s: not a checkpoint written by train_tiny_gpt.py --save" % path)
+    meta = json.loads(ck["meta"])
+    model = build_model(meta["hparams"])
+    model.load_state_dict(ck["state_dict"])
+    model.eval()
+    return model, meta
+
+
+def split_text(data, holdout):
+    """(training part, held-out part): the last `holdout` fraction of the
+    bytes is held out (a contiguous tail, so no training window overlaps it)."""
+    if holdout <= 0:
+        return data, data[:0]
+    cut = int(round(len(data) * (1.0 - holdout)))
+    return data[:cut], data[cut:]
+
+
+@torch.no_grad()
+def evaluate(model, data, context, max_windows=None):
+    """Mean cross-entropy (nats per byte) of model over data cut into
+    non-overlapping windows of `context` bytes (each read as
+    [BOS, t0 .. t_{C-2}] -> [t0 .. t_{C-1}], as in training), eval mode,
+    at most max_windows of them, evenly spread. (loss, windows)."""
+    n = (len(data) - 1) // context
+    if n < 1:
+        raise ValueError("held-out text shorter than one context (%d bytes)" % len(data))
+    idx = np.arange(n)
+    if max_windows is not None and n > max_windows:
+        idx = np.unique(np.linspace(0, n - 1, max_windows).round().astype(np.int64))
+    was = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(idx), 64):
+        offs = torch.as_tensor(idx[i:i + 64] * context)
+        x, y = batch_from(data, offs, context)
+        logits = model(x)
+        total += F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1),
+                                 reduction="sum").item()
+        count += y.numel()
+    model.train(was)
+    return total / count, len(idx)
 
 
 def batch_from(data, offsets, context):
@@ -182,6 +309,12 @@ def parse(argv):
                    "step (needs --checkpoint-dir)")
     p.add_argument("--checkpoint-dir", metavar="DIR", default=None,
                    help="where --save-every writes step_%%08d.pt and probe.pt")
+    p.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="hold out the last F of the text (0 <= F < 1; default 0: train on "
+                   "all of it) and print its validation loss after training")
+    p.add_argument("--save", metavar="PATH", default=None,
+                   help="save the final model (state_dict and hyper-parameters) as one "
+                   "file; load_checkpoint() reads it")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--flush-timeout", type=float, default=5.0,
@@ -191,6 +324,8 @@ def parse(argv):
         p.error("--save-every must be >= 0")
     if a.save_every and not a.checkpoint_dir:
         p.error("--save-every needs --checkpoint-dir")
+    if not 0.0 <= a.holdout < 1.0:
+        p.error("--holdout must be in [0, 1)")
     return a
 
 
@@ -212,7 +347,7 @@ def main(argv=None):
     np.random.seed(a.seed)
     run = a.run or "tiny-gpt/seed%d-%d" % (a.seed, int(time.time()))
 
-    data = load_text()
+    data, heldout = split_text(load_text(), a.holdout)
     hparams = {"layers": a.layers, "heads": a.heads, "d": a.d_model, "context": a.context,
                "dropout": a.dropout}
     model = build_model(hparams)
@@ -278,6 +413,21 @@ def main(argv=None):
         save_checkpoint(a.checkpoint_dir, model, a.steps)   # the final weights, always
         saved += 1
     elapsed = time.time() - t0
+
+    val = None
+    if len(heldout):
+        val, nwin = evaluate(model, heldout, a.context)
+        print("validation: %d held-out bytes, %d windows, loss %.4f, perplexity %.3f"
+              % (len(heldout), nwin, val, math.exp(val)), flush=True)
+    if a.save:
+        save_model(a.save, model, hparams,
+                   {"model": model_name, "params": int(params), "seed": a.seed,
+                    "steps": a.steps, "batch": a.batch, "lr": a.lr, "threads": a.threads,
+                    "holdout": a.holdout, "text_dir": TEXT_DIR, "train_bytes": len(data),
+                    "heldout_bytes": len(heldout),
+                    "final_train_loss": losses[-1] if losses else None,
+                    "val_loss": val, "train_seconds": elapsed})
+        print("saved %s" % a.save, flush=True)
 
     if a.save_final:
         arrays = {"param/" + k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
