@@ -252,7 +252,10 @@ def main():
     ap.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     ap.add_argument("--log", default="mutate.log", help="one line per mutant (default mutate.log)")
     ap.add_argument("--resume", action="store_true",
-                    help="keep the results of the mutants already in the log, run the others")
+                    help="keep the results of the mutants already in the log, run the others "
+                    "(with all of them there: the report alone)")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="with --resume: run the survivors in the log again (after a test was added)")
     ap.add_argument("--tmp", default=None, help="where the scratch trees go")
     a = ap.parse_args()
 
@@ -278,7 +281,7 @@ def main():
         with open(a.log) as f:
             for line in f:
                 parts = line.rstrip("\n").split("\t")
-                if len(parts) >= 2:
+                if len(parts) >= 2 and not (a.rerun_survivors and parts[1] == "survived"):
                     done[parts[0]] = parts[1]
     todo = []
     for i, (path, off, orig, repl, fname, lineno, tiers) in enumerate(work):
