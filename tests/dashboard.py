@@ -16,7 +16,10 @@ METRICS.md §3, paired from the row_* datasets where the file has row_stats,
 else aggregate from the head values. Besides the in-order sim run, two runs
 whose steps arrive shuffled and are then resumed by a newer incarnation
 (raw protocol sender: `inc` and `resume` header keys), one with a fixed probe
-(paired) and one without (aggregate).
+(paired) and one without (aggregate). For those two the plotted data are also
+checked against what the senders sent (`from_inputs`): §1-§3 computed here
+from the probabilities themselves, so neither the daemon's kernels nor its
+file stand between the input and the expected picture.
 
     SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd SW_SRCDIR=. /usr/bin/python3 tests/dashboard.py
 """
@@ -144,6 +147,88 @@ def reference(path):
             "segments": segs, "form": "paired" if paired else "aggregate"}
 
 
+def row_values(p, sink=0):
+    """§1 from one head's raw rows [R, K] as sent (no file, no daemon): s,
+    w, H, hb, Hc per row, float64 after renormalizing; a row with a NaN is
+    rejected (NaN values)."""
+    a = p.astype(np.float64)
+    ok = np.isfinite(a).all(-1)
+    a = np.where(ok[:, None], a, 1.0)
+    a = a / a.sum(-1, keepdims=True)
+    s = a[:, sink]
+    c = np.delete(a, sink, axis=1)
+    w = c.sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xlx = np.where(a > 0, a * np.log(a), 0.0)
+        clc = np.where(c > 0, c * np.log(c), 0.0)
+        H = -xlx.sum(-1)
+        hb = -np.where(s > 0, s * np.log(s), 0) - np.where(w > 0, w * np.log(w), 0)
+        Hc = np.where(w > 0, np.log(w) - clc.sum(-1) / w, 0.0)
+    nan = np.full_like(s, np.nan)
+    return {k: np.where(ok, v, nan) for k, v in
+            (("s", s), ("w", w), ("H", H), ("hb", hb), ("Hc", Hc))}
+
+
+def from_inputs(steps_data, paired):
+    """What the dashboard must show, from the probabilities the senders sent
+    (steps_data: [(step, [layer] of [H, R, K])] in view order): per-head
+    means of §2 over the valid rows, the §3 split paired row by row or
+    aggregate from the means, summed along the steps (a NaN interval counts
+    0), heads averaged (sink mass and entropy over the heads that have
+    rows). Independent of the daemon's kernels and of its file."""
+    T = len(steps_data)
+    L = len(steps_data[0][1])
+    rows = [[[row_values(x[h]) for h in range(x.shape[0])] for x in lay]
+            for _, lay in steps_data]
+    H = len(rows[0][0])
+
+    def mean(r, k):
+        v = r[k][np.isfinite(r["s"])]
+        return v.mean() if v.size else np.nan
+
+    def head(r):
+        m = {k: mean(r, k) for k in ("s", "w", "H", "hb")}
+        valid = np.isfinite(r["s"])
+        C = (r["w"] * r["Hc"])[valid].mean() if valid.any() else np.nan
+        m["Hcw"] = C / m["w"] if m["w"] > 0 else (0.0 if valid.any() else np.nan)
+        return m
+    heads = [[[head(rows[t][lay][h]) for h in range(H)] for lay in range(L)] for t in range(T)]
+    parts = np.zeros((2, T, L, H))
+    for t in range(1, T):
+        for lay in range(L):
+            for h in range(H):
+                if paired:
+                    r0, r1 = rows[t - 1][lay][h], rows[t][lay][h]
+                    ok = np.isfinite(r0["s"]) & np.isfinite(r1["s"])
+                    if not ok.any():
+                        parts[:, t, lay, h] = np.nan
+                        continue
+                    sink = ((r1["hb"] - r0["hb"]) - (r1["s"] - r0["s"]) * 0.5 *
+                            (r0["Hc"] + r1["Hc"]))[ok].mean()
+                    cont = (0.5 * (r0["w"] + r1["w"]) * (r1["Hc"] - r0["Hc"]))[ok].mean()
+                else:
+                    a, b = heads[t - 1][lay][h], heads[t][lay][h]
+                    sink = (b["hb"] - a["hb"]) - (b["s"] - a["s"]) * 0.5 * (a["Hcw"] + b["Hcw"])
+                    cont = 0.5 * (a["w"] + b["w"]) * (b["Hcw"] - a["Hcw"])
+                parts[0, t, lay, h], parts[1, t, lay, h] = sink, cont
+    cum = np.nancumsum(parts, axis=1).mean(axis=3)
+    sm = np.array([[[heads[t][lay][h]["s"] for h in range(H)] for lay in range(L)]
+                   for t in range(T)])
+    en = np.array([[[heads[t][lay][h]["H"] for h in range(H)] for lay in range(L)]
+                   for t in range(T)])
+    return {"steps": np.array([st for st, _ in steps_data]), "sink_mass": _nanmean_heads(sm),
+            "entropy": _nanmean_heads(en), "cum_sink": cum[0], "cum_content": cum[1]}
+
+
+def assert_inputs(d, ref, what):
+    """The dashboard's data d against from_inputs(): the steps exactly, the
+    values within the precision budget of METRICS.md §6."""
+    np.testing.assert_array_equal(d.steps, ref["steps"], err_msg=what + ": steps")
+    for n in ("sink_mass", "entropy", "cum_sink", "cum_content"):
+        np.testing.assert_allclose(getattr(d, n), ref[n], rtol=1e-6, atol=1e-9, equal_nan=True,
+                                   err_msg="%s: %s from the inputs" % (what, n))
+
+
 def assert_matches(d, ref, what):
     """The dashboard's data d equal the reference (to the JSON's 17 digits)."""
     np.testing.assert_array_equal(d.steps, ref["steps"], err_msg=what + ": steps")
@@ -174,6 +259,16 @@ def probe(step, layer, extra_sink=0.0):
 def send_end(snd, run, inc):
     snd.send_frames([msgpack.packb({"v": 1, "type": "end", "run": run, "seq": snd.seq,
                                     "inc": inc})])
+
+
+def shuffled_inputs(step, lay, incarnation):
+    """The tensor the shuffled runs send for (step, layer) from A or B."""
+    if incarnation == SH_INC_B:
+        return probe(step, lay, extra_sink=0.8)
+    x = probe(step, lay)
+    if step == 100 and lay == 2:
+        x[1] = np.nan
+    return x
 
 
 def load_dashboard_module():
@@ -499,17 +594,14 @@ def main():
         a = Sender(d.listen, run, LAYERS, HEADS, fixed=fixed)
         for st in rng.permutation(SH_STEPS):
             for lay in range(LAYERS):
-                x = probe(int(st), lay)
-                if st == 100 and lay == 2:
-                    x[1] = np.nan
-                a.snapshot(int(st), lay, x, inc=SH_INC_A)
+                a.snapshot(int(st), lay, shuffled_inputs(int(st), lay, SH_INC_A), inc=SH_INC_A)
         path = d.run_file(run)
         wait_for(lambda: committed(path)[0] >= len(SH_STEPS), 20,
                  "A's %d rows of %s" % (len(SH_STEPS), run))
         b = Sender(d.listen, run, LAYERS, HEADS, fixed=fixed)
         for st in rng.permutation(SH_B):
             for lay in range(LAYERS):
-                b.snapshot(int(st), lay, probe(int(st), lay, extra_sink=0.8),
+                b.snapshot(int(st), lay, shuffled_inputs(int(st), lay, SH_INC_B),
                            inc=SH_INC_B, resume=SH_RESUME)
         send_end(b, run, SH_INC_B)
         path = d.wait_ended(run)
@@ -531,6 +623,10 @@ def main():
         m = mod.get("m") or load_dashboard_module()
         d = m.load_path(path)
         assert_matches(d, ref, run)
+        # and from what was sent, without the daemon's numbers
+        sent = [(st, [shuffled_inputs(st, lay, SH_INC_A if st < SH_RESUME else SH_INC_B)
+                      for lay in range(LAYERS)]) for st in want_steps]
+        assert_inputs(d, from_inputs(sent, paired=fixed), run)
         # the rows' live dH_* in arrival order are not the run's: the same
         # sums taken from them would be wrong (the reason for the view)
         with h5py.File(path, "r") as f:

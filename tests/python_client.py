@@ -42,7 +42,7 @@ import zmq  # noqa: E402
 
 import sinkwatch  # noqa: E402
 from sinkwatch import proto  # noqa: E402
-from swharness import SINKWATCHD, Daemon, Results, free_port, random_probs  # noqa: E402
+from swharness import SINKWATCHD, Daemon, Results, free_port, preload_asan, random_probs  # noqa: E402
 
 GOLDEN = os.path.join(SRCDIR, "tests", "data", "golden")
 NP_OF = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": np.uint16}
@@ -1487,6 +1487,7 @@ WITH_DAEMON = {"slow_joiner": t_slow_joiner, "blocking": t_blocking,
 
 
 def main():
+    preload_asan()      # ctypes loads the build's libsinkwatch.so: ASan first (an asan build)
     want = sys.argv[1:] or list(CASES)
     unknown = [w for w in want if w not in CASES]
     if unknown:

@@ -1,7 +1,12 @@
 """Test harness: a real sinkwatchd on free loopback ports in a temp dir, and
-a minimal sender that speaks proto/PROTOCOL.md with pyzmq and msgpack."""
+a minimal sender that speaks proto/PROTOCOL.md with pyzmq and msgpack.
+
+A sanitizer report in a daemon's log fails the test: Daemon.stop() raises
+on one, and Results.finish() fails for any daemon of the process whose log
+has one (so a daemon that was killed, or never stopped, counts too)."""
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,6 +20,105 @@ import zmq
 
 SINKWATCHD = os.environ.get("SINKWATCHD")
 SINKWATCH = os.environ.get("SINKWATCH")
+
+
+# AddressSanitizer, LeakSanitizer, UBSan ("file:line:col: runtime error:"),
+# ThreadSanitizer, and the SUMMARY line each of them ends with
+_SANITIZER = re.compile(r"^==\d+==\s*ERROR: \w*Sanitizer|^\S+:\d+(?::\d+)?: runtime error: |"
+                        r"^WARNING: ThreadSanitizer|^SUMMARY: \w*Sanitizer", re.M)
+
+
+def sanitizer_report(text):
+    """The first sanitizer report in a log's text (with some context), or None."""
+    m = _SANITIZER.search(text)
+    if m is None:
+        return None
+    start = text.rfind("\n", 0, max(0, m.start() - 1)) + 1
+    return text[start:m.start() + 4000]
+
+
+def check_log(path):
+    """Raises AssertionError if the log at path holds a sanitizer report."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return
+    rep = sanitizer_report(text)
+    if rep is not None:
+        raise AssertionError("sanitizer report in %s:\n%s" % (path, rep))
+
+
+_DAEMONS = []       # every Daemon of this process, for Results.finish()
+
+
+def _build_var(name):
+    """A variable of the build tree's Makefile (CC, SW_SAN_CFLAGS), or None."""
+    if not SINKWATCHD:
+        return None
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(SINKWATCHD)), "Makefile")) as f:
+            for line in f:
+                if line.startswith(name + " ="):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def asan_runtime():
+    """The AddressSanitizer runtime that the build's shared libraries need
+    (a --enable-asan build), or None: the libasan libsinkwatch.so links
+    (gcc), or the compiler's shared runtime (clang)."""
+    if "address" not in (_build_var("SW_SAN_CFLAGS") or ""):
+        return None
+    so = os.path.join(os.path.dirname(os.path.abspath(SINKWATCHD)), "client", ".libs",
+                      "libsinkwatch.so")
+    try:
+        out = subprocess.run(["ldd", so], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    m = re.search(r"libasan\.so\S* => (\S+)", out)
+    if m:
+        return m.group(1)
+    cc = (_build_var("CC") or "cc").split()[0]
+    try:
+        p = subprocess.run([cc, "-print-file-name=libclang_rt.asan-x86_64.so"],
+                           capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p if os.path.isabs(p) and os.path.exists(p) else None
+
+
+def preload_asan():
+    """For a test that loads the build's libraries with ctypes: in a
+    sanitizer build, runs this script again with the ASan runtime first in
+    the process (LD_PRELOAD), as ASan requires; leak detection is off for
+    the interpreter, whose own allocations at exit are not the project's.
+    The daemons it starts get neither (Daemon.start)."""
+    if os.environ.get("SW_ASAN_PRELOADED"):
+        return
+    rt = asan_runtime()
+    if rt is None:
+        return
+    env = dict(os.environ, LD_PRELOAD=rt, SW_ASAN_PRELOADED="1",
+               SW_ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", ""))
+    env["ASAN_OPTIONS"] = (env["SW_ASAN_OPTIONS"] + ":" if env["SW_ASAN_OPTIONS"] else "") + \
+        "detect_leaks=0"
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def child_env():
+    """The environment for a program this test starts: without what
+    preload_asan() set for the interpreter alone."""
+    env = dict(os.environ)
+    if env.pop("SW_ASAN_PRELOADED", None):
+        env.pop("LD_PRELOAD", None)
+        env["ASAN_OPTIONS"] = env.pop("SW_ASAN_OPTIONS", "")
+        if not env["ASAN_OPTIONS"]:
+            del env["ASAN_OPTIONS"]
+    return env
 
 
 def free_port():
@@ -40,7 +144,9 @@ class Daemon:
         args = [SINKWATCHD, "--listen", self.listen, "--control", self.control,
                 "--data-dir", self.data, "--flush-ms", "100"] + self.extra
         self.logf = open(self.log, "ab")
-        self.proc = subprocess.Popen(args, stderr=self.logf, stdout=self.logf)
+        self.proc = subprocess.Popen(args, stderr=self.logf, stdout=self.logf, env=child_env())
+        if self not in _DAEMONS:
+            _DAEMONS.append(self)
         deadline = time.time() + 10
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -106,6 +212,7 @@ class Daemon:
         if self.proc:
             self.logf.close()
         self.proc = None
+        check_log(self.log)
         return rc
 
     def read_log(self):
@@ -259,6 +366,15 @@ class Results:
             print("ok   %-40s %.2fs" % (name, time.time() - t0))
 
     def finish(self):
+        # the daemons of this process that were not stopped through
+        # Daemon.stop() (killed, or left running), and any whose log got a
+        # report after its check
+        for d in _DAEMONS:
+            try:
+                check_log(d.log)
+            except AssertionError as e:
+                self.failed += 1
+                print("FAIL %-40s %s" % ("sanitizer report", e))
         print("%d passed, %d failed" % (self.passed, self.failed))
         return 1 if self.failed else 0
 

@@ -39,6 +39,20 @@ static const char *const mat_names[6] = {
 };
 static const char *const flip_names[3] = { "cosine", "js", "entropy" };
 
+/*
+ * Whether data analyzed without --causal looks causal, per mask form:
+ * every row of every head is exactly zero past its last key (logits: -inf,
+ * or so far below the row's largest that the softmax gives exactly 0), and
+ * some row past the first key holds a value at its last key (so that a
+ * tensor that is zero nearly everywhere does not count). Form 0: the
+ * queries are the last Q positions, row q ends at key q + K - Q (what
+ * --causal takes); form 1: they are the first Q, row q ends at key q.
+ */
+struct causal_look {
+	int zero[2];
+	int diag[2];
+};
+
 struct run {
 	struct opts o;
 	uint64_t shape[SW_TENSOR_MAXRANK];
@@ -50,6 +64,7 @@ struct run {
 	swm_head_acc *acc;	/* [L * H] */
 	swm_head *head;		/* [L * H] */
 	struct layer *layer;	/* [L] */
+	struct causal_look look;	/* without --causal: does the data look causal? */
 };
 
 static int
@@ -206,6 +221,69 @@ free_run(struct run *r)
 	free(r->o.file);
 }
 
+static int
+masked(double v, double floor_)
+{
+	return v == 0 || v == -INFINITY || v < floor_;
+}
+
+static void
+look_causal(struct causal_look *c, const void *blk, swm_dtype dt, int logits, size_t Q,
+    size_t K)
+{
+	for (size_t q = 0; q < Q && (c->zero[0] || c->zero[1]); q++) {
+		size_t base = q * K;
+		double floor_ = -INFINITY;
+		if (logits) {
+			double mx = -INFINITY;
+			for (size_t k = 0; k < K; k++) {
+				double v = swm_load(blk, dt, base + k);
+				if (v > mx)
+					mx = v;
+			}
+			floor_ = mx - 746;	/* exp() of anything below is 0 in double */
+		}
+		for (int f = 0; f < 2; f++) {
+			long long last = f == 0 ? (long long)q + (long long)K - (long long)Q :
+			    (long long)q;
+			if (!c->zero[f])
+				continue;
+			for (long long k = last < 0 ? 0 : last + 1; k < (long long)K; k++)
+				if (!(logits ? masked(swm_load(blk, dt, base + (size_t)k), floor_) :
+				    swm_load(blk, dt, base + (size_t)k) == 0)) {
+					c->zero[f] = 0;
+					break;
+				}
+			if (last >= 1 && last < (long long)K) {
+				double v = swm_load(blk, dt, base + (size_t)last);
+				if (logits ? !masked(v, floor_) : v != 0)
+					c->diag[f] = 1;
+			}
+		}
+	}
+}
+
+/* The warning of a tensor that looks causal analyzed without --causal. */
+static void
+warn_causal(const struct run *r, const struct causal_look *c)
+{
+	size_t Q = r->Q, K = r->K;
+
+	if (c->zero[0] && c->diag[0] && Q >= 2)
+		fprintf(stderr, "sinkwatch analyze: warning: %s:%s looks causal (in every head, "
+		    "row q is zero past key q + %lld) but --causal was not given: the masked keys "
+		    "are taken as zero attention, so the numbers (sink balance, Aitchison and pair "
+		    "distances, row counts) differ from a causal analysis; add --causal\n",
+		    r->o.file, r->o.dset, (long long)K - (long long)Q);
+	else if (Q < K && c->zero[1] && c->diag[1])
+		fprintf(stderr, "sinkwatch analyze: warning: %s:%s looks causal with the queries "
+		    "at the first %zu of %zu positions (in every head, row q is zero past key q) "
+		    "but --causal was not given: the masked keys are taken as zero attention, so "
+		    "the numbers differ from a causal analysis; --causal takes the queries as the "
+		    "last %zu positions, so analyze the first %zu keys (a [.., %zu, %zu] dataset) "
+		    "with --causal\n", r->o.file, r->o.dset, Q, K, Q, Q, Q, Q);
+}
+
 /* Reads every layer and fills the results. 0, or an exit status. */
 static int
 compute(struct run *r, sw_tensor *t)
@@ -273,6 +351,10 @@ compute(struct run *r, sw_tensor *t)
 			goto out;
 		}
 		memset(pairs, 0, H * H * sizeof(*pairs));
+		if (!r->o.causal)
+			for (size_t i = 0; i < B * H; i++)
+				look_causal(&r->look, (char *)slab + i * Q * K * es, r->dtype,
+				    r->o.logits, Q, K);
 		for (size_t b = 0; b < B; b++) {
 			swm_block blk = {
 				.data = (char *)slab + b * H * Q * K * es,
@@ -590,8 +672,11 @@ sw_analyze_main(int argc, char **argv)
 		    r.o.m.delta, r.K);
 		goto out;
 	}
+	r.look.zero[0] = r.look.zero[1] = 1;
 	if ((rc = compute(&r, t)))
 		goto out;
+	if (!r.o.causal)
+		warn_causal(&r, &r.look);
 	rc = 2;
 	uint64_t used, rej[SWM_STATUS__N];
 	totals(&r, &used, rej);

@@ -1,0 +1,59 @@
+/*
+ * control.c: fuzz target of the control request parser
+ * (swd_control_reply, daemon/status.c), the bytes any client of the
+ * control socket sends. Input: a request. Properties: the reply is
+ * terminated, its length is what was returned and fits the buffer, for a
+ * large buffer and for a small one (the truncation path).
+ */
+#include <string.h>
+
+#include "daemon/status.h"
+#include "fuzz/fuzz.h"
+
+static swd_status st;
+
+static void
+init_status(void)
+{
+	static const swd_status_run runs[2] = {
+		{ .run = "pythia-160m/seed1", .model = "pythia-160m", .split_form = "paired",
+		  .layers = 12, .heads = 12, .steps_written = 40, .last_step = 39000,
+		  .last_gap = "rank 1: heads 4-7" },
+		{ .run = "r2", .model = "", .split_form = "aggregate", .layers = 1, .heads = 1 },
+	};
+	static const swd_status_sender senders[1] = {
+		{ .run = "r2", .inc = 7, .rank = 1, .senders = 2, .messages = 3 },
+	};
+	st.version = "0.1.0";
+	st.listen = "tcp://127.0.0.1:5710";
+	st.control = "tcp://127.0.0.1:5711";
+	st.data_dir = "/var/lib/sinkwatch";
+	st.nruns = 2;
+	st.runs = runs;
+	st.nsenders = 1;
+	st.senders = senders;
+	for (int i = 0; i < SWD_DROP_REASONS; i++)
+		st.drops[i] = i;
+}
+
+static void
+reply(const uint8_t *data, size_t size, size_t outlen)
+{
+	char *out = malloc(outlen);
+	size_t n;
+
+	FUZZ_ASSERT(out != NULL);
+	n = swd_control_reply((const char *)data, size, &st, out, outlen);
+	FUZZ_ASSERT(n < outlen && out[n] == '\0' && strlen(out) == n);
+	free(out);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (st.version == NULL)
+		init_status();
+	reply(data, size, 1 << 16);
+	reply(data, size, 1 + (size ? data[0] % 97 : 0));
+	return 0;
+}
