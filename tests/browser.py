@@ -140,18 +140,22 @@ def main():
             assert win[0] - 1 <= frm and to <= win[1] + 1, (win, frm, to)
             # the numbers shown are those of `sinkwatch report` for that range
             want = report_cli(live_path, frm, to)["model_attribution"]
+            # every cell read in one turn of the page's script: a live update
+            # re-renders the table, so elements found one by one may go stale
+            cells = drv.execute_script(
+                "var o = {}; document.querySelectorAll('[data-key^=\"model.\"]')"
+                ".forEach(function (c) { o[c.getAttribute('data-key')] = "
+                "[c.getAttribute('data-value'), c.textContent]; }); return o;")
             for form in ("path", "endpoint"):
                 for k in ("dH", "sink", "content", "sink_share", "content_share"):
-                    cell = drv.find_element(By.CSS_SELECTOR,
-                                            '[data-key="model.%s.%s"]' % (form, k))
-                    v = cell.get_attribute("data-value")
+                    v, text = cells["model.%s.%s" % (form, k)]
                     w_ = want[form][k]
                     if w_ is None:
-                        assert v in ("", "null"), (form, k, v)
+                        assert v in ("", "null", None), (form, k, v)
                     else:
                         assert abs(float(v) - w_) <= 1e-12 * max(1, abs(w_)), (form, k, v, w_)
                         digits = 3 if "share" in k else 4
-                        assert cell.text == "%.*f" % (digits, w_), (cell.text, w_)
+                        assert text.strip() == "%.*f" % (digits, w_), (text, w_)
             # a new step arrives within 2 s, and the zoom stays where it was
             before = drv.execute_script("return [window.swState.lastStep, window.swState.updates]")
             t0 = time.time()
