@@ -47,6 +47,9 @@ static const struct opt opts[] = {
 	  "rows per snapshot that get head-pair metrics (0: every row)" },
 	{ "pair_metrics", O_INT, S(pair_metrics), "1", 0, 1, 0,
 	  "1: compute head-pair metrics and flip rates; 0: skip them" },
+	{ "cross_layer_pairs", O_INT, S(cross_layer_pairs), "0", 0, 1, 0,
+	  "1: also store JS keep/drop between heads of different layers (new run files; "
+	  "costs (L*H)^2 pair work per step)" },
 	{ "drift_rows", O_INT, S(drift_rows), "8", 0, 1 << 20, 0,
 	  "rows per snapshot kept for drift_content (fixed probes)" },
 	{ "workers", O_INT, S(workers), "2", 1, 64, 0,

@@ -26,6 +26,7 @@ typedef struct swd_config {
 	int64_t step_timeout_ms;/* an incomplete step is written after this */
 	int64_t pair_rows;	/* rows per snapshot that get head-pair metrics */
 	int64_t pair_metrics;	/* 0: no head-pair metrics */
+	int64_t cross_layer_pairs;	/* 1: JS between heads of different layers */
 	int64_t drift_rows;	/* rows per snapshot kept for drift_content */
 	int64_t workers;	/* metric worker threads */
 	int64_t batch;		/* messages drained per loop turn */

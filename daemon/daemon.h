@@ -34,6 +34,11 @@ typedef struct swd_layer {
 	uint32_t *pair_idx;	/* [npair] the rows that got pair work, ascending */
 	uint32_t npair;
 	uint32_t nln;
+	/* cross_layer_pairs: the pair rows as sent, [heads, nx, keys] of the
+	 * message's dtype, their valid keys [nx] and indices [nx] (one allocation) */
+	void *xrows;
+	uint32_t *xvalid, *xidx;
+	uint32_t nx;
 	size_t bytes;		/* held against the budget until freed */
 } swd_layer;
 

@@ -131,6 +131,35 @@ to_writer(void *ud, swd_witem *it)
 
 /* ---- metric work on pool threads --------------------------------------- */
 
+/*
+ * cross_layer_pairs: the layer's pair rows, copied as sent, for the writer
+ * to pair every head with the heads of the other layers (result_bytes
+ * reserved their room). Without room the layer simply has none: its heads
+ * are NaN in the cross-layer matrices.
+ */
+static void
+keep_cross_rows(swd_layer *ly, const void *data, swm_dtype dt, const uint32_t *pick,
+    size_t npick, const uint32_t *nvalid)
+{
+	size_t H = ly->heads, R = ly->rows, K = ly->keys, es = swm_dtype_size(dt);
+	size_t rows_b = H * npick * K * es;
+	char *x = malloc(rows_b + 2 * npick * sizeof(uint32_t));
+	if (!x)
+		return;
+	for (size_t h = 0; h < H; h++)
+		for (size_t i = 0; i < npick; i++)
+			memcpy(x + (h * npick + i) * K * es,
+			    (const char *)data + (h * R + pick[i]) * K * es, K * es);
+	ly->xrows = x;
+	ly->xvalid = (uint32_t *)(x + rows_b);
+	ly->xidx = ly->xvalid + npick;
+	for (size_t i = 0; i < npick; i++) {
+		ly->xvalid[i] = nvalid ? nvalid[pick[i]] : (uint32_t)K;
+		ly->xidx[i] = pick[i];
+	}
+	ly->nx = (uint32_t)npick;
+}
+
 static void
 work_cb(uv_work_t *req)
 {
@@ -192,13 +221,14 @@ work_cb(uv_work_t *req)
 				nvalid[r] = m->qpos[r] >= K ? K : m->qpos[r] + 1;
 		size_t sb = (swm_block_scratch(H, K) + 63) & ~(size_t)63;
 		void *scratch = aligned_alloc(64, sb);
-		uint32_t *pick = pairs ? malloc(R * sizeof(uint32_t)) : NULL;
+		int cross = D.cfg.cross_layer_pairs && !j->t.copy;
+		uint32_t *pick = pairs || cross ? malloc(R * sizeof(uint32_t)) : NULL;
 		size_t npair = 0;
 		if (pick && D.cfg.pair_rows > 0)
 			npair = swm_pick_rows(m->qpos, R, K, (size_t)D.cfg.pair_rows, pick);
 		else if (pick)
 			npair = swm_pick_all(R, pick);
-		if (!scratch || (m->qpos && !nvalid) || (pairs && !pick)) {
+		if (!scratch || (m->qpos && !nvalid) || ((pairs || cross) && !pick)) {
 			free(scratch);
 			free(nvalid);
 			free(pick);
@@ -211,10 +241,13 @@ work_cb(uv_work_t *req)
 			.heads = H, .rows = R, .keys = K,
 			.head_stride = (size_t)R * K, .row_stride = K,
 			.nvalid = nvalid, .sink = m->sink,
-			.pair_pick = pick, .npair = npair, .rows_out = ly->rows_st,
+			.pair_pick = pairs ? pick : NULL, .npair = pairs ? npair : 0,
+			.rows_out = ly->rows_st,
 			.ln_pick = ly->ln_rows, .nln = nln, .ln_out = ly->ln,
 		};
 		swm_block_add(&blk, &o, scratch, ly->acc, ly->pairs);
+		if (cross && npair)
+			keep_cross_rows(ly, data, (swm_dtype)m->dtype, pick, npair, nvalid);
 		free(scratch);
 		free(nvalid);
 		ly->pair_idx = pick;	/* recorded in the run file (row_use) */
@@ -282,6 +315,11 @@ result_bytes(const swp_msg *m, int fixed)
 	if (fixed) {
 		size_t nln = (size_t)D.cfg.drift_rows < R ? (size_t)D.cfg.drift_rows : R;
 		b += H * R * sizeof(swm_row) + H * nln * K * sizeof(float) + nln * sizeof(uint32_t);
+	}
+	if (D.cfg.cross_layer_pairs && m->kind != SWP_ROWSTATS) {
+		size_t nx = D.cfg.pair_rows > 0 && (size_t)D.cfg.pair_rows < R ?
+		    (size_t)D.cfg.pair_rows : R;
+		b += H * nx * K * swp_dtype_size(m->dtype) + 2 * nx * sizeof(uint32_t);
 	}
 	/* a worker's scratch, nvalid and pair rows, while it runs */
 	return b + swm_block_scratch(H, K) + 64 + 2 * R * sizeof(uint32_t);

@@ -59,6 +59,7 @@ struct wrun {
 	sw_runfile *f;
 	int broken;		/* no file could be opened: steps are dropped, counted */
 	int dirty;
+	int cross_warned;	/* the cross_layer_pairs mismatch was logged */
 	int has_prev;
 	int64_t prev_step, prev_row;	/* the last row written, if has_prev */
 	int64_t max_step;	/* the largest step of any row, -1 none */
@@ -106,6 +107,7 @@ swd_layer_free(swd_layer *l, atomic_llong *inflight)
 	free(l->ln);
 	free(l->pair_idx);
 	free(l->miss_rank);
+	free(l->xrows);
 	free(l);
 }
 
@@ -393,6 +395,7 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 	rm.rows = m->rows;
 	rm.keys = m->keys;
 	rm.row_stats = m->fixed_probe;
+	rm.cross_pairs = w->cfg.cross_layer_pairs != 0 && m->kind != SWP_ROWSTATS;
 	sw_runfile_opts fo = { .chunk_steps = (size_t)w->cfg.chunk_steps };
 	/*
 	 * The run is the newest generation whose file holds this shape (a
@@ -585,6 +588,85 @@ layers_of(const swd_witem *it)
 	return n;
 }
 
+/*
+ * Cross-layer pairs (cross_layer_pairs, LAYOUT.md xpair_*): JS keep and
+ * drop (§5) between every two heads of the model, on the pair rows the
+ * layers share, by the same kernel as the pairs within a layer: the heads
+ * of all layers are one block of L*H heads. A layer that is missing, has
+ * no rows kept, or another pick of rows, and a missing head, are NaN.
+ * keep and drop hold (L*H)^2. Returns 0, or -1 without memory (NaN then).
+ */
+static int
+cross_pairs(const swd_meta *m, swd_layer *const *layers, double *keep, double *drop)
+{
+	size_t L = m->layers, H = m->heads, N = L * H, K = m->keys;
+	size_t NN = N * N, es = swp_dtype_size(m->dtype);
+	const swd_layer *ref = NULL;
+	int rc = -1;
+
+	for (size_t i = 0; i < NN; i++)
+		keep[i] = drop[i] = NAN;
+	for (size_t l = 0; l < L && !ref; l++)
+		if (layers[l] && layers[l]->xrows)
+			ref = layers[l];
+	if (!ref)
+		return 0;
+	size_t nx = ref->nx, hb = nx * K * es;
+	char *buf = calloc(N, hb);
+	uint8_t *have = calloc(N, 1);
+	swm_head_acc *acc = calloc(N, sizeof(*acc));
+	swm_pair_acc *pairs = calloc(NN, sizeof(*pairs));
+	uint64_t *hrows = calloc(N, sizeof(*hrows)), *prows = malloc(NN * sizeof(*prows));
+	double *tmp = malloc(4 * NN * sizeof(double));
+	uint32_t *all = malloc(nx * sizeof(uint32_t));
+	size_t sb = (swm_block_scratch(N, K) + 63) & ~(size_t)63;
+	void *scratch = aligned_alloc(64, sb);
+	if (!buf || !have || !acc || !pairs || !hrows || !prows || !tmp || !all || !scratch)
+		goto out;
+	for (size_t l = 0; l < L; l++) {
+		const swd_layer *ly = layers[l];
+		if (!ly || !ly->xrows || ly->nx != nx || ly->heads != H || ly->keys != K ||
+		    memcmp(ly->xidx, ref->xidx, nx * sizeof(uint32_t)) != 0 ||
+		    memcmp(ly->xvalid, ref->xvalid, nx * sizeof(uint32_t)) != 0)
+			continue;
+		memcpy(buf + l * H * hb, ly->xrows, H * hb);
+		for (size_t h = 0; h < H; h++)
+			have[l * H + h] = !ly->miss_rank || ly->miss_rank[h] == -1;
+	}
+	swm_pick_all(nx, all);
+	swm_opts o;
+	swm_opts_default(&o);
+	swm_block blk = {
+		.data = buf, .dtype = (swm_dtype)m->dtype,
+		.kind = m->kind == SWP_LOGITS ? SWM_LOGITS : SWM_PROBS,
+		.heads = N, .rows = nx, .keys = K,
+		.head_stride = nx * K, .row_stride = K,
+		.nvalid = ref->xvalid, .sink = m->sink,
+		.pair_pick = all, .npair = nx,
+	};
+	swm_block_add(&blk, &o, scratch, acc, pairs);
+	for (size_t h = 0; h < N; h++)
+		hrows[h] = have[h] ? acc[h].rows : 0;
+	swm_pair_matrices pm = { tmp, tmp + NN, keep, drop, tmp + 2 * NN, tmp + 3 * NN, prows };
+	swm_pairs_finish(pairs, hrows, N, &pm);
+	for (size_t i = 0; i < N; i++)
+		for (size_t j = 0; j < N; j++)
+			if (!have[i] || !have[j])
+				keep[i * N + j] = drop[i * N + j] = NAN;
+	rc = 0;
+out:
+	free(buf);
+	free(have);
+	free(acc);
+	free(pairs);
+	free(hrows);
+	free(prows);
+	free(tmp);
+	free(all);
+	free(scratch);
+	return rc;
+}
+
 static int
 write_step(swd_writer *w, swd_witem *it)
 {
@@ -619,7 +701,7 @@ write_step(swd_writer *w, swd_witem *it)
 	int adjacent = r->has_prev && r->prev_step == r->max_step && it->step > r->prev_step;
 	size_t LH = (size_t)L * H, LHH = LH * H;
 	int rc = -1;
-	double *hv[SW_HEAD_FIELDS] = { 0 }, *pv[SW_PAIR_FIELDS] = { 0 }, *flip = NULL;
+	double *hv[SW_HEAD_FIELDS] = { 0 }, *pv[SW_PAIR_FIELDS] = { 0 }, *flip = NULL, *xp = NULL;
 	void *scratch = NULL;
 	int64_t *rows = calloc(LH, sizeof(int64_t)), *rej = calloc(LH * SWM_STATUS__N, sizeof(int64_t));
 	uint8_t *missing = calloc(L, 1);
@@ -724,6 +806,30 @@ write_step(swd_writer *w, swd_witem *it)
 		break;
 	}
 	st.row_use = use;
+	/* the file's setting; a daemon without the option stores NaN there */
+	if (sw_runfile_cross_pairs(r->f)) {
+		if (!w->cfg.cross_layer_pairs && !r->cross_warned) {
+			log_warn("run %s: its file stores cross-layer pairs; cross_layer_pairs is "
+			    "0, so they are NaN from step %lld on", m->run, (long long)it->step);
+			r->cross_warned = 1;
+		}
+		if (w->cfg.cross_layer_pairs) {
+			size_t NN = LH * LH;
+			xp = malloc(2 * NN * sizeof(double));
+			if (!xp || cross_pairs(m, it->layers, xp, xp + NN) != 0)
+				log_err("run %s: out of memory for the cross-layer pairs of step "
+				    "%lld (stored NaN)", m->run, (long long)it->step);
+			else {
+				st.xpair[SW_X_JS_KEEP] = xp;
+				st.xpair[SW_X_JS_DROP] = xp + NN;
+			}
+		}
+	} else if (w->cfg.cross_layer_pairs && !r->cross_warned) {
+		log_warn("run %s: %s was made without cross-layer pairs: none are stored for "
+		    "this run (a run file keeps the setting it was made with)", m->run,
+		    sw_runfile_path(r->f));
+		r->cross_warned = 1;
+	}
 	int64_t row = sw_runfile_steps(r->f);
 	char err[512];
 	if (sw_runfile_append(r->f, &st, err, sizeof(err)) != 0) {
@@ -754,6 +860,7 @@ out:
 	for (int i = 0; i < SW_PAIR_FIELDS; i++)
 		free(pv[i]);
 	free(flip);
+	free(xp);
 	free(scratch);
 	free(rows);
 	free(rej);

@@ -104,6 +104,14 @@ read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
 		m->dtype = r->dtype;
 		m->row_stats = rs;
 	}
+	uint8_t cross = 0;
+	if (H5Aexists(r->file, "cross_layer_pairs") > 0 &&
+	    sw_h5_attr_num(r->file, "cross_layer_pairs", H5T_NATIVE_UINT8, &cross) < 0) {
+		sw_h5_fail(err, errlen, "%s: reading the run attributes failed", r->path);
+		return -1;
+	}
+	H5Eclear2(H5E_DEFAULT);
+	m->cross_pairs = cross;
 	r->layers = m->layers;
 	r->heads = m->heads;
 	r->rows = m->row_stats ? m->rows : 0;

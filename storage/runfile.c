@@ -77,7 +77,8 @@ enum {
 	D_ROWSTAT,			/* SW_ROWSTAT_FIELDS of them, row_stats files only */
 	D_ROW_STATUS = D_ROWSTAT + SW_ROWSTAT_FIELDS,
 	D_ROW_USE,
-	D_STEP,				/* the commit marker, written last */
+	D_XPAIR,			/* SW_XPAIR_FIELDS of them, cross_layer_pairs files only */
+	D_STEP = D_XPAIR + SW_XPAIR_FIELDS,				/* the commit marker, written last */
 	D_ENDED,
 	D_RES_INC,
 	D_RES_STEP,			/* the resume records' commit marker */
@@ -86,19 +87,27 @@ enum {
 };
 
 /* Datasets that layout 3 added, and those layout 1 does not have. */
-#define D_V3(d) ((d) == D_MISSING_RANK || (d) == D_SENDERS)
-#define D_V2(d) (((d) >= D_INC && (d) < D_STEP) || (d) >= D_RES_INC)
+#define D_V3(d) ((d) == D_MISSING_RANK || (d) == D_SENDERS || D_CROSS(d))
+#define D_V2(d) (((d) >= D_INC && (d) < D_STEP && !D_CROSS(d)) || (d) >= D_RES_INC)
+/* Datasets only in files with cross-layer pair distances. */
+#define D_CROSS(d) ((d) >= D_XPAIR && (d) < D_XPAIR + SW_XPAIR_FIELDS)
+/* Whether a file with these settings has dataset d. */
+#define D_HAS(d, rowstats, cross) ((!D_ROWWISE(d) || (rowstats)) && (!D_CROSS(d) || (cross)))
 /* Datasets only in files with per-row statistics. */
 #define D_ROWWISE(d) ((d) >= D_ROWSTAT && (d) <= D_ROW_STATUS)
 
 /* Shapes after the first axis (P: the probe's rows). */
-enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3, SH_TLHP, SH_TP, SH_SF };
+enum shape { SH_T, SH_TL, SH_TLH, SH_TLHR, SH_TLHH, SH_TL3, SH_TLHP, SH_TP, SH_SF, SH_TNN };
 enum etype { E_F64, E_I64, E_U8, E_I8, E_U64, E_I32 };
 
 const char *const sw_sender_field_names[SW_SENDER_FIELDS] = {
 	"inc", "rank", "senders", "messages", "lost", "duplicates", "overlaps",
 	"mismatches", "disagree", "uncompared", "missing", "after_end", "seq_next",
 	"ended"
+};
+
+const char *const sw_xpair_field_names[SW_XPAIR_FIELDS] = {
+	"xpair_js_keep", "xpair_js_drop"
 };
 
 const char *const sw_rowstat_field_names[SW_ROWSTAT_FIELDS] = {
@@ -119,6 +128,7 @@ struct sw_runfile {
 	char *path;
 	uint32_t layers, heads, rows;	/* rows: the probe's */
 	int row_stats;		/* the per-row statistics datasets exist */
+	int cross;		/* the cross-layer pair datasets exist */
 	int64_t steps;		/* committed: the extent of /step */
 	int ended;		/* the last /ended entry is 1 */
 	double *nan;		/* layers * heads * heads NaNs, for NULL arrays */
@@ -127,6 +137,7 @@ struct sw_runfile {
 	uint8_t *rst;		/* layers * heads * rows statuses */
 	uint8_t *use;		/* rows zeros, for a step without row_use */
 	int32_t *present;	/* layers * heads -1s, for a step without missing_rank */
+	double *xnan;		/* (layers * heads)^2 NaNs, cross files only */
 };
 
 static void
@@ -168,6 +179,10 @@ spec(int d, struct dspec *s)
 		s->name = sw_pair_field_names[d - D_PAIR];
 		s->type = E_F64;
 		s->shape = SH_TLHH;
+	} else if (D_CROSS(d)) {
+		s->name = sw_xpair_field_names[d - D_XPAIR];
+		s->type = E_F64;
+		s->shape = SH_TNN;
 	} else if (d >= D_ROWSTAT && d < D_ROWSTAT + SW_ROWSTAT_FIELDS) {
 		s->name = sw_rowstat_field_names[d - D_ROWSTAT];
 		s->type = E_F64;
@@ -215,6 +230,9 @@ shape_dims(enum shape sh, uint32_t layers, uint32_t heads, uint32_t rows, hsize_
 	case SH_SF:
 		dims[1] = SW_SENDER_FIELDS;
 		return 2;
+	case SH_TNN:
+		dims[1] = dims[2] = (hsize_t)layers * heads;
+		return 3;
 	}
 	return 1;
 }
@@ -238,6 +256,7 @@ shape_axes(int d, enum shape sh)
 	case SH_TLHP: return "step,layer,head,row";
 	case SH_TP: return "step,row";
 	case SH_SF: return "sender,field";
+	case SH_TNN: return "step,lh,lh";
 	}
 	return "step";
 }
@@ -311,6 +330,7 @@ sw_schema_at(size_t i)
 			tab[d].type = type_name(s.type);
 			tab[d].version = D_V3(d) ? 3 : D_V2(d) ? 2 : 1;
 			tab[d].row_stats = D_ROWWISE(d);
+			tab[d].cross = D_CROSS(d);
 		}
 		made = 1;
 	}
@@ -457,6 +477,7 @@ write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
 	char created[32], reasons[64] = "";
 	int32_t layout = SW_RUNFILE_VERSION, contract = SWM_CONTRACT_VERSION;
 	uint8_t fixed = m->fixed_probe ? 1 : 0, rowstats = m->row_stats ? 1 : 0;
+	uint8_t cross = m->cross_pairs ? 1 : 0;
 	uint32_t gen = m->generation ? m->generation : 1;
 	time_t now = time(NULL);
 	struct tm tm;
@@ -487,6 +508,7 @@ write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
 	    attr_str(file, "dtype", m->dtype ? m->dtype : "") < 0 ||
 	    attr_u32(file, "generation", gen) < 0 ||
 	    attr_write(file, "row_stats", H5T_STD_U8LE, H5T_NATIVE_UINT8, &rowstats) < 0 ||
+	    attr_write(file, "cross_layer_pairs", H5T_STD_U8LE, H5T_NATIVE_UINT8, &cross) < 0 ||
 	    /* every logarithm and sum in double (METRICS.md §6) */
 	    attr_str(file, "log_precision", "float64") < 0 ||
 	    attr_str(file, "sender_fields", SW_SENDER_FIELD_LIST) < 0) {
@@ -572,7 +594,7 @@ create_datasets(hid_t file, const sw_runmeta *m, size_t chunk_steps,
 		hid_t sp = -1, dcpl = -1, ds = -1;
 		int rc = -1;
 
-		if (D_ROWWISE(d) && !m->row_stats)
+		if (!D_HAS(d, m->row_stats, m->cross_pairs))
 			continue;
 		spec(d, &s);
 		int rank = shape_dims(s.shape, m->layers, m->heads, m->rows, dims);
@@ -606,13 +628,13 @@ create_datasets(hid_t file, const sw_runmeta *m, size_t chunk_steps,
 
 /* Opens every dataset with our chunk cache; reads their extents. */
 static int
-open_datasets(sw_runfile *f, int row_stats, char *err, size_t errlen)
+open_datasets(sw_runfile *f, char *err, size_t errlen)
 {
 	for (int d = 0; d < D__N; d++) {
 		struct dspec s;
 		hsize_t dims[4];
 
-		if (D_ROWWISE(d) && !row_stats)
+		if (!D_HAS(d, f->row_stats, f->cross))
 			continue;
 		spec(d, &s);
 		hid_t ds = H5Dopen2(f->file, s.name, H5P_DEFAULT);
@@ -897,7 +919,7 @@ create_file(sw_runfile *f, const sw_runmeta *m, size_t chunk_steps, char *err,
 		snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
 		goto done;
 	}
-	rc = open_datasets(f, m->row_stats, err, errlen);
+	rc = open_datasets(f, err, errlen);
 done:
 	if (rc < 0 && f->file >= 0) {
 		H5Fclose(f->file);
@@ -970,12 +992,13 @@ attr_is(hid_t file, const char *name, const char *want)
  * an older layout): the caller goes on to the next generation's name.
  */
 static int
-check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
+check_existing(const char *path, const sw_runmeta *m, int *cross_out, char *err,
+    size_t errlen)
 {
 	/* no HDF5 lock: a reader's shared lock must not look like another run */
 	hid_t fapl = takeover_fapl(), file = -1;
 	uint32_t layers, heads, sink, version, rows = 0, keys = 0;
-	uint8_t fixed = 0, rowstats = 0;
+	uint8_t fixed = 0, rowstats = 0, cross = 0;
 	uint64_t params = 0;
 	char run[sizeof(m->run)];
 	int rc = SW_RUNFILE_OTHER;
@@ -1028,6 +1051,15 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 	    sw_h5_attr_num(file, "row_stats", H5T_NATIVE_UINT8, &rowstats) < 0 ||
 	    sw_h5_attr_num(file, "params", H5T_NATIVE_UINT64, &params) < 0)
 		H5Eclear2(H5E_DEFAULT);
+	/*
+	 * Cross-layer pairs are the file's setting, not the run's identity:
+	 * a daemon with the other setting goes on in the same file (storing
+	 * NaN, or not computing them). Files made before the option lack it.
+	 */
+	if (H5Aexists(file, "cross_layer_pairs") > 0 &&
+	    sw_h5_attr_num(file, "cross_layer_pairs", H5T_NATIVE_UINT8, &cross) < 0)
+		H5Eclear2(H5E_DEFAULT);
+	H5Eclear2(H5E_DEFAULT);
 	const char *what = layers != m->layers ? "layers" : heads != m->heads ? "heads" :
 	    sink != m->sink ? "sink" : rows != m->rows ? "probe rows" :
 	    keys != m->keys ? "keys" : fixed != (m->fixed_probe != 0) ? "fixed_probe" :
@@ -1049,7 +1081,7 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 		struct dspec s;
 		hsize_t want[4], have[4];
 
-		if (D_ROWWISE(d) && !m->row_stats)
+		if (!D_HAS(d, m->row_stats, cross))
 			continue;
 		spec(d, &s);
 		int rank = shape_dims(s.shape, layers, heads, rows, want);
@@ -1070,6 +1102,8 @@ check_existing(const char *path, const sw_runmeta *m, char *err, size_t errlen)
 			goto done;
 		}
 	}
+	if (cross_out)
+		*cross_out = cross;
 	rc = 0;
 done:
 	if (file >= 0)
@@ -1084,7 +1118,7 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 	hid_t fapl = -1;
 	int rc = -1;
 
-	int e = check_existing(f->path, m, err, errlen);
+	int e = check_existing(f->path, m, &f->cross, err, errlen);
 	if (e < 0)
 		return e;
 	if ((fapl = takeover_fapl()) < 0) {
@@ -1098,7 +1132,7 @@ resume_file(sw_runfile *f, const sw_runmeta *m, char *err, size_t errlen)
 	}
 	if (fix_eoa(f->file, f->path, err, errlen) < 0)
 		goto done;
-	if (open_datasets(f, m->row_stats, err, errlen) < 0)
+	if (open_datasets(f, err, errlen) < 0)
 		goto done;
 	if (f->ext[D_ENDED] > 0) {
 		int8_t last = 0;
@@ -1210,6 +1244,7 @@ runfile_free(sw_runfile *f)
 	free(f->rst);
 	free(f->use);
 	free(f->present);
+	free(f->xnan);
 	free(f->path);
 	free(f);
 }
@@ -1282,11 +1317,21 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 			return e;
 		}
 	} else if (errno == ENOENT) {
+		f->cross = meta->cross_pairs != 0;
 		if (create_file(f, meta, chunk_steps, err, errlen) < 0)
 			goto fail;
 	} else {
 		snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
 		goto fail;
+	}
+	if (f->cross) {
+		size_t n = lh * lh;
+		if (!(f->xnan = malloc(n * sizeof(double)))) {
+			snprintf(err, errlen, "run %s: out of memory", meta->run);
+			goto fail;
+		}
+		for (size_t i = 0; i < n; i++)
+			f->xnan[i] = NAN;
 	}
 	/* committed steps: the extent of /step, whatever the others say */
 	f->steps = (int64_t)f->ext[D_STEP];
@@ -1316,13 +1361,19 @@ sw_runfile_probe(const char *dir, const sw_runmeta *m, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: not a regular file (never followed)", path);
 		return SW_RUNFILE_OTHER;
 	}
-	return check_existing(path, m, err, errlen);
+	return check_existing(path, m, NULL, err, errlen);
 }
 
 int
 sw_runfile_is_ended(const sw_runfile *f)
 {
 	return f->ended;
+}
+
+int
+sw_runfile_cross_pairs(const sw_runfile *f)
+{
+	return f->cross;
 }
 
 int64_t
@@ -1555,6 +1606,10 @@ sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 	if (write_row(f, D_ROW_USE, t, H5T_NATIVE_UINT8, s->row_use ? s->row_use : f->use,
 	    err, errlen) < 0)
 		return -1;
+	for (int i = 0; f->cross && i < SW_XPAIR_FIELDS; i++)
+		if (write_row(f, D_XPAIR + i, t, H5T_NATIVE_DOUBLE,
+		    s->xpair[i] ? s->xpair[i] : f->xnan, err, errlen) < 0)
+			return -1;
 	/* the commit: a reader sizes everything by /step */
 	if (write_row(f, D_STEP, t, H5T_NATIVE_INT64, &s->step, err, errlen) < 0)
 		return -1;

@@ -40,6 +40,15 @@ enum sw_pair_field {
 extern const char *const sw_rowstat_field_names[SW_ROWSTAT_FIELDS];
 
 /*
+ * Cross-layer head-pair series (layout 3, files made with the daemon's
+ * cross_layer_pairs): each [T, L*H, L*H] float64, head (l, h) at index
+ * l * H + h; js_keep and js_drop of §5 between every two heads of the
+ * model over the pair rows of the step.
+ */
+enum sw_xpair_field { SW_X_JS_KEEP, SW_X_JS_DROP, SW_XPAIR_FIELDS };
+extern const char *const sw_xpair_field_names[SW_XPAIR_FIELDS];
+
+/*
  * The schema: every dataset of a run file, as LAYOUT.md's table lists it
  * (tests/layout_doc.py holds the two together). The writer creates from it
  * and the reader reads by it.
@@ -50,6 +59,7 @@ typedef struct sw_dataset_info {
 	const char *type;	/* "float64", "int64", "uint64", "uint8", "int8" */
 	int version;		/* the layout version that added it */
 	int row_stats;		/* only in files with per-row statistics */
+	int cross;		/* only in files with cross-layer pairs */
 } sw_dataset_info;
 size_t sw_schema_count(void);
 const sw_dataset_info *sw_schema_at(size_t i);	/* NULL past the end */
@@ -87,6 +97,8 @@ typedef struct sw_runmeta {
 	const char *dtype;	/* "f32", "f16", "bf16", "f64"; NULL: not checked (v1) */
 	uint32_t generation;	/* 1: NAME.h5; g > 1: NAME@g.h5 (the id re-used, LAYOUT.md) */
 	int row_stats;		/* per-row statistics stored (fixed probes, layout 2) */
+	int cross_pairs;	/* cross-layer pair datasets (a new file's setting; an
+				 * existing file keeps its own: sw_runfile_cross_pairs) */
 	int version;		/* layout version (reader: the file's; writer: ignored) */
 } sw_runmeta;
 
@@ -115,6 +127,8 @@ typedef struct sw_step {
 	const int32_t *missing_rank;	/* [layers * heads]: -1 present, else the rank
 					 * that should have sent the head (-2 none
 					 * known); NULL: every head present */
+	const double *xpair[SW_XPAIR_FIELDS];	/* each [(layers * heads)^2], NULL NaN;
+					 * stored only in cross_layer_pairs files */
 } sw_step;
 
 typedef struct sw_runfile_opts {
@@ -188,6 +202,8 @@ int sw_runfile_is_ended(const sw_runfile *f);
 
 /* Steps stored so far (after a resume, what the file already had). */
 int64_t sw_runfile_steps(const sw_runfile *f);
+/* 1 when the open file has the cross-layer pair datasets (its own setting). */
+int sw_runfile_cross_pairs(const sw_runfile *f);
 
 /* The file's path (dir/name), owned by f. */
 const char *sw_runfile_path(const sw_runfile *f);

@@ -7,7 +7,10 @@ numpy computation of METRICS.md §5 on the stored pair matrices and head
 entropies (and the stored flip_rate); its clusterings equal scipy's
 average linkage (linkage(method="average") + fcluster(maxclust=k)) on the
 same distances, merge heights included; its adjusted Rand index equals
-scikit-learn's on the same clusterings.
+scikit-learn's on the same clusterings. A second daemon stores the same
+stream with --cross-layer-pairs 1: its xpair_js_keep/drop equal a numpy
+computation from the sent tensors (and, within a layer, js_keep/js_drop),
+and the audit's clustering of all heads equals scipy's on their mean.
 
     SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd /usr/bin/python3 tests/audit.py [CASE...]
 """
@@ -20,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, Sender, run_cmd  # noqa: E402
+from metrics_ref import js as js_np  # noqa: E402
 
 if not SINKWATCH or not SINKWATCHD:
     print("SINKWATCH and SINKWATCHD must be set: skipped")
@@ -56,8 +60,11 @@ def layer_tensor(rng, step, layer):
     return x
 
 
-def make_run():
-    d = Daemon(extra=["--step-timeout-ms", "300", "--pair-rows", "0"]).start()
+SENT = {}      # (step, layer) -> the tensor sent
+
+
+def make_run(extra=("--pair-rows", "0")):
+    d = Daemon(extra=["--step-timeout-ms", "300"] + list(extra)).start()
     try:
         rng = np.random.default_rng(3)
         snd = Sender(d.listen, RUN, L, H, model="audit-test", params=12345)
@@ -66,6 +73,7 @@ def make_run():
                 x = layer_tensor(rng, st, lay)
                 if (st, lay) != MISSING:
                     snd.snapshot(st, lay, x)
+                    SENT[(st, lay)] = x
         snd.end()
         path = d.wait_ended(RUN, timeout=30)
         snd.close()
@@ -256,7 +264,7 @@ def case_text():
     rep = audit(PATH, "--last", "3")
     assert "stored and recomputed flip rates agree" in out, out
     assert "skipped: 1 steps with a layer not whole" in out, out
-    assert "cross-layer clustering: not available" in out, out
+    assert "clustering of all heads across layers: not available" in out, out
     assert "  skipped: heads missing" in out, out
     for cl in rep["clustering"]["layers"]:
         line = "keep %s  drop %s  ARI %.6f" % (" ".join(map(str, cl["keep"]["labels"])),
@@ -264,10 +272,108 @@ def case_text():
         assert line in out, (line, out)
 
 
-CASES = [case_flip_rates, case_clusters, case_options, case_text]
+XPATH = None
+N = L * H
+XPAIR_ROWS = 5      # of R = 8: the pair rows are a pick, as by default
+
+
+def cross_np(x, y, rows):
+    """JS keep and drop (METRICS.md §5) of two heads' rows, mean over rows."""
+    keep = np.mean([js_np(x[r] / x[r].sum(), y[r] / y[r].sum()) for r in rows])
+    drop = np.mean([js_np(x[r, 1:] / x[r, 1:].sum(), y[r, 1:] / y[r, 1:].sum()) for r in rows])
+    return keep, drop
+
+
+def case_cross_stored():
+    """xpair_js_keep/drop [T, L*H, L*H], head (l, h) at l*H + h: every entry
+    equals numpy on the sent rows that row_use marks for pair work; the
+    blocks of one layer equal its js_keep/js_drop; the missing layer's heads
+    are NaN at its step and only there; symmetric with a zero diagonal."""
+    with h5py.File(XPATH, "r") as f:
+        assert f.attrs["cross_layer_pairs"] == 1
+        step = f["step"][:]
+        xk, xd = f["xpair_js_keep"][:], f["xpair_js_drop"][:]
+        use = f["row_use"][:]
+        jk, jd = f["js_keep"][:], f["js_drop"][:]
+        assert f["xpair_js_keep"].attrs["dims"] == "step,lh,lh"
+    assert xk.shape == (len(STEPS), N, N) and xd.shape == xk.shape
+    checked = 0
+    for t, s in enumerate(step):
+        rows = np.flatnonzero(use[t] & 1)
+        assert len(rows) == XPAIR_ROWS, (t, rows)
+        for a in range(N):
+            for b in range(N):
+                la, lb = a // H, b // H
+                if (s, la) == MISSING or (s, lb) == MISSING:
+                    assert np.isnan(xk[t, a, b]) and np.isnan(xd[t, a, b]), (s, a, b)
+                    continue
+                if a == b:
+                    assert xk[t, a, b] == 0 and xd[t, a, b] == 0
+                    continue
+                if b < a:
+                    assert xk[t, a, b] == xk[t, b, a] and xd[t, a, b] == xd[t, b, a]
+                    continue
+                k, d = cross_np(SENT[(s, la)][a % H], SENT[(s, lb)][b % H], rows)
+                assert abs(xk[t, a, b] - k) <= 1e-9 * k + 1e-12, (s, a, b, xk[t, a, b], k)
+                assert abs(xd[t, a, b] - d) <= 1e-9 * d + 1e-12, (s, a, b, xd[t, a, b], d)
+                checked += 1
+        for lay in range(L):
+            blk = np.s_[t, lay * H:(lay + 1) * H, lay * H:(lay + 1) * H]
+            if (s, lay) != MISSING:
+                assert np.allclose(xk[blk], jk[t, lay], rtol=1e-12, atol=1e-15)
+                assert np.allclose(xd[blk], jd[t, lay], rtol=1e-12, atol=1e-15)
+    assert checked == (len(STEPS) - 1) * N * (N - 1) // 2 + (N - H) * (N - H - 1) // 2
+
+
+def case_cross_audit():
+    """The clustering of all heads: scipy's average linkage on the mean of
+    the stored cross-layer matrices over the steps with every head, its ARI
+    scikit-learn's, its JS flip rate numpy's (§5 on the two means); with
+    9 clusters the drop convention finds the 9 content groups (3 per layer)
+    and with 3 the keep convention the 3 sink levels across layers."""
+    with h5py.File(XPATH, "r") as f:
+        xs = {c: f["xpair_js_" + c][:] for c in ("keep", "drop")}
+        step = f["step"][:]
+    whole = [t for t, s in enumerate(step) if s != MISSING[0]]
+    for k in (3, 9):
+        rep = audit(XPATH, "--model-k", str(k))
+        cl = rep["cross_layer"]
+        assert cl["available"] is True and cl["heads"] == N and cl["k"] == k, cl
+        assert cl["steps"] == len(whole) and cl["steps_skipped"] == 1, cl
+        assert cl["bytes_per_step"] == N * N * 16
+        means = {}
+        for c in ("keep", "drop"):
+            D = np.sqrt(np.maximum(np.mean(xs[c][whole], axis=0), 0))
+            np.fill_diagonal(D, 0)
+            means[c] = D
+            Z = linkage(squareform(D, checks=False), method="average")
+            merges = np.array(cl[c]["merges"], dtype=float)
+            assert np.allclose(merges[:, 2], Z[:, 2], rtol=0, atol=1e-12), (c, merges, Z)
+            assert np.array_equal(merges[:, [0, 1, 3]], Z[:, [0, 1, 3]]), (c, merges, Z)
+            want = fcluster(Z, k, criterion="maxclust")
+            assert canon(cl[c]["labels"]) == canon(want.tolist()), (c, cl[c]["labels"], want)
+        assert same(cl["ari"], adjusted_rand_score(cl["keep"]["labels"], cl["drop"]["labels"]))
+        assert same(cl["flip_js"], flip_np(means["keep"], means["drop"]), 1e-12), cl["flip_js"]
+        assert cl["comparisons"] == N * (N - 1) * (N - 2) // 2
+        if k == 9:
+            assert canon(cl["drop"]["labels"]) == canon([(a // H, (a % H) // 3) for a in range(N)])
+        else:
+            assert canon(cl["keep"]["labels"]) == canon([a % 3 for a in range(N)])
+    # the layer audit of the same stream is the same as without the option
+    assert audit(XPATH)["clustering"]["k"] == 3
+    err = audit(XPATH, "--model-k", str(N + 1), rc_want=2)
+    assert "more clusters than the %d heads of the model" % N in err, err
+    rc, out, err = run_cmd([SINKWATCH, "audit", XPATH])
+    assert rc == 0, err
+    assert "clustering of all %d heads across layers" % N in out, out
+
+
+CASES = [case_flip_rates, case_clusters, case_options, case_text, case_cross_stored,
+         case_cross_audit]
 
 if __name__ == "__main__":
     want = set(sys.argv[1:])
+    XPATH = make_run(("--pair-rows", str(XPAIR_ROWS), "--cross-layer-pairs", "1"))
     PATH = make_run()
     res = Results()
     for c in CASES:

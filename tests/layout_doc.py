@@ -35,7 +35,7 @@ def doc_table():
 
 
 def main():
-    d = Daemon().start()
+    d = Daemon(extra=["--cross-layer-pairs", "1"]).start()
     try:
         snd = Sender(d.listen, "layout", 2, 3)
         x = random_probs(np.random.default_rng(3), 3, 4, 6)
@@ -53,6 +53,7 @@ def main():
         names = list(f.keys())
         got = {n: (f[n].dtype.str, f[n].attrs["dims"]) for n in names}
         assert f.attrs["row_stats"] == 1
+        assert f.attrs["cross_layer_pairs"] == 1
 
     def file_in_doc():
         for n, (dt, dims) in got.items():

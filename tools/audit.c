@@ -13,8 +13,10 @@
  *   cut into k clusters, under keep and under drop, and the adjusted Rand
  *   index between the two.
  *
- * Cross-layer clustering would need head-pair distances across layers,
- * which the daemon does not compute or store (see cross_layer below).
+ * - across all heads of the model, the same clustering and index on the
+ *   cross-layer JS matrices (xpair_js_keep/drop [T, L*H, L*H]) when the
+ *   file has them (sinkwatchd --cross-layer-pairs 1), and the §5 JS flip
+ *   rate of the range's mean matrices over every anchor and pair of heads.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +37,7 @@ enum { DIST_SQRT, DIST_JSD };
 
 struct audit_opts {
 	const char *path;
-	long from, to, last, k;
+	long from, to, last, k, model_k;
 	int has_from, has_to, has_last, json, dist;
 };
 
@@ -69,14 +71,14 @@ static void
 usage(FILE *f)
 {
 	fputs("usage: sinkwatch audit RUN.h5 [--from STEP --to STEP | --last N] [--k K]\n"
-	    "        [--distance sqrt|jsd] [--format text|json]\n", f);
+	    "        [--model-k K] [--distance sqrt|jsd] [--format text|json]\n", f);
 }
 
 static int
 parse(int argc, char **argv, struct audit_opts *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->k = -1;
+	o->k = o->model_k = -1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -119,6 +121,9 @@ parse(int argc, char **argv, struct audit_opts *o)
 		} else if (!strcmp(a, "--k")) {
 			if (sw_parse_long(v, &o->k) || o->k < 1)
 				return sw_tool_fail("audit", "--k: '%s' is not a positive integer", v);
+		} else if (!strcmp(a, "--model-k")) {
+			if (sw_parse_long(v, &o->model_k) || o->model_k < 1)
+				return sw_tool_fail("audit", "--model-k: '%s' is not a positive integer", v);
 		} else
 			return sw_tool_fail("audit", "unknown option '%s'", a);
 	}
@@ -320,6 +325,12 @@ struct audit {
 	int *labels[2];			/* per layer clusterings, scratch */
 	double *merges[2];
 	double *dist;
+	/* across all N = L * H heads, files with cross-layer pairs */
+	int cross;
+	size_t N, mk;			/* mk: clusters of the model's heads */
+	double *xsum[2];		/* [N * N] sums of xpair_js_keep/drop over whole steps */
+	double *xbuf[2];		/* [N * N] one step, as read */
+	int64_t xwhole, xpart;		/* steps with every head / with NaN somewhere */
 };
 
 static int
@@ -585,9 +596,120 @@ audit_means(struct audit *au)
 }
 
 static const char *const cross_reason =
-    "the run file holds head-pair distances within a layer only (js_keep, js_drop "
-    "[T, L, H, H]); clustering all heads of the model needs them between heads of "
-    "different layers, which the daemon neither computes nor stores";
+    "the run file was made without cross-layer pairs: it holds head-pair distances "
+    "within a layer only (js_keep, js_drop [T, L, H, H]); sinkwatchd --cross-layer-pairs 1 "
+    "stores them between every two heads of the model in the run files it makes";
+
+/* One stored step's cross-layer matrices into the sums (steps with every head). */
+static int
+cross_step(struct audit *au, sw_reader *r, int64_t t, char *err, size_t errlen)
+{
+	size_t NN = au->N * au->N;
+	if (sw_reader_read(r, "xpair_js_keep", t, t + 1, au->xbuf[0], NN, err, errlen) < 0 ||
+	    sw_reader_read(r, "xpair_js_drop", t, t + 1, au->xbuf[1], NN, err, errlen) < 0)
+		return -1;
+	if (!all_finite(au->xbuf[0], NN) || !all_finite(au->xbuf[1], NN)) {
+		au->xpart++;
+		return 0;
+	}
+	for (int c = 0; c < 2; c++)
+		for (size_t i = 0; i < NN; i++)
+			au->xsum[c][i] += au->xbuf[c][i];
+	au->xwhole++;
+	return 0;
+}
+
+/*
+ * The model's heads clustered under keep and drop on the range's mean
+ * cross-layer JS (as layer_distance), their index, and the §5 JS flip rate
+ * of the two mean matrices. 0, or 2 when out of memory.
+ */
+static int
+audit_cross(struct audit *au)
+{
+	size_t N = au->N, NN = N * N;
+	const char *names[2] = { "keep", "drop" };
+	int *lab[2] = { NULL, NULL };
+	double *mg[2] = { NULL, NULL }, *mean[2] = { NULL, NULL };
+	double ari = NAN, flip = NAN;
+	uint64_t comps = 0;
+	int rc = 2;
+	if (au->o->json) {
+		sw_json_begin_obj(&au->j, "cross_layer");
+		sw_json_bool(&au->j, "available", au->cross);
+		sw_json_int(&au->j, "bytes_per_step", (int64_t)(NN * 8 * 2));
+		sw_json_int(&au->j, "bytes_per_step_within_layers",
+		    (int64_t)(au->L * au->H * au->H * 8 * 2));
+	}
+	if (!au->cross) {
+		if (au->o->json) {
+			sw_json_str(&au->j, "reason", cross_reason);
+			sw_json_end_obj(&au->j);
+		} else
+			printf("\nclustering of all heads across layers: not available: %s (js_keep "
+			    "and js_drop across layers take %zu bytes a step, %zu times the %zu "
+			    "within layers)\n", cross_reason, NN * 16, au->L, au->L * au->H * au->H * 16);
+		return 0;
+	}
+	for (int c = 0; c < 2; c++)
+		if (!(lab[c] = malloc(N * sizeof(int))) || !(mg[c] = malloc(4 * N * sizeof(double))) ||
+		    !(mean[c] = malloc(NN * sizeof(double))))
+			goto out;
+	if (au->xwhole > 0) {
+		for (int c = 0; c < 2; c++) {
+			for (size_t i = 0; i < NN; i++) {
+				double v = au->xsum[c][i] / (double)au->xwhole;
+				v = v > 0 ? v : 0;
+				mean[c][i] = au->o->dist == DIST_SQRT ? sqrt(v) : v;
+			}
+			if (average_linkage(mean[c], N, au->mk, lab[c], mg[c]) != 0)
+				goto out;
+		}
+		ari = adjusted_rand(lab[0], lab[1], N, max_label(lab[0], N), max_label(lab[1], N));
+		flip = swm_flip_rate(mean[0], mean[1], N, &comps);
+	}
+	if (au->o->json) {
+		sw_json_int(&au->j, "heads", (int64_t)N);
+		sw_json_int(&au->j, "k", (int64_t)au->mk);
+		sw_json_int(&au->j, "steps", au->xwhole);
+		sw_json_int(&au->j, "steps_skipped", au->xpart);
+		if (au->xwhole > 0)
+			for (int c = 0; c < 2; c++) {
+				sw_json_begin_obj(&au->j, names[c]);
+				json_labels(&au->j, "labels", lab[c], N);
+				json_merges(&au->j, "merges", mg[c], N);
+				sw_json_end_obj(&au->j);
+			}
+		sw_json_num(&au->j, "ari", ari);
+		sw_json_num(&au->j, "flip_js", flip);
+		sw_json_int(&au->j, "comparisons", (int64_t)comps);
+		sw_json_end_obj(&au->j);
+	} else {
+		printf("\nclustering of all %zu heads across layers (xpair_js_*): %zu clusters, "
+		    "%lld whole steps (%lld skipped: a head missing)\n", N, au->mk,
+		    (long long)au->xwhole, (long long)au->xpart);
+		if (au->xwhole > 0) {
+			for (size_t l = 0; l < au->L; l++) {
+				printf("%6zu  keep ", l);
+				text_labels(lab[0] + l * au->H, au->H);
+				printf("  drop ");
+				text_labels(lab[1] + l * au->H, au->H);
+				printf("\n");
+			}
+			printf("ARI %.6f  JS flip rate of the mean matrices %.6f (%llu comparisons)\n",
+			    ari, flip, (unsigned long long)comps);
+		} else
+			printf("no step of the range has every head\n");
+	}
+	rc = 0;
+out:
+	for (int c = 0; c < 2; c++) {
+		free(lab[c]);
+		free(mg[c]);
+		free(mean[c]);
+	}
+	return rc == 0 ? 0 : sw_tool_fail("audit", "out of memory");
+}
 
 /* The header: what was audited and how. */
 static void
@@ -674,19 +796,13 @@ audit_summary(struct audit *au)
 	if (au->o->json) {
 		sw_json_num(&au->j, "mean_ari", mean_ari);
 		sw_json_end_obj(&au->j);
-		sw_json_begin_obj(&au->j, "cross_layer");
-		sw_json_bool(&au->j, "available", 0);
-		sw_json_str(&au->j, "reason", cross_reason);
-		sw_json_int(&au->j, "bytes_per_step", (int64_t)(au->L * au->H * au->L * au->H * 8 * 2));
-		sw_json_int(&au->j, "bytes_per_step_within_layers", (int64_t)(au->L * au->H * au->H * 8 * 2));
-		sw_json_end_obj(&au->j);
+	} else
+		printf("mean ARI %.6f\n", mean_ari);
+	if (audit_cross(au) != 0)
+		return 2;
+	if (au->o->json) {
 		sw_json_end_obj(&au->j);
 		sw_json_finish(&au->j);
-	} else {
-		printf("mean ARI %.6f\n", mean_ari);
-		printf("\ncross-layer clustering: not available: %s (js_keep and js_drop across "
-		    "layers would take %zu bytes a step, %zu times the %zu within layers)\n",
-		    cross_reason, au->L * au->H * au->L * au->H * 16, au->L, au->L * au->H * au->H * 16);
 	}
 	return 0;
 }
@@ -706,6 +822,10 @@ audit_alloc(struct audit *au)
 		if (!(au->labels[c] = malloc(H * sizeof(int))) ||
 		    !(au->merges[c] = malloc(4 * H * sizeof(double))))
 			return -1;
+	for (int c = 0; au->cross && c < 2; c++)
+		if (!(au->xsum[c] = calloc(au->N * au->N, sizeof(double))) ||
+		    !(au->xbuf[c] = malloc(au->N * au->N * sizeof(double))))
+			return -1;
 	return (au->dist = malloc(HH * sizeof(double))) ? 0 : -1;
 }
 
@@ -719,6 +839,8 @@ audit_free(struct audit *au)
 	for (int c = 0; c < 2; c++) {
 		free(au->labels[c]);
 		free(au->merges[c]);
+		free(au->xsum[c]);
+		free(au->xbuf[c]);
 	}
 	free(au->dist);
 }
@@ -746,6 +868,11 @@ audit_run(struct audit *au, sw_reader *r, const sw_view *v)
 			goto out;
 		}
 		audit_step(au, v->step[kk], v->row[kk], &b, scratch);
+		if (au->cross && cross_step(au, r, v->row[kk], err, sizeof(err)) != 0) {
+			fflush(stdout);
+			sw_tool_fail("audit", "%s: %s", au->o->path, err);
+			goto out;
+		}
 	}
 	rc = audit_summary(au);
 	if (rc == 0 && au->disagree)
@@ -780,6 +907,15 @@ sw_audit_main(int argc, char **argv)
 		goto out;
 	}
 	au.k = o.k > 0 ? (size_t)o.k : au.H < 3 ? au.H : 3;
+	au.N = au.L * au.H;
+	au.cross = run->meta.cross_pairs;
+	if (o.model_k > (long)au.N) {
+		sw_tool_fail("audit", "--model-k %ld: more clusters than the %zu heads of the model",
+		    o.model_k, au.N);
+		goto out;
+	}
+	/* the model's heads: --model-k, else --k's value */
+	au.mk = o.model_k > 0 ? (size_t)o.model_k : au.k;
 	/* --last N: the last N stored steps, or all of them when there are fewer */
 	sw_range_req q = { o.has_from, o.has_to, o.from, o.to,
 	    o.has_last ? (o.last < run->view.n ? o.last : run->view.n) : 0 };
