@@ -368,8 +368,52 @@ def case_cross_audit():
     assert "clustering of all %d heads across layers" % N in out, out
 
 
+def case_cross_setting_is_the_files():
+    """A run file keeps the setting it was made with: a daemon restarted
+    without the option goes on in the same file and stores NaN there (and
+    says so in its log); one with the option, in a file made without, stores
+    none and says so; no step is lost either way."""
+    import tempfile
+    data = tempfile.mkdtemp(prefix="sw-xset-")
+    rng = np.random.default_rng(5)
+
+    def session(run, steps, opt, end=False):
+        d = Daemon(data_dir=data, extra=["--cross-layer-pairs", opt]).start()
+        try:
+            snd = Sender(d.listen, run, L, H, model="audit-test", params=12345)
+            for st in steps:
+                for lay in range(L):
+                    snd.snapshot(st, lay, layer_tensor(rng, st, lay))
+            if end:
+                snd.end()
+                d.wait_ended(run, timeout=30)
+            else:
+                d.wait(lambda st: st["writer"]["steps_written"] >= len(steps),
+                       what="steps written")
+            snd.close()
+        finally:
+            assert d.stop() == 0
+        return d.read_log(), os.path.join(data, run + ".h5")
+
+    session("xon", [0, 10], "1")
+    log, path = session("xon", [20], "0", end=True)
+    assert "its file stores cross-layer pairs; cross_layer_pairs is 0" in log, log
+    with h5py.File(path, "r") as f:
+        assert list(f["step"][:]) == [0, 10, 20] and f.attrs["cross_layer_pairs"] == 1
+        x = f["xpair_js_keep"][:]
+        assert np.isfinite(x[:2]).all() and np.isnan(x[2]).all()
+    session("xoff", [0, 10], "0")
+    log, path = session("xoff", [20], "1", end=True)
+    assert "was made without cross-layer pairs" in log, log
+    with h5py.File(path, "r") as f:
+        assert list(f["step"][:]) == [0, 10, 20] and f.attrs["cross_layer_pairs"] == 0
+        assert "xpair_js_keep" not in f
+    rep = audit(path)
+    assert rep["cross_layer"]["available"] is False
+
+
 CASES = [case_flip_rates, case_clusters, case_options, case_text, case_cross_stored,
-         case_cross_audit]
+         case_cross_audit, case_cross_setting_is_the_files]
 
 if __name__ == "__main__":
     want = set(sys.argv[1:])
