@@ -40,6 +40,13 @@ SHAPES = [("32 KiB", 4, 8, 16, 128, np.float16),
           ("1.5 MiB", 4, 12, 64, 1024, np.float16)]
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process, all its threads."""
+    with open("/proc/%d/stat" % pid) as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def drops(st):
     return sum(v for k, v in st["drops"].items() if k != "run")
 
@@ -94,13 +101,16 @@ def bench_daemon(shape, seconds, rng):
     d = Daemon(extra=["--budget-mb", "1024"]).start()
     try:
         p = Paced(d.listen, d, "bench/one", shape, rng)
+        c0 = cpu_s(d.proc.pid)
         msgs, nbytes, dt = paced([p], seconds)
+        cpu = cpu_s(d.proc.pid) - c0
         st = d.status()
         assert drops(st) == 0, st["drops"]
         assert st["traffic"]["messages"] == msgs, (st["traffic"], msgs)
     finally:
         assert d.stop() == 0
-    return {"messages_per_s": msgs / dt, "bytes_per_s": nbytes / dt, "messages": msgs}
+    return {"messages_per_s": msgs / dt, "bytes_per_s": nbytes / dt, "messages": msgs,
+            "cpu_us_per_message": cpu / msgs * 1e6}
 
 
 class Counter(threading.Thread):
@@ -170,7 +180,9 @@ def bench_forward(size, seconds):
     try:
         c = Counter(fw.out).start_connected()
         fw.wait(lambda s: s["subscriptions"]["prefixes"] == 1, what="the subscription")
+        c0 = cpu_s(fw.proc.pid)
         n, b, dt = blast(fw.inp, c, size, seconds)
+        cpu = cpu_s(fw.proc.pid) - c0
         c.stop = True
         c.join()
         st = fw.status()
@@ -179,7 +191,7 @@ def bench_forward(size, seconds):
     finally:
         assert fw.stop() == 0
     return {"messages_per_s": n / dt, "bytes_per_s": b / dt, "direct_messages_per_s": base,
-            "messages": n}
+            "messages": n, "cpu_us_per_message": cpu / n * 1e6}
 
 
 def bench_two(shape, seconds, rng):
@@ -221,14 +233,16 @@ def main():
         name = "%s (%dx%dx%d %s)" % (sh[0], sh[2], sh[3], sh[4], np.dtype(sh[5]).name)
         r = bench_daemon(sh, a.seconds, rng)
         res["daemon"][name] = r
-        print("one daemon, zero drops, %-28s %8.0f msg/s  %s" % (name, r["messages_per_s"],
-                                                                   mb(r["bytes_per_s"])))
+        print("one daemon, zero drops, %-28s %8.0f msg/s  %s  (%.0f us CPU a message)"
+              % (name, r["messages_per_s"], mb(r["bytes_per_s"]), r["cpu_us_per_message"]))
     for size in (1024, 32768, 1 << 20):
         r = bench_forward(size, a.seconds)
         res["forward"][str(size)] = r
-        print("forward, %7d B messages           %8.0f msg/s  %s  (sender to SUB direct: "
-              "%.0f msg/s)" % (size, r["messages_per_s"], mb(r["bytes_per_s"]),
-                               r["direct_messages_per_s"]))
+        print("forward, %7d B messages           %8.0f msg/s  %s  (%.1f us CPU a message; "
+              "sender to SUB direct: %.0f msg/s)" % (size, r["messages_per_s"],
+                                                     mb(r["bytes_per_s"]),
+                                                     r["cpu_us_per_message"],
+                                                     r["direct_messages_per_s"]))
     for sh in SHAPES:
         name = "%s (%dx%dx%d %s)" % (sh[0], sh[2], sh[3], sh[4], np.dtype(sh[5]).name)
         r = bench_two(sh, a.seconds, rng)
