@@ -1052,7 +1052,13 @@ main(int argc, char **argv)
 			log_info("removed %d unfinished file creation(s) a crash left in %s",
 			    stale, D.cfg.data_dir);
 	}
-	if (flock(lockfd, LOCK_SH | LOCK_NB) != 0) {
+	/* an exclusive holder (another daemon starting, sinkwatch check
+	 * clearing) holds it for a moment: wait a little for it */
+	int shared = -1;
+	for (int tries = 0; tries < 300 && (shared = flock(lockfd, LOCK_SH | LOCK_NB)) != 0 &&
+	    errno == EWOULDBLOCK; tries++)
+		usleep(10000);
+	if (shared != 0) {
 		log_err("%s: %s", lockp, errno == EWOULDBLOCK ? "another process holds the data "
 		    "directory exclusively (sinkwatch check clearing a file?): try again" :
 		    strerror(errno));
