@@ -31,7 +31,7 @@ import zmq
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("SW_SRCDIR", os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SRC, "tests"))
-from swharness import Daemon, Forwarder, Sender, free_port, random_probs  # noqa: E402
+from swharness import Daemon, Forwarder, Sender, free_port, random_probs, sender_for  # noqa: E402
 
 WINDOW = 4  # steps a sender keeps in flight ahead of the daemon
 
@@ -58,7 +58,7 @@ class Paced:
     def __init__(self, endpoint, daemon, run, shape, rng):
         _, self.L, H, R, K, dt = shape
         self.d, self.run = daemon, run
-        self.s = Sender(endpoint, run, self.L, H)
+        self.s = sender_for(endpoint, run, self.L, H)
         self.tensors = [random_probs(rng, H, R, K, dtype=dt) for _ in range(8)]
         self.bytes = self.tensors[0].nbytes
         self.step = 0

@@ -29,7 +29,7 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swharness import (SINKWATCH, SINKWATCHD, Daemon, Forwarder, Results,  # noqa: E402
-                       Sender, free_port, random_probs, run_cmd)
+                       free_port, random_probs, run_cmd, sender_for)
 
 if not SINKWATCH or not SINKWATCHD:
     print("SINKWATCH and SINKWATCHD must be set: skipped")
@@ -46,7 +46,7 @@ def balanced(st):
 
 def send_run(endpoint, run, rng, steps, layers=2, heads=3, rows=6, keys=10):
     """Streams a run; returns {step: [layers] of the probs sent} and the count."""
-    s = Sender(endpoint, run, layers, heads)
+    s = sender_for(endpoint, run, layers, heads)
     sent = {}
     for step in steps:
         sent[step] = []
@@ -95,7 +95,7 @@ def case_routing():
             d.wait_ended(run)
         # what the forwarder must drop, counted: a frame over the cap (1 MiB),
         # a message of 1 frame; neither reaches the daemon
-        bad = Sender(fw.inp, "alpha/bad", 1, 1)
+        bad = sender_for(fw.inp, "alpha/bad", 1, 1)
         big = np.full((1, 1, 300000), 1 / 300000, dtype=np.float32)  # 1.2 MB tensor
         bad.snapshot(0, 0, big)
         bad.s.send(b"sw/alpha/bad")
@@ -164,7 +164,7 @@ def case_nodrop():
     stuck.connect(fw.out)
     try:
         fw.wait(lambda s: s["subscriptions"]["prefixes"] == 1, what="the subscription")
-        s = Sender(fw.inp, "slow/r", 1, 1)
+        s = sender_for(fw.inp, "slow/r", 1, 1)
         tensor = np.full((1, 64, 4096), 1 / 4096, dtype=np.float32)  # 1 MiB
         n = 60
         for step in range(n):

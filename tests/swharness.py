@@ -462,3 +462,15 @@ class Forwarder:
     def read_log(self):
         with open(self.log, errors="replace") as f:
             return f.read()
+
+
+def sender_for(endpoint, run, layers, heads):
+    """A Sender that has seen a subscription matching its run (the forwarder
+    passes up those of every daemon: the first may be another's)."""
+    s = Sender(endpoint, run, layers, heads, wait=False)
+    s.s.setsockopt(zmq.RCVTIMEO, 10000)
+    topic = ("sw/" + run).encode()
+    while True:
+        m = s.s.recv()
+        if m[0] == 1 and topic.startswith(m[1:]):
+            return s
