@@ -220,8 +220,30 @@ def case_lock():
     assert "another sinkwatchd writes to %s too" % data in d.read_log(), d.read_log()
 
 
+def case_errors():
+    """Bad options: exit 2 and a message naming what was wrong."""
+    p = "tcp://127.0.0.1:%d" % free_port()
+    for args, want in [
+            (["--in", "foo"], "--in: cannot bind foo"),
+            (["--hwm", "0"], "--hwm: '0' is not an integer in [1, 1000000]"),
+            (["--hwm-wait-ms", "-2"], "--hwm-wait-ms: '-2' is not -1 or an integer"),
+            (["--max-message-mb", "x"], "--max-message-mb: 'x' is not an integer"),
+            (["--in", p, "--out", p], "--in, --out and --control must be three endpoints"),
+            (["--nope"], "unknown option '--nope'"),
+            (["--hwm"], "unknown option '--hwm' (or its value is missing)")]:
+        rc, out, err = run_cmd([SINKWATCH, "forward"] + args)
+        assert rc == 2 and want in err, (args, rc, err)
+    d = Daemon()
+    rc, out, err = run_cmd([SINKWATCHD, "--connect", "foo", "--control", d.control,
+                            "--data-dir", d.data])
+    assert rc == 2 and "cannot connect to foo" in err, (rc, err)
+    rc, out, err = run_cmd([SINKWATCHD, "--subscribe", "a\x01", "--check-config"])
+    assert rc == 2 and "subscribe: byte 0x01 at 1" in err, (rc, err)
+
+
 def main():
-    cases = {"routing": case_routing, "nodrop": case_nodrop, "lock": case_lock}
+    cases = {"routing": case_routing, "nodrop": case_nodrop, "lock": case_lock,
+             "errors": case_errors}
     want = sys.argv[1:] or list(cases)
     r = Results()
     for name in want:
