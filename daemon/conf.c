@@ -7,8 +7,9 @@
 
 #include "daemon/conf.h"
 #include "daemon/log.h"
+#include "proto/swproto.h"
 
-enum otype { O_STR, O_INT, O_LEVEL, O_OCT };
+enum otype { O_STR, O_INT, O_LEVEL, O_OCT, O_LIST };
 
 struct opt {
 	const char *name;
@@ -29,8 +30,10 @@ static const struct opt opts[] = {
 	  "ZeroMQ endpoint of the status/control socket" },
 	{ "data_dir", O_STR, S(data_dir), "./sinkwatch-data", 0, 0, 0,
 	  "directory of the run files (created if missing)" },
-	{ "subscribe", O_STR, S(subscribe), "", 0, 0, 0,
-	  "only runs whose id starts with this prefix (empty: all)" },
+	{ "connect", O_STR, S(connect), "", 0, 0, 0,
+	  "connect the SUB socket to this endpoint (a sinkwatch forward) instead of binding listen" },
+	{ "subscribe", O_LIST, S(subscribe), "", 0, 0, 0,
+	  "only runs whose id starts with this prefix; repeatable (none: all)" },
 	{ "log_file", O_STR, S(log_file), "", 0, 0, 1,
 	  "log to this file instead of stderr (SIGHUP reopens it)" },
 	{ "log_level", O_LEVEL, S(log_level), "info", 0, 3, 1,
@@ -82,7 +85,8 @@ swd_config_differs(const swd_config *a, const swd_config *b, size_t i)
 		return 0;
 	const struct opt *o = &opts[i];
 	const char *x = (const char *)a + o->off, *y = (const char *)b + o->off;
-	return o->type == O_STR ? strcmp(x, y) != 0 : memcmp(x, y, o->size) != 0;
+	return o->type == O_STR || o->type == O_LIST ? strcmp(x, y) != 0 :
+	    memcmp(x, y, o->size) != 0;
 }
 const char *swd_config_name(size_t i) { return i < NOPTS ? opts[i].name : NULL; }
 const char *swd_config_help(size_t i) { return i < NOPTS ? opts[i].help : NULL; }
@@ -115,6 +119,41 @@ set_opt(swd_config *c, const struct opt *o, const char *v, char *err, size_t err
 		}
 		memcpy(dst, v, strlen(v) + 1);
 		return 0;
+	case O_LIST: {
+		/* each occurrence adds an item; items are kept '\n'-separated
+		 * (no run id has a control byte) */
+		size_t vl = strlen(v), have = strlen(dst), items = have ? 1 : 0;
+		if (!vl)
+			return 0;
+		if (vl > SWP_RUN_MAX) {
+			snprintf(err, errlen, "%s: '%.40s...' is longer than a run id (%d bytes)",
+			    o->name, v, SWP_RUN_MAX);
+			return -1;
+		}
+		for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+			if (*p < 0x20 || *p == 0x7f) {
+				snprintf(err, errlen, "%s: byte 0x%02x at %zu: a run id has no control "
+				    "bytes, so this prefix would match nothing", o->name, *p,
+				    (size_t)((const char *)p - v));
+				return -1;
+			}
+		for (const char *p = dst; *p; p++)
+			items += *p == '\n';
+		for (const char *p = dst; *p; ) {	/* the same prefix twice: once */
+			size_t n = strcspn(p, "\n");
+			if (n == vl && !memcmp(p, v, n))
+				return 0;
+			p += n + (p[n] == '\n');
+		}
+		if (items >= SWD_LIST_MAX || have + 1 + vl >= o->size) {
+			snprintf(err, errlen, "%s: more than %d prefixes", o->name, SWD_LIST_MAX);
+			return -1;
+		}
+		if (have)
+			dst[have++] = '\n';
+		memcpy(dst + have, v, vl + 1);
+		return 0;
+	}
 	case O_LEVEL: {
 		int l = log_level_parse(v);
 		if (l < 0) {
@@ -236,6 +275,15 @@ swd_config_print(const swd_config *c, FILE *f)
 		case O_STR:
 			fprintf(f, "%s = \"%s\"\n", o->name, p);
 			break;
+		case O_LIST:
+			if (!*p)
+				fprintf(f, "%s = \"\"\n", o->name);
+			for (const char *q = p; *q; ) {	/* one line per item: loadable */
+				int n = (int)strcspn(q, "\n");
+				fprintf(f, "%s = \"%.*s\"\n", o->name, n, q);
+				q += n + (q[n] == '\n');
+			}
+			break;
 		case O_LEVEL:
 			fprintf(f, "%s = %s\n", o->name, log_level_name(*(const int *)p));
 			break;
@@ -256,7 +304,11 @@ swd_config_check(const swd_config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "listen, control and data_dir must not be empty");
 		return -1;
 	}
-	if (!strcmp(c->listen, c->control)) {
+	if (c->connect[0] && !strcmp(c->connect, c->control)) {
+		snprintf(err, errlen, "connect and control are the same endpoint (%s)", c->connect);
+		return -1;
+	}
+	if (!c->connect[0] && !strcmp(c->listen, c->control)) {
 		snprintf(err, errlen, "listen and control are the same endpoint (%s)", c->listen);
 		return -1;
 	}

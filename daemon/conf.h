@@ -12,12 +12,14 @@
 
 #define SWD_DEFAULT_LISTEN "tcp://127.0.0.1:5710"
 #define SWD_DEFAULT_CONTROL "tcp://127.0.0.1:5711"
+#define SWD_LIST_MAX 64	/* items of a repeatable option (subscribe) */
 
 typedef struct swd_config {
 	char listen[256];	/* ZeroMQ endpoint the SUB socket binds */
 	char control[256];	/* control (status) endpoint, REP */
 	char data_dir[1024];
-	char subscribe[160];	/* run id prefix to subscribe to ("" all) */
+	char connect[256];	/* "" binds listen; else the SUB connects here */
+	char subscribe[SWD_LIST_MAX * 130];	/* run id prefixes, '\n'-separated ("" all) */
 	char log_file[1024];	/* "" for stderr */
 	int log_level;
 	int64_t budget_mb;	/* in-flight memory budget */

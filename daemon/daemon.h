@@ -133,6 +133,8 @@ typedef struct swd_wstats {
 	atomic_llong write_drops;	/* messages of steps not stored: the file failed */
 	atomic_llong items;		/* items taken off the queue (the watchdog's progress) */
 	atomic_llong bytes_written;	/* how much the run files grew, at flushes */
+	atomic_llong locked_drops;	/* messages of runs another process holds the lock of */
+	atomic_llong runs_locked;	/* runs refused: another process holds their lock */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;

@@ -548,7 +548,9 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 {
 	memset(st, 0, sizeof(*st));
 	st->version = PACKAGE_VERSION;
-	st->listen = D.cfg.listen;
+	st->listen = D.cfg.connect[0] ? "- (connects instead)" : D.cfg.listen;
+	st->connect = D.cfg.connect;
+	st->subscribe = D.cfg.subscribe;
 	st->control = D.cfg.control;
 	st->data_dir = D.cfg.data_dir;
 	st->uptime_s = swd_wall_now() - D.started;
@@ -599,6 +601,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	 * steps of a run whose file could not be opened */
 	st->drops[SWD_DROP_DUPLICATE] += atomic_load(&swd_writer_stats(D.writer)->duplicates);
 	st->drops[SWD_DROP_WRITE] += atomic_load(&swd_writer_stats(D.writer)->write_drops);
+	st->drops[SWD_DROP_LOCKED] += atomic_load(&swd_writer_stats(D.writer)->locked_drops);
 	memcpy(st->decode_errors, D.decode_errors, sizeof(st->decode_errors));
 	for (int i = 0; i < SWM_STATUS__N; i++)
 		st->rejects[i] = atomic_load(&D.rejects[i]);
@@ -895,16 +898,34 @@ setup_sockets(char *err, size_t errlen)
 	    (int64_t)D.cfg.max_message_mb << 20 : SWP_HEADER_MAX;
 	/* ZeroMQ's own queue is outside the budget: keep it short */
 	int hwm = 8, zero = 0;
-	char topic[SWP_TOPIC_PREFIX_LEN + sizeof(D.cfg.subscribe)];
-	int tl = snprintf(topic, sizeof(topic), "%s%s", SWP_TOPIC_PREFIX, D.cfg.subscribe);
 	if (!D.sub || zmq_setsockopt(D.sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
 	    zmq_setsockopt(D.sub, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
-	    zmq_setsockopt(D.sub, ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    zmq_setsockopt(D.sub, ZMQ_SUBSCRIBE, topic, (size_t)tl)) {
+	    zmq_setsockopt(D.sub, ZMQ_LINGER, &zero, sizeof(zero))) {
 		snprintf(err, errlen, "SUB socket: %s", zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(D.sub, D.cfg.listen) != 0) {
+	/* PROTOCOL.md 1: a topic is "sw/" + run id, so "sw/" + a prefix takes
+	 * the runs whose id starts with it; no prefix: every run */
+	const char *p = D.cfg.subscribe;
+	do {
+		char topic[SWP_TOPIC_PREFIX_LEN + SWP_RUN_MAX + 1];
+		int n = (int)strcspn(p, "\n");
+		int tl = snprintf(topic, sizeof(topic), "%s%.*s", SWP_TOPIC_PREFIX, n, p);
+		if (zmq_setsockopt(D.sub, ZMQ_SUBSCRIBE, topic, (size_t)tl)) {
+			snprintf(err, errlen, "SUB socket: subscribing to %s: %s", topic,
+			    zmq_strerror(errno));
+			return -1;
+		}
+		p += n + (p[n] == '\n');
+	} while (*p);
+	if (D.cfg.connect[0]) {
+		/* behind a forwarder (sinkwatch forward): it binds, we connect */
+		if (zmq_connect(D.sub, D.cfg.connect) != 0) {
+			snprintf(err, errlen, "cannot connect to %s: %s", D.cfg.connect,
+			    zmq_strerror(errno));
+			return -1;
+		}
+	} else if (zmq_bind(D.sub, D.cfg.listen) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", D.cfg.listen, zmq_strerror(errno));
 		return -1;
 	}
@@ -1047,19 +1068,43 @@ main(int argc, char **argv)
 		log_err("cannot create the data directory %s: %s", D.cfg.data_dir, strerror(errno));
 		return 2;
 	}
-	/* one writer per data directory: run files are resumed without HDF5 locks */
+	/*
+	 * Daemons share a data directory: each holds a shared flock on its lock
+	 * file for as long as it runs (sinkwatch check clears nothing while
+	 * one does), and each run is written by one process at most, under
+	 * the run's own lock (storage/runlock.c). What a crash left of file
+	 * creations is removed only by a daemon that is alone there (an
+	 * exclusive flock for the moment): another's may be in progress.
+	 */
 	char lockp[1100];
-	snprintf(lockp, sizeof(lockp), "%s/.sinkwatchd.lock", D.cfg.data_dir);
+	snprintf(lockp, sizeof(lockp), "%s/" SW_RUNLOCK_FILE, D.cfg.data_dir);
 	int lockfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
-		log_err("%s: %s", lockp, lockfd < 0 ? strerror(errno) :
-		    "another sinkwatchd writes to this data directory");
+	if (lockfd < 0) {
+		log_err("%s: %s", lockp, strerror(errno));
 		return 2;
 	}
-	int stale = sw_runfile_clean_tmp(D.cfg.data_dir);
-	if (stale > 0)
-		log_info("removed %d unfinished file creation(s) a crash left in %s", stale,
-		    D.cfg.data_dir);
+	int alone = flock(lockfd, LOCK_EX | LOCK_NB) == 0;
+	if (alone) {
+		int stale = sw_runfile_clean_tmp(D.cfg.data_dir);
+		if (stale > 0)
+			log_info("removed %d unfinished file creation(s) a crash left in %s",
+			    stale, D.cfg.data_dir);
+	}
+	/* an exclusive holder (another daemon starting, sinkwatch check
+	 * clearing) holds it for a moment: wait a little for it */
+	int shared = -1;
+	for (int tries = 0; tries < 300 && (shared = flock(lockfd, LOCK_SH | LOCK_NB)) != 0 &&
+	    errno == EWOULDBLOCK; tries++)
+		usleep(10000);
+	if (shared != 0) {
+		log_err("%s: %s", lockp, errno == EWOULDBLOCK ? "another process holds the data "
+		    "directory exclusively (sinkwatch check clearing a file?): try again" :
+		    strerror(errno));
+		return 2;
+	}
+	if (!alone)
+		log_info("another sinkwatchd writes to %s too: each run is written by the one "
+		    "that takes its lock first", D.cfg.data_dir);
 	/*
 	 * Message buffers (ZeroMQ mallocs each frame) are large and short-lived:
 	 * served from the heap and kept there up to the budget, rather than
@@ -1121,8 +1166,9 @@ main(int argc, char **argv)
 	uv_signal_start(&D.sigint, signal_cb, SIGINT);
 	uv_signal_start(&D.sigterm, signal_cb, SIGTERM);
 	uv_signal_start(&D.sighup, signal_cb, SIGHUP);
-	log_info("listening on %s, control on %s, data in %s (budget %lld MiB, flush %lld ms)",
-	    D.cfg.listen, D.cfg.control, D.cfg.data_dir, (long long)D.cfg.budget_mb,
+	log_info("%s %s, control on %s, data in %s (budget %lld MiB, flush %lld ms)",
+	    D.cfg.connect[0] ? "connected to" : "listening on",
+	    D.cfg.connect[0] ? D.cfg.connect : D.cfg.listen, D.cfg.control, D.cfg.data_dir, (long long)D.cfg.budget_mb,
 	    (long long)D.cfg.flush_ms);
 #ifdef HAVE_SYSTEMD
 	if (sd_watchdog_enabled(0, &D.watchdog_usec) > 0 && D.watchdog_usec > 0) {
@@ -1134,7 +1180,9 @@ main(int argc, char **argv)
 		D.watchdog_usec = 0;
 	}
 #endif
-	notify("READY=1\nSTATUS=listening on %s, control on %s, data in %s", D.cfg.listen,
+	notify("READY=1\nSTATUS=%s %s, control on %s, data in %s",
+	    D.cfg.connect[0] ? "connected to" : "listening on",
+	    D.cfg.connect[0] ? D.cfg.connect : D.cfg.listen,
 	    D.cfg.control, D.cfg.data_dir);
 	/* the first messages may already be queued: look before waiting */
 	drain();

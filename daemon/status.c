@@ -8,7 +8,7 @@
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
 	"nomem", "stopping", "unknown_run", "open_steps", "write_error",
-	"senders_mismatch", "overlap", "part_mismatch"
+	"senders_mismatch", "overlap", "part_mismatch", "locked"
 };
 
 struct buf {
@@ -36,6 +36,15 @@ section(struct buf *b, const char *name, const swd_status *st)
 		put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
 		    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
 		    st->listen, st->control, st->data_dir);
+		if (st->connect && st->connect[0])
+			put(b, "connect: %s\n", st->connect);
+		/* one line per prefix, "" for all runs */
+		const char *p = st->subscribe ? st->subscribe : "";
+		do {
+			int n = (int)strcspn(p, "\n");
+			put(b, "subscribe: %.*s\n", n, p);
+			p += n + (p[n] == '\n');
+		} while (*p);
 	} else if (!strcmp(name, "runs")) {
 		put(b, "# runs\nruns: %zu\n", st->nruns);
 		for (size_t i = 0; i < st->nruns; i++) {

@@ -11,14 +11,15 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 14
+#define SWD_DROP_REASONS 15
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
 enum {
 	SWD_DROP_BUDGET, SWD_DROP_DUPLICATE, SWD_DROP_LATE, SWD_DROP_MISMATCH,
 	SWD_DROP_AFTER_END, SWD_DROP_TOO_MANY_RUNS, SWD_DROP_NOMEM,
 	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN, SWD_DROP_OPEN_STEPS,
-	SWD_DROP_WRITE, SWD_DROP_SENDERS, SWD_DROP_OVERLAP, SWD_DROP_PART_MISMATCH
+	SWD_DROP_WRITE, SWD_DROP_SENDERS, SWD_DROP_OVERLAP, SWD_DROP_PART_MISMATCH,
+	SWD_DROP_LOCKED	/* another process holds the run's lock (runlock.c) */
 };
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */
@@ -44,6 +45,7 @@ typedef struct swd_status_sender {
 /* A plain snapshot of the daemon's figures. */
 typedef struct swd_status {
 	const char *version, *listen, *control, *data_dir;
+	const char *connect, *subscribe;	/* NULL or "": none; subscribe '\n'-separated */
 	double uptime_s;
 	long pid;
 	size_t nruns;

@@ -58,6 +58,8 @@ struct wrun {
 	int64_t nsnd;		/* rows of the sender table */
 	sw_runfile *f;
 	int broken;		/* no file could be opened: steps are dropped, counted */
+	int locked;		/* broken because another process holds the run's lock */
+	sw_runlock *lock;	/* the run's lock (storage/runlock.c), held while open */
 	int dirty;
 	int cross_warned;	/* the cross_layer_pairs mismatch was logged */
 	int has_prev;
@@ -133,6 +135,7 @@ free_item(swd_witem *it, atomic_llong *inflight)
 static void
 wrun_free(struct wrun *r, atomic_llong *inflight)
 {
+	sw_runlock_release(&r->lock);	/* after the file's close (wrun_remove) */
 	free(r->prev);
 	free_layers(r->prev_layers, r->meta.layers, inflight);
 	free(r->keys);
@@ -398,6 +401,20 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 	rm.cross_pairs = w->cfg.cross_layer_pairs != 0 && m->kind != SWP_ROWSTATS;
 	sw_runfile_opts fo = { .chunk_steps = (size_t)w->cfg.chunk_steps };
 	/*
+	 * The run's lock first, held until the run is closed: another process
+	 * (a daemon whose subscriptions overlap ours, on the same directory)
+	 * that writes the run keeps it, and we refuse the run, counted (locked).
+	 */
+	int lk = sw_runlock_take(w->cfg.data_dir, m->run, &r->lock, err, sizeof(err));
+	if (lk == SW_RUNFILE_LOCKED) {
+		r->locked = 1;
+		log_warn("run %s: refused: %s; its steps are dropped here, counted as locked",
+		    m->run, err);
+		return -1;
+	}
+	if (lk != 0)
+		goto fail;
+	/*
 	 * The run is the newest generation whose file holds this shape (a
 	 * resumed or continued run goes on there), or the first free one.
 	 */
@@ -461,7 +478,7 @@ wrun_get(swd_writer *w, const swd_meta *m, const swd_witem *it)
 	mkdir(w->cfg.data_dir, 0755);
 	if (open_file(w, r, it) != 0 || load_rows(r) != 0) {
 		r->broken = 1;
-		atomic_fetch_add(&w->st.write_errors, 1);
+		atomic_fetch_add(r->locked ? &w->st.runs_locked : &w->st.write_errors, 1);
 	} else {
 		struct stat sb;
 		if (stat(sw_runfile_path(r->f), &sb) == 0)	/* growth from here is counted */
@@ -672,7 +689,7 @@ write_step(swd_writer *w, swd_witem *it)
 {
 	struct wrun *r = wrun_get(w, &it->meta, it);
 	if (!r || r->broken)
-		return -1;
+		return r && r->locked ? -2 : -1;
 	const swd_meta *m = &r->meta;
 	uint32_t L = m->layers, H = m->heads;
 	/* the same incarnation sending a stored step again: not stored, counted */
@@ -988,8 +1005,12 @@ writer_main(void *arg)
 		pthread_mutex_unlock(&w->mu);
 		if (it) {
 			/* a step not stored: its messages counted (write_error) */
-			if (it->type == WQ_STEP && write_step(w, it) != 0)
-				atomic_fetch_add(&w->st.write_drops, layers_of(it));
+			int wrc = it->type == WQ_STEP ? write_step(w, it) : 0;
+			if (wrc != 0)	/* locked: another process writes the run */
+				atomic_fetch_add(wrc == -2 ? &w->st.locked_drops : &w->st.write_drops,
+				    layers_of(it));
+			else if (it->type == WQ_STEP)
+				;
 			else if (it->type == WQ_END)
 				end_run(w, it);
 			else if (it->type == WQ_CLOSE)

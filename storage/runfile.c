@@ -138,6 +138,7 @@ struct sw_runfile {
 	uint8_t *use;		/* rows zeros, for a step without row_use */
 	int32_t *present;	/* layers * heads -1s, for a step without missing_rank */
 	double *xnan;		/* (layers * heads)^2 NaNs, cross files only */
+	sw_runlock *lock;	/* the run's, held while the file is open */
 };
 
 static void
@@ -772,8 +773,8 @@ fail:
  * The access list of a writer that takes over a file a killed writer may
  * have left: writer flags cleared, and no HDF5 file lock (a dashboard's
  * SWMR reader holds a shared flock, which would refuse the exclusive one; a
- * SWMR writer drops it at once anyway). The caller makes sure one process
- * at most writes the file (sinkwatchd's lock on its data directory).
+ * SWMR writer drops it at once anyway). The run lock (runlock.c), taken
+ * before, makes sure one process at most writes the file.
  */
 static hid_t
 takeover_fapl(void)
@@ -1246,6 +1247,7 @@ runfile_free(sw_runfile *f)
 	free(f->present);
 	free(f->xnan);
 	free(f->path);
+	sw_runlock_release(&f->lock);
 	free(f);
 }
 
@@ -1279,6 +1281,12 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 	f->file = -1;
 	for (int d = 0; d < D__N; d++)
 		f->dset[d] = -1;
+	/* before the name is looked at: no two processes create or resume it */
+	int lk = sw_runlock_take(dir, meta->run, &f->lock, err, errlen);
+	if (lk != 0) {
+		runfile_free(f);
+		return lk;
+	}
 	f->layers = meta->layers;
 	f->heads = meta->heads;
 	f->rows = meta->rows;

@@ -175,6 +175,24 @@ int sw_runfile_clean_tmp(const char *dir);
 #define SW_RUNFILE_OTHER (-2)
 
 /*
+ * The run lock (runlock.c): a writer holds it on a run id, every
+ * generation of its name, while it writes; it is taken in
+ * DIR/SW_RUNLOCK_FILE and dropped by the kernel when the process dies.
+ * sw_runlock_take returns 0 and *out, SW_RUNFILE_LOCKED when another
+ * process holds it (err says so), or -1 with err (the lock file cannot be
+ * made). The same process may take it again (a count); each handle is
+ * released with sw_runlock_release, which sets *l to NULL.
+ */
+#define SW_RUNFILE_LOCKED (-3)
+#define SW_RUNLOCK_FILE ".sinkwatchd.lock"
+typedef struct sw_runlock sw_runlock;
+int sw_runlock_take(const char *dir, const char *run, sw_runlock **out, char *err,
+    size_t errlen);
+void sw_runlock_release(sw_runlock **l);
+/* The byte of the lock file that stands for the run (for messages, tests). */
+uint64_t sw_runlock_offset(const char *run);
+
+/*
  * Opens the run's file in dir for appending: creates it (latest format,
  * every dataset created, then SWMR writing started and the datasets
  * reopened) or resumes an existing one, also one left by a writer that was
@@ -184,8 +202,10 @@ int sw_runfile_clean_tmp(const char *dir);
  * -1 with a message and the file untouched (it is checked read-only first).
  * The other attributes stay as the file's creation wrote them. Resuming
  * opens without HDF5's file lock, so that dashboards may go on tailing:
- * the caller makes sure one process at most writes a run.
- * Returns 0 and *out, or -1 with a message in err and *out NULL.
+ * the run lock (sw_runlock_take, held until sw_runfile_close) makes sure
+ * one process at most writes a run.
+ * Returns 0 and *out, SW_RUNFILE_LOCKED (another process writes the run,
+ * nothing opened), or -1 with a message in err and *out NULL.
  */
 int sw_runfile_open(const char *dir, const sw_runmeta *meta,
     const sw_runfile_opts *opts, sw_runfile **out, char *err, size_t errlen);

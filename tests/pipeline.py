@@ -629,10 +629,11 @@ def case_status_and_config():
         d1.ctl("ping")
         with open(logp) as f:
             assert "log reopened" in f.read()
-        d2 = Daemon(tmp=d1.tmp, data_dir=d1.data)
-        rc, out, err = run_cmd([SINKWATCHD, "--listen", d2.listen, "--control", d2.control,
-                                "--data-dir", d1.data], timeout=20)
-        assert rc == 2 and "another sinkwatchd" in err, (rc, err)
+        # a second daemon may share the data directory (each run is written by
+        # one of them, under the run's lock: tests/forward.py)
+        d2 = Daemon(tmp=d1.tmp, data_dir=d1.data).start()
+        assert d2.stop() == 0
+        assert "another sinkwatchd writes to %s too" % d1.data in d2.read_log(), d2.read_log()
     finally:
         assert d1.stop() == 0
     rc, out, err = run_cmd([SINKWATCHD, "--no-such-option", "1"])

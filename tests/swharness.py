@@ -383,3 +383,94 @@ def close(a, b, rel=1e-9, abs_=1e-12):
     if isinstance(a, float) and math.isnan(a):
         return isinstance(b, float) and math.isnan(b)
     return abs(a - b) <= rel * max(abs(a), abs(b)) + abs_
+
+
+class Forwarder:
+    """A `sinkwatch forward` on free loopback ports (tests/forward.py, bench/scale.py)."""
+
+    def __init__(self, tmp, extra=()):
+        self.inp = "tcp://127.0.0.1:%d" % free_port()
+        self.out = "tcp://127.0.0.1:%d" % free_port()
+        self.control = "tcp://127.0.0.1:%d" % free_port()
+        self.log = os.path.join(tmp, "forward-%s.log" % self.control.rsplit(":", 1)[1])
+        self.extra = list(extra)
+        self.proc = None
+
+    def start(self):
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [SINKWATCH, "forward", "--in", self.inp, "--out", self.out,
+             "--control", self.control] + self.extra,
+            stdout=self.logf, stderr=self.logf, env=child_env())
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            assert self.proc.poll() is None, "forward exited: " + self.read_log()
+            try:
+                if "pong" in self.ctl("ping", 200):
+                    return self
+            except TimeoutError:
+                pass
+        raise AssertionError("forward did not answer: " + self.read_log())
+
+    def ctl(self, req, timeout_ms=2000):
+        s = zmq.Context.instance().socket(zmq.REQ)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        s.connect(self.control)
+        try:
+            s.send(req.encode())
+            return s.recv().decode()
+        except zmq.Again:
+            raise TimeoutError(req)
+        finally:
+            s.close()
+
+    def status(self):
+        out, sec = {}, None
+        for line in self.ctl("status").splitlines():
+            if line.startswith("# "):
+                sec = out.setdefault(line[2:], {"prefix": []})
+            elif ": " in line and sec is not None:
+                k, v = line.split(": ", 1)
+                if k == "prefix":
+                    sec["prefix"].append(v)
+                else:
+                    try:
+                        sec[k] = float(v) if "." in v else int(v)
+                    except ValueError:
+                        sec[k] = v
+        return out
+
+    def wait(self, cond, timeout=20, what="condition"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.status()
+            if cond(st):
+                return st
+            time.sleep(0.05)
+        raise AssertionError("forward: timed out waiting for %s: %r" % (what, self.status()))
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+        rc = self.proc.returncode
+        self.logf.close()
+        check_log(self.log)
+        return rc
+
+    def read_log(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+
+def sender_for(endpoint, run, layers, heads):
+    """A Sender that has seen a subscription matching its run (the forwarder
+    passes up those of every daemon: the first may be another's)."""
+    s = Sender(endpoint, run, layers, heads, wait=False)
+    s.s.setsockopt(zmq.RCVTIMEO, 10000)
+    topic = ("sw/" + run).encode()
+    while True:
+        m = s.s.recv()
+        if m[0] == 1 and topic.startswith(m[1:]):
+            return s

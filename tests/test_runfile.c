@@ -69,8 +69,9 @@ count_entries(const char *dir)
 
 	if (!d)
 		return -1;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+	while ((e = readdir(d)))	/* the run lock file is not an entry of a run */
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    strcmp(e->d_name, SW_RUNLOCK_FILE))
 			n++;
 	closedir(d);
 	return n;
@@ -1275,6 +1276,113 @@ START_TEST(test_h5py)
 }
 END_TEST
 
+/*
+ * A process of its own that takes and releases the run lock on command
+ * ('t', 'r', 'q' on *cmd), answering each with the result as one byte
+ * (0 taken/released, 1 locked, 2 error). Forked while this process holds
+ * no lock: a fork shares open file descriptions, and with them the locks.
+ */
+static pid_t
+lock_child(const char *run, int *cmd, int *res)
+{
+	int c[2], r[2];
+	ck_assert_int_eq(pipe(c), 0);
+	ck_assert_int_eq(pipe(r), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		sw_runlock *l = NULL;
+		char op, err[512];
+		close(c[1]);
+		close(r[0]);
+		while (read(c[0], &op, 1) == 1 && op != 'q') {
+			char out = 0;
+			if (op == 't') {
+				int rc = sw_runlock_take(tmpdir, run, &l, err, sizeof(err));
+				out = rc == 0 ? 0 : rc == SW_RUNFILE_LOCKED ? 1 : 2;
+			} else
+				sw_runlock_release(&l);
+			if (write(r[1], &out, 1) != 1)
+				_exit(3);
+		}
+		_exit(0);
+	}
+	close(c[0]);
+	close(r[1]);
+	*cmd = c[1];
+	*res = r[0];
+	return pid;
+}
+
+static int
+lock_ask(int cmd, int res, char op)
+{
+	char out = 9;
+	ck_assert_int_eq(write(cmd, &op, 1), 1);
+	ck_assert_int_eq(read(res, &out, 1), 1);
+	return out;
+}
+
+/* The run lock: one process writes a run; the same process may take it again. */
+START_TEST(test_runlock)
+{
+	sw_runmeta m, o;
+	sw_runfile *f, *g;
+	sw_runlock *l;
+	char err[512];
+	int cmd, res, st;
+
+	make_tmpdir();
+	meta_init(&m, "lock/run", 2, 3);
+	meta_init(&o, "lock/other", 2, 3);
+	pid_t pid = lock_child(m.run, &cmd, &res);
+
+	/* another process holds it: refused, by name, and no file is made */
+	ck_assert_int_eq(lock_ask(cmd, res, 't'), 0);
+	l = (sw_runlock *)1;
+	ck_assert_int_eq(sw_runlock_take(tmpdir, m.run, &l, err, sizeof(err)), SW_RUNFILE_LOCKED);
+	ck_assert_ptr_null(l);
+	ck_assert_msg(strstr(err, "another process writes it") && strstr(err, SW_RUNLOCK_FILE),
+	    "%s", err);
+	f = (sw_runfile *)1;
+	ck_assert_int_eq(sw_runfile_open(tmpdir, &m, NULL, &f, err, sizeof(err)),
+	    SW_RUNFILE_LOCKED);
+	ck_assert_ptr_null(f);
+	ck_assert_int_eq(count_entries(tmpdir), 0);
+	/* another run is free meanwhile */
+	ck_assert_msg(sw_runfile_open(tmpdir, &o, NULL, &g, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(sw_runfile_close(&g), 0);
+
+	/* released there: ours; taken twice here (a count), held till the last */
+	ck_assert_int_eq(lock_ask(cmd, res, 'r'), 0);
+	ck_assert_msg(sw_runfile_open(tmpdir, &m, NULL, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(sw_runlock_take(tmpdir, m.run, &l, err, sizeof(err)), 0);
+	ck_assert_int_eq(lock_ask(cmd, res, 't'), 1);
+	ck_assert_int_eq(sw_runfile_close(&f), 0);
+	ck_assert_int_eq(lock_ask(cmd, res, 't'), 1);	/* l still holds it */
+	sw_runlock_release(&l);
+	ck_assert_ptr_null(l);
+	ck_assert_int_eq(lock_ask(cmd, res, 't'), 0);
+	ck_assert_int_eq(lock_ask(cmd, res, 'r'), 0);
+
+	/* the holder's death frees it */
+	ck_assert_int_eq(lock_ask(cmd, res, 't'), 0);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	close(cmd);
+	close(res);
+	ck_assert_msg(sw_runfile_open(tmpdir, &m, NULL, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(sw_runfile_close(&f), 0);
+	/* runs hash to bytes below 2^62: a byte and the one after fit an off_t */
+	ck_assert(sw_runlock_offset(m.run) < (UINT64_C(1) << 62));
+	ck_assert(sw_runlock_offset(m.run) != sw_runlock_offset(o.run));
+	/* a directory where the lock file cannot be made: an error, not "locked" */
+	ck_assert_int_eq(sw_runlock_take("/nonexistent-dir", m.run, &l, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "/nonexistent-dir/" SW_RUNLOCK_FILE), "%s", err);
+	remove_tmpdir();
+}
+END_TEST
+
 static Suite *
 runfile_suite(void)
 {
@@ -1293,6 +1401,7 @@ runfile_suite(void)
 	tcase_add_test(tc, test_sigkill);
 	tcase_add_test(tc, test_resume_while_tailed);
 	tcase_add_test(tc, test_h5py);
+	tcase_add_test(tc, test_runlock);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -178,6 +178,72 @@ START_TEST(test_config)
 }
 END_TEST
 
+/* --subscribe is repeatable, --connect replaces the bind; both in the status */
+START_TEST(test_subscribe)
+{
+	swd_config c, d;
+	char err[512], big[200], out[8192];
+
+	swd_config_defaults(&c);
+	ck_assert_str_eq(c.subscribe, "");
+	ck_assert_str_eq(c.connect, "");
+	ck_assert_int_eq(swd_config_set(&c, "subscribe", "a/", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_set(&c, "subscribe", "b c", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_set(&c, "subscribe", "a/", err, sizeof(err)), 0);	/* once */
+	ck_assert_int_eq(swd_config_set(&c, "subscribe", "", err, sizeof(err)), 0);	/* nothing */
+	ck_assert_str_eq(c.subscribe, "a/\nb c");
+	ck_assert_int_eq(swd_config_set(&c, "subscribe", "x\ty", err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "subscribe: byte 0x09 at 1"), "%s", err);
+	memset(big, 'r', 129);
+	big[129] = '\0';
+	ck_assert_int_eq(swd_config_set(&c, "subscribe", big, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "longer than a run id"), "%s", err);
+	big[128] = '\0';
+	ck_assert_int_eq(swd_config_set(&c, "subscribe", big, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.subscribe + 7, big);
+	swd_config_defaults(&d);
+	for (int i = 0; i < SWD_LIST_MAX; i++) {
+		char p[16];
+		snprintf(p, sizeof(p), "p%d/", i);
+		ck_assert_int_eq(swd_config_set(&d, "subscribe", p, err, sizeof(err)), 0);
+	}
+	ck_assert_int_eq(swd_config_set(&d, "subscribe", "one-more", err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "more than 64 prefixes"), "%s", err);
+
+	/* printed one line per prefix, loaded back the same */
+	char path[] = "/tmp/swconfXXXXXX";
+	int fd = mkstemp(path);
+	ck_assert(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	ck_assert_int_eq(swd_config_set(&c, "connect", "tcp://fwd:5720", err, sizeof(err)), 0);
+	swd_config_print(&c, f);
+	fclose(f);
+	swd_config_defaults(&d);
+	ck_assert_int_eq(swd_config_load(&d, path, err, sizeof(err)), 0);
+	unlink(path);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), 0);
+	/* connecting, listen is not bound: it may equal control; connect may not */
+	ck_assert_int_eq(swd_config_set(&c, "listen", c.control, err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_set(&c, "connect", c.control, err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "connect and control are the same endpoint"), "%s", err);
+
+	swd_status_run runs[1];
+	swd_status st = sample(runs);
+	st.connect = "tcp://fwd:5720";
+	st.subscribe = "a/\nb c";
+	swd_control_reply("status server", 13, &st, out, sizeof(out));
+	ck_assert_msg(strstr(out, "\nconnect: tcp://fwd:5720\nsubscribe: a/\nsubscribe: b c\n"),
+	    "%s", out);
+	st.connect = NULL;
+	st.subscribe = NULL;	/* every run */
+	swd_control_reply("status server", 13, &st, out, sizeof(out));
+	ck_assert_msg(!strstr(out, "connect:") && strstr(out, "\nsubscribe: \n"), "%s", out);
+}
+END_TEST
+
 START_TEST(test_log)
 {
 	ck_assert_int_eq(log_level_parse("warn"), LOG_WARN);
@@ -224,6 +290,7 @@ main(void)
 	tcase_add_test(tc, test_reply);
 	tcase_add_test(tc, test_config);
 	tcase_add_test(tc, test_log);
+	tcase_add_test(tc, test_subscribe);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

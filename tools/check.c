@@ -228,7 +228,9 @@ file_lock(const char *path, int *fd, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	if (flock(*fd, LOCK_SH | LOCK_NB) == 0)
+	/* daemons hold it shared (several may share a directory): ours is
+	 * exclusive, so that none runs, nor starts, while we clear */
+	if (flock(*fd, LOCK_EX | LOCK_NB) == 0)
 		return 0;
 	int held = errno == EWOULDBLOCK;
 	if (held)
@@ -316,9 +318,9 @@ done:
 }
 
 /*
- * Whether a sinkwatchd writes the file's directory: it holds an exclusive
+ * Whether a sinkwatchd writes the file's directory: it holds a shared
  * flock on DATADIR/.sinkwatchd.lock for as long as it runs. Returns 1 if
- * held, 0 if not (then *fd, unless -1, holds our shared lock: a daemon
+ * held, 0 if not (then *fd, unless -1, holds our exclusive lock: a daemon
  * that starts meanwhile cannot take the directory while we clear), -1 with
  * a message. No lock file: no daemon ever ran there (it never removes it).
  */
@@ -340,7 +342,9 @@ daemon_lock(const char *path, int *fd, char *err, size_t errlen)
 		snprintf(err, errlen, "%.400s: %s", lockp, strerror(errno));
 		return -1;
 	}
-	if (flock(*fd, LOCK_SH | LOCK_NB) == 0)
+	/* daemons hold it shared (several may share a directory): ours is
+	 * exclusive, so that none runs, nor starts, while we clear */
+	if (flock(*fd, LOCK_EX | LOCK_NB) == 0)
 		return 0;
 	int held = errno == EWOULDBLOCK;
 	if (!held)

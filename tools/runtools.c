@@ -1766,33 +1766,17 @@ out:
 
 /* ---- status ------------------------------------------------------------------------ */
 
-int
-sw_status_main(int argc, char **argv)
+/* One status request to one control endpoint, the reply on stdout. 0, or 2. */
+static int
+status_one(void *ctx, const char *ep, const char *req, long timeout_ms)
 {
-	const char *ep = "tcp://127.0.0.1:5711", *section = NULL;
-	long timeout_ms = 2000;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--control") && i + 1 < argc)
-			ep = argv[++i];
-		else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
-			if (sw_parse_long(argv[++i], &timeout_ms) || timeout_ms < 1)
-				return sw_tool_fail("status", "--timeout-ms: '%s' is not a positive integer", argv[i]);
-		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: sinkwatch status [--control ENDPOINT] [--timeout-ms MS] [SECTION]\n");
-			return 0;
-		} else if (argv[i][0] == '-')
-			return sw_tool_fail("status", "unknown option '%s'", argv[i]);
-		else
-			section = argv[i];
-	}
-	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_REQ);
-	int zero = 0, to = (int)timeout_ms;
+	void *s = zmq_socket(ctx, ZMQ_REQ);
+	int zero = 0, to = (int)timeout_ms, rc = 0;
+	if (!s)
+		return sw_tool_fail("status", "ZeroMQ: %s", zmq_strerror(zmq_errno()));
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof(to));
 	zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
-	int rc = 0;
-	char req[128];
-	snprintf(req, sizeof(req), "status%s%s", section ? " " : "", section ? section : "");
 	if (zmq_connect(s, ep) != 0) {
 		rc = sw_tool_fail("status", "cannot connect to %s: %s", ep, zmq_strerror(zmq_errno()));
 		goto out;
@@ -1815,6 +1799,55 @@ sw_status_main(int argc, char **argv)
 	zmq_msg_close(&m);
 out:
 	zmq_close(s);
+	return rc;
+}
+
+int
+sw_status_main(int argc, char **argv)
+{
+	const char *section = NULL;
+	const char **eps = calloc((size_t)argc + 1, sizeof(char *));
+	size_t nep = 0;
+	long timeout_ms = 2000;
+	if (!eps)
+		return sw_tool_fail("status", "out of memory");
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--control") && i + 1 < argc)
+			eps[nep++] = argv[++i];
+		else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
+			if (sw_parse_long(argv[++i], &timeout_ms) || timeout_ms < 1) {
+				free(eps);
+				return sw_tool_fail("status", "--timeout-ms: '%s' is not a positive integer", argv[i]);
+			}
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: sinkwatch status [--control ENDPOINT]... [--timeout-ms MS] [SECTION]\n");
+			free(eps);
+			return 0;
+		} else if (argv[i][0] == '-') {
+			free(eps);
+			return sw_tool_fail("status", "unknown option '%s'", argv[i]);
+		} else
+			section = argv[i];
+	}
+	if (nep == 0)
+		eps[nep++] = "tcp://127.0.0.1:5711";
+	char req[128];
+	snprintf(req, sizeof(req), "status%s%s", section ? " " : "", section ? section : "");
+	void *ctx = zmq_ctx_new();
+	int rc = 0;
+	/* several daemons (and forwarders): each reply under a line naming it;
+	 * one that does not answer is reported and the others still asked */
+	for (size_t i = 0; i < nep; i++) {
+		if (nep > 1) {
+			printf("%s== %s ==\n", i ? "\n" : "", eps[i]);
+			fflush(stdout);
+		}
+		int r = status_one(ctx, eps[i], req, timeout_ms);
+		fflush(stdout);
+		if (r)
+			rc = r;
+	}
 	zmq_ctx_term(ctx);
+	free(eps);
 	return rc;
 }

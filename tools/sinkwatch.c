@@ -24,7 +24,8 @@ usage(FILE *f)
 	    "  report RUN.h5... | DIR [options]    entropy collapse attribution: one run, or a table of runs\n"
 	    "  check RUN.h5...                     is a run file whole; clear a killed writer's flags\n"
 	    "  audit RUN.h5 [options]              flip rates and head clusterings, sink kept vs dropped\n"
-	    "  status [SECTION]                    ask a running sinkwatchd\n"
+	    "  status [SECTION]                    ask a running sinkwatchd (or forwarder)\n"
+	    "  forward [options]                   forwarder from training jobs to several sinkwatchd\n"
 	    "  serve [DATA_DIR...] [options]       read-only web dashboard (127.0.0.1:8710)\n"
 	    "  help                                this text\n"
 	    "  version                             print the version\n"
@@ -56,6 +57,8 @@ main(int argc, char **argv)
 		return sw_audit_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "status"))
 		return sw_status_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "forward"))
+		return sw_forward_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "serve")) {
 #ifdef SW_SERVE
 		return sw_serve_main(argc - 1, argv + 1);

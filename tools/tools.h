@@ -8,6 +8,7 @@ int sw_report_main(int argc, char **argv);
 int sw_status_main(int argc, char **argv);
 int sw_check_main(int argc, char **argv);
 int sw_audit_main(int argc, char **argv);
+int sw_forward_main(int argc, char **argv);
 
 /* "sinkwatch CMD: message" on stderr; returns 2. */
 int sw_tool_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,0 +1,141 @@
+/*
+ * test_forward.c: the bookkeeping of `sinkwatch forward` (tools/fwdcore.h)
+ * without sockets: which messages pass, the subscription table, the
+ * control replies. tests/forward.py runs the forwarder itself.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/fwdcore.h"
+
+START_TEST(test_check)
+{
+	size_t ok3[] = { 10, 200, 1000 }, ok2[] = { 10, 200 }, big[] = { 10, 200, 1001 };
+	size_t bighdr[] = { 10, 1001 }, four[] = { 1, 1, 1, 1 };
+	ck_assert_int_eq(sw_fwd_check(ok3, 3, 1000), -1);
+	ck_assert_int_eq(sw_fwd_check(ok2, 2, 1000), -1);
+	ck_assert_int_eq(sw_fwd_check(big, 3, 1000), SW_FWD_TOO_LARGE);
+	ck_assert_int_eq(sw_fwd_check(bighdr, 2, 1000), SW_FWD_TOO_LARGE);
+	ck_assert_int_eq(sw_fwd_check(ok3, 1, 1000), SW_FWD_FRAMES);
+	ck_assert_int_eq(sw_fwd_check(four, 4, 1000), SW_FWD_FRAMES);
+	ck_assert_int_eq(sw_fwd_check(four, 0, 1000), SW_FWD_FRAMES);
+	for (int i = 0; i < SW_FWD_REASONS; i++)
+		ck_assert(sw_fwd_reason_names[i] && sw_fwd_reason_names[i][0]);
+}
+END_TEST
+
+START_TEST(test_subs)
+{
+	sw_fwd_subs *s = calloc(1, sizeof(*s));
+	ck_assert_ptr_nonnull(s);
+	ck_assert(!sw_fwd_subs_match(s, "sw/a/1", 6));	/* nobody: nothing matches */
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x01sw/a/", 6), 1);
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x01sw/b", 5), 1);
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x01sw/a/", 6), 1);	/* kept once */
+	ck_assert_uint_eq(s->n, 2);
+	ck_assert(sw_fwd_subs_match(s, "sw/a/1", 6));
+	ck_assert(sw_fwd_subs_match(s, "sw/a/", 5));
+	ck_assert(!sw_fwd_subs_match(s, "sw/a", 4));	/* shorter than the prefix */
+	ck_assert(sw_fwd_subs_match(s, "sw/beta", 7));
+	ck_assert(!sw_fwd_subs_match(s, "sw/c", 4));
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x00sw/a/", 6), 0);
+	ck_assert(!sw_fwd_subs_match(s, "sw/a/1", 6));
+	ck_assert(sw_fwd_subs_match(s, "sw/b", 4));
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x00sw/zz", 6), 0);	/* unknown: harmless */
+	ck_assert_uint_eq(s->n, 1);
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x02sw/", 4), -1);	/* not a subscription */
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "", 0), -1);
+	ck_assert_int_eq(s->subscribed, 3);
+	ck_assert_int_eq(s->unsubscribed, 2);
+	/* the empty prefix matches every topic */
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x01", 1), 1);
+	ck_assert(sw_fwd_subs_match(s, "sw/q", 4));
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x00", 1), 0);
+	ck_assert(!sw_fwd_subs_match(s, "sw/q", 4));
+	/* past the table's bounds: untracked, and then every topic matches */
+	char big[SW_FWD_PREFIX_MAX + 2];
+	memset(big, 'x', sizeof(big));
+	big[0] = 1;
+	ck_assert_int_eq(sw_fwd_subs_apply(s, big, sizeof(big)), 1);
+	ck_assert(s->untracked && sw_fwd_subs_match(s, "sw/q", 4));
+	memset(s, 0, sizeof(*s));
+	for (int i = 0; i < SW_FWD_SUBS_MAX; i++) {
+		char p[16];
+		int n = snprintf(p, sizeof(p), "\x01sw/%d", i);
+		ck_assert_int_eq(sw_fwd_subs_apply(s, p, (size_t)n), 1);
+	}
+	ck_assert(!s->untracked && !sw_fwd_subs_match(s, "sw/x", 4));
+	ck_assert_int_eq(sw_fwd_subs_apply(s, "\x01sw/x", 5), 1);
+	ck_assert(s->untracked && sw_fwd_subs_match(s, "sw/x", 4));
+	free(s);
+}
+END_TEST
+
+START_TEST(test_reply)
+{
+	sw_fwd_subs *s = calloc(1, sizeof(*s));
+	sw_fwd_stats st;
+	char out[8192];
+	memset(&st, 0, sizeof(st));
+	st.version = "9.9";
+	st.in = "tcp://i:1";
+	st.out = "tcp://o:2";
+	st.control = "tcp://c:3";
+	st.received = 10;
+	st.forwarded = 7;
+	st.dropped[SW_FWD_TOO_LARGE] = 1;
+	st.dropped[SW_FWD_HWM] = 2;
+	st.subs = s;
+	sw_fwd_subs_apply(s, "\x01sw/a\x01", 6);
+	size_t n = sw_fwd_reply("status", 6, &st, out, sizeof(out));
+	ck_assert_uint_eq(n, strlen(out));
+	const char *secs[] = { "# server", "# traffic", "# drops", "# subscriptions" };
+	const char *prev = out;
+	for (size_t i = 0; i < 4; i++) {
+		const char *p = strstr(out, secs[i]);
+		ck_assert_msg(p && p >= prev, "section %s missing or out of order", secs[i]);
+		prev = p;
+	}
+	ck_assert(strstr(out, "\nin: tcp://i:1\nout: tcp://o:2\ncontrol: tcp://c:3\n"));
+	ck_assert(strstr(out, "\nreceived: 10\n") && strstr(out, "\nforwarded: 7\n"));
+	ck_assert(strstr(out, "\ntoo_large: 1\n") && strstr(out, "\nhwm: 2\n"));
+	ck_assert(strstr(out, "\ndropped: 3\n"));
+	ck_assert_msg(strstr(out, "\nprefixes: 1\n") && strstr(out, "\nprefix: sw/a\\x01\n"),
+	    "%s", out);
+	n = sw_fwd_reply("status drops\nmore", 17, &st, out, sizeof(out));
+	ck_assert(!strncmp(out, "# drops\n", 8) && !strstr(out, "# server"));
+	sw_fwd_reply("status nope", 11, &st, out, sizeof(out));
+	ck_assert_str_eq(out, "error: unknown section 'nope'\n");
+	sw_fwd_reply("reboot", 6, &st, out, sizeof(out));
+	ck_assert(!strncmp(out, "error: unknown command 'reboot'", 31));
+	sw_fwd_reply("ping", 4, &st, out, sizeof(out));
+	ck_assert_str_eq(out, "pong\n");
+	sw_fwd_reply("help", 4, &st, out, sizeof(out));
+	ck_assert(strstr(out, "sections: server traffic drops subscriptions"));
+	/* truncated, never past the buffer */
+	char small[16];
+	n = sw_fwd_reply("status", 6, &st, small, sizeof(small));
+	ck_assert_uint_eq(n, sizeof(small) - 1);
+	ck_assert_uint_eq(strlen(small), n);
+	ck_assert_uint_eq(sw_fwd_reply("status", 6, &st, small, 0), 0);
+	free(s);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("forward");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_check);
+	tcase_add_test(tc, test_subs);
+	tcase_add_test(tc, test_reply);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

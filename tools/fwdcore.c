@@ -1,0 +1,177 @@
+/* fwdcore.c: the forwarder's bookkeeping and status text (see fwdcore.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/fwdcore.h"
+
+const char *const sw_fwd_reason_names[SW_FWD_REASONS] = {
+	"too_large", "frames", "hwm", "no_subscriber", "send_error"
+};
+
+int
+sw_fwd_check(const size_t *sizes, size_t n, size_t cap)
+{
+	/* PROTOCOL.md 2: a snapshot has 3 frames, an end 2 */
+	if (n < 2 || n > 3)
+		return SW_FWD_FRAMES;
+	for (size_t i = 0; i < n; i++)
+		if (sizes[i] > cap)
+			return SW_FWD_TOO_LARGE;
+	return -1;
+}
+
+int
+sw_fwd_subs_apply(sw_fwd_subs *s, const void *msg, size_t len)
+{
+	const unsigned char *m = msg;
+	if (len < 1 || (m[0] != 0 && m[0] != 1))
+		return -1;
+	const unsigned char *p = m + 1;
+	size_t pl = len - 1;
+	size_t i;
+	for (i = 0; i < s->n && !(s->len[i] == pl && !memcmp(s->pfx[i], p, pl)); i++)
+		;
+	if (m[0] == 1) {
+		s->subscribed++;
+		if (i == s->n) {
+			if (s->n == SW_FWD_SUBS_MAX || pl > SW_FWD_PREFIX_MAX)
+				s->untracked = 1;	/* matches everything from now on */
+			else {
+				memcpy(s->pfx[s->n], p, pl);
+				s->len[s->n++] = pl;
+			}
+		}
+		return 1;
+	}
+	s->unsubscribed++;
+	if (i < s->n) {
+		s->n--;
+		if (i != s->n) {
+			memcpy(s->pfx[i], s->pfx[s->n], s->len[s->n]);
+			s->len[i] = s->len[s->n];
+		}
+	}
+	return 0;
+}
+
+int
+sw_fwd_subs_match(const sw_fwd_subs *s, const void *topic, size_t len)
+{
+	if (s->untracked)
+		return 1;
+	for (size_t i = 0; i < s->n; i++)
+		if (s->len[i] <= len && !memcmp(s->pfx[i], topic, s->len[i]))
+			return 1;
+	return 0;
+}
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+static void
+put(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	if (b->len + 1 >= b->cap)
+		return;
+	va_start(ap, fmt);
+	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
+static const char *const sections[] = { "server", "traffic", "drops", "subscriptions" };
+
+/* A prefix as text: printable bytes as they are, others as \xHH. */
+static void
+put_prefix(struct buf *b, const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
+			put(b, "%c", p[i]);
+		else
+			put(b, "\\x%02x", p[i]);
+}
+
+static void
+section(struct buf *b, const char *name, const sw_fwd_stats *st)
+{
+	if (!strcmp(name, "server")) {
+		put(b, "# server\nprogram: sinkwatch forward\nversion: %s\npid: %ld\n"
+		    "uptime_s: %.1f\nin: %s\nout: %s\ncontrol: %s\nmax_frame_bytes: %lld\n"
+		    "hwm: %lld\nhwm_wait_ms: %lld\n", st->version, st->pid, st->uptime_s,
+		    st->in, st->out, st->control, (long long)st->max_frame, (long long)st->hwm,
+		    (long long)st->hwm_wait_ms);
+	} else if (!strcmp(name, "traffic")) {
+		put(b, "# traffic\nreceived: %lld\nreceived_bytes: %lld\nforwarded: %lld\n"
+		    "forwarded_bytes: %lld\nheld: %lld\nstalls: %lld\nstalled_ms: %lld\n"
+		    "messages_per_s: %.1f\nbytes_per_s: %.0f\ndisconnects: %lld\n",
+		    (long long)st->received, (long long)st->received_bytes,
+		    (long long)st->forwarded, (long long)st->forwarded_bytes,
+		    (long long)st->held, (long long)st->stalls, (long long)st->stalled_ms,
+		    st->msgs_per_s, st->bytes_per_s, (long long)st->disconnects);
+	} else if (!strcmp(name, "drops")) {
+		int64_t all = 0;
+		put(b, "# drops\n");
+		for (int i = 0; i < SW_FWD_REASONS; i++) {
+			put(b, "%s: %lld\n", sw_fwd_reason_names[i], (long long)st->dropped[i]);
+			all += st->dropped[i];
+		}
+		put(b, "dropped: %lld\ndropped_bytes: %lld\n", (long long)all,
+		    (long long)st->dropped_bytes);
+	} else if (!strcmp(name, "subscriptions")) {
+		const sw_fwd_subs *s = st->subs;
+		put(b, "# subscriptions\nprefixes: %zu\nuntracked: %d\nsubscribed: %lld\n"
+		    "unsubscribed: %lld\n", s ? s->n : 0, s ? s->untracked : 0,
+		    (long long)(s ? s->subscribed : 0), (long long)(s ? s->unsubscribed : 0));
+		for (size_t i = 0; s && i < s->n; i++) {
+			put(b, "prefix: ");
+			put_prefix(b, s->pfx[i], s->len[i]);
+			put(b, "\n");
+		}
+	}
+}
+
+size_t
+sw_fwd_reply(const char *req, size_t reqlen, const sw_fwd_stats *st, char *out, size_t outlen)
+{
+	char cmd[64];
+	struct buf b = { out, 0, outlen };
+	if (outlen == 0)
+		return 0;
+	out[0] = '\0';
+	/* the request is untrusted bytes: copy, cut at the first newline */
+	size_t n = reqlen < sizeof(cmd) - 1 ? reqlen : sizeof(cmd) - 1;
+	memcpy(cmd, req, n);
+	cmd[n] = '\0';
+	cmd[strcspn(cmd, "\r\n")] = '\0';
+	char *arg = strchr(cmd, ' ');
+	if (arg)
+		*arg++ = '\0';
+	if (!strcmp(cmd, "ping")) {
+		put(&b, "pong\n");
+	} else if (!strcmp(cmd, "help")) {
+		put(&b, "commands: status [SECTION], ping, help\nsections:");
+		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
+			put(&b, " %s", sections[i]);
+		put(&b, "\n");
+	} else if (!strcmp(cmd, "status")) {
+		int found = 0;
+		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+			if (arg && *arg && strcmp(arg, sections[i]))
+				continue;
+			if (found++)
+				put(&b, "\n");
+			section(&b, sections[i], st);
+		}
+		if (!found)
+			put(&b, "error: unknown section '%s'\n", arg);
+	} else {
+		put(&b, "error: unknown command '%s' (try help)\n", cmd);
+	}
+	return b.len;
+}
