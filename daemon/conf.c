@@ -56,7 +56,7 @@ static const struct opt opts[] = {
 	{ "chunk_steps", O_INT, S(chunk_steps), "64", 1, 1 << 20, 0,
 	  "HDF5 chunk length along the step axis" },
 	{ "max_runs", O_INT, S(max_runs), "256", 1, 1 << 20, 0,
-	  "runs tracked at once; when full the least recently active is closed" },
+	  "runs tracked at once; when full an idle one is closed, else new runs are refused" },
 	{ "max_open_steps", O_INT, S(max_open_steps), "1024", 1, 1 << 20, 0,
 	  "steps assembled at once per run; past it the one idle longest is written" },
 	{ "umask", O_OCT, S(umask), "022", 0, 0777, 0,
@@ -65,6 +65,10 @@ static const struct opt opts[] = {
 	  "a run with no message for this long is written out and its file closed" },
 	{ "metrics_listen", O_STR, S(metrics_listen), "", 0, 0, 0,
 	  "HOST:PORT (loopback) serving Prometheus metrics at /metrics (empty: none)" },
+	{ "new_runs_per_s", O_INT, S(new_runs_per_s), "20", 0, 1 << 20, 0,
+	  "new runs taken a second, past the burst; past it they are refused (0: no limit)" },
+	{ "new_runs_burst", O_INT, S(new_runs_burst), "200", 1, 1 << 20, 0,
+	  "new runs taken at once before new_runs_per_s applies" },
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 

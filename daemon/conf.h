@@ -35,6 +35,8 @@ typedef struct swd_config {
 	int64_t run_idle_s;	/* a run silent this long is closed (file kept) */
 	int64_t umask;		/* file mode creation mask of run files */
 	char metrics_listen[160];	/* HOST:PORT of GET /metrics, "" none */
+	int64_t new_runs_per_s;	/* new runs taken into the table a second (0: no limit) */
+	int64_t new_runs_burst;	/* new runs taken at once before the rate applies */
 } swd_config;
 
 void swd_config_defaults(swd_config *c);

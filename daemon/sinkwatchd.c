@@ -544,6 +544,15 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 		    sd[i].seq_next, sd[i].ended };
 	st->nsenders = ns;
 	st->senders = ss;
+	static swd_asm_refused ra[SWD_ASM_REFUSED_MAX];
+	static swd_status_refused rs[SWD_ASM_REFUSED_MAX];
+	st->nrefused = swd_asm_refused_runs(D.as, ra, SWD_ASM_REFUSED_MAX);
+	for (size_t i = 0; i < st->nrefused; i++)
+		rs[i] = (swd_status_refused){ ra[i].run, ra[i].too_many_runs, ra[i].run_rate };
+	st->refused = rs;
+	st->max_runs = D.cfg.max_runs;
+	st->new_runs_per_s = D.cfg.new_runs_per_s;
+	st->new_runs_burst = D.cfg.new_runs_burst;
 	swd_asm_count(D.as, &st->runs_live, &st->senders_live);
 	st->messages = D.messages;
 	st->bytes = D.bytes;
@@ -1056,7 +1065,8 @@ main(int argc, char **argv)
 		return 2;
 	}
 	swd_asm_conf ac = { D.cfg.step_timeout_ms, D.cfg.max_open_steps, D.cfg.max_runs,
-	    D.cfg.run_idle_s, &D.inflight, D.cfg.budget_mb << 20, start_gathered, NULL };
+	    D.cfg.run_idle_s, &D.inflight, D.cfg.budget_mb << 20, start_gathered, NULL,
+	    D.cfg.new_runs_per_s, D.cfg.new_runs_burst };
 	if (!(D.as = swd_asm_new(&ac, to_writer, NULL))) {
 		log_err("out of memory");
 		return 2;

@@ -8,7 +8,7 @@
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
 	"nomem", "stopping", "unknown_run", "open_steps", "write_error",
-	"senders_mismatch", "overlap", "part_mismatch"
+	"senders_mismatch", "overlap", "part_mismatch", "run_rate"
 };
 
 struct buf {
@@ -62,6 +62,14 @@ section(struct buf *b, const char *name, const swd_status *st)
 			    (long long)d->mismatches, (long long)d->missing, (long long)d->after_end,
 			    (unsigned long long)d->seq_next, d->ended);
 		}
+	} else if (!strcmp(name, "refused")) {
+		/* what a sender refused a run can read: its run is in no table */
+		put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
+		    "refused_runs: %zu\n", (long long)st->max_runs, (long long)st->new_runs_per_s,
+		    (long long)st->new_runs_burst, st->nrefused);
+		for (size_t i = 0; i < st->nrefused; i++)
+			put(b, "refused: %s too_many_runs=%lld run_rate=%lld\n", st->refused[i].run,
+			    (long long)st->refused[i].too_many_runs, (long long)st->refused[i].run_rate);
 	} else if (!strcmp(name, "traffic")) {
 		put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
 		    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"
@@ -97,7 +105,8 @@ section(struct buf *b, const char *name, const swd_status *st)
 }
 
 static const char *const sections[] = {
-	"server", "runs", "senders", "traffic", "drops", "rejects", "queue", "writer", "loop"
+	"server", "runs", "senders", "refused", "traffic", "drops", "rejects", "queue", "writer",
+	"loop"
 };
 
 size_t

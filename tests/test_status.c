@@ -32,6 +32,15 @@ sample(swd_status_run *runs)
 	snd[1] = (swd_status_sender){ "r1", 77, 1, 2, 10, 1, 3, 1, 2, 4, 5, 2, 6, 12, 0 };
 	st.nsenders = 2;
 	st.senders = snd;
+	static swd_status_refused rf[2];
+	rf[0] = (swd_status_refused){ "flood-9", 0, 4 };
+	rf[1] = (swd_status_refused){ "flood-3", 2, 1 };
+	st.nrefused = 2;
+	st.refused = rf;
+	st.max_runs = 8;
+	st.new_runs_per_s = 5;
+	st.new_runs_burst = 10;
+	st.drops[SWD_DROP_RUN_RATE] = 5;
 	st.messages = 21;
 	st.rows_per_s = 12.5;
 	st.drops[SWD_DROP_BUDGET] = 7;
@@ -50,7 +59,7 @@ START_TEST(test_reply)
 	char out[8192];
 	size_t n = swd_control_reply("status", 6, &st, out, sizeof(out));
 	ck_assert_uint_eq(n, strlen(out));
-	const char *secs[] = { "# server", "# runs", "# senders", "# traffic", "# drops", "# rejects",
+	const char *secs[] = { "# server", "# runs", "# senders", "# refused", "# traffic", "# drops", "# rejects",
 	    "# queue", "# writer", "# loop" };
 	const char *prev = out;
 	for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
@@ -67,6 +76,10 @@ START_TEST(test_reply)
 	    "after_end=0 seq_next=11 ended=1\nsender: r1 inc=77 rank=1/2 messages=10 lost=1 "
 	    "duplicates=3 disagree=1 uncompared=2 overlaps=4 mismatches=5 missing=2 "
 	    "after_end=6 seq_next=12 ended=0\n"));
+	ck_assert(strstr(out, "# refused\nmax_runs: 8\nnew_runs_per_s: 5\nnew_runs_burst: 10\n"
+	    "refused_runs: 2\nrefused: flood-9 too_many_runs=0 run_rate=4\n"
+	    "refused: flood-3 too_many_runs=2 run_rate=1\n"));
+	ck_assert(strstr(out, "run_rate: 5\n"));
 	ck_assert(strstr(out, "budget: 7\n"));
 	ck_assert(strstr(out, "bad_version: 2\n"));
 	ck_assert(strstr(out, "sum: 5\n"));
@@ -81,8 +94,8 @@ START_TEST(test_reply)
 	swd_control_reply("ping", 4, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "pong\n");
 	swd_control_reply("help", 4, &st, out, sizeof(out));
-	ck_assert(strstr(out, "sections: server runs senders traffic drops rejects queue writer "
-	    "loop"));
+	ck_assert(strstr(out, "sections: server runs senders refused traffic drops rejects queue "
+	    "writer loop"));
 	swd_control_reply("reboot now", 10, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "error: unknown command 'reboot' (try help)\n");
 	/* untrusted bytes: no NUL, longer than the command buffer */
@@ -98,6 +111,10 @@ START_TEST(test_reply)
 	ck_assert_uint_eq(swd_control_reply("status", 6, &st, small, 0), 0);
 	for (int i = 0; i < SWD_DROP_REASONS; i++)
 		ck_assert(swd_drop_names[i] && *swd_drop_names[i]);
+	static char mt[16384];
+	swd_metrics_text(&st, mt, sizeof(mt));
+	ck_assert(strstr(mt, "sinkwatch_messages_dropped_total{reason=\"run_rate\"} 5\n"));
+	ck_assert(strstr(mt, "sinkwatch_messages_dropped_total{reason=\"too_many_runs\"} 0\n"));
 }
 END_TEST
 
