@@ -36,6 +36,14 @@ section(struct buf *b, const char *name, const swd_status *st)
 		put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
 		    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
 		    st->listen, st->control, st->data_dir);
+	} else if (!strcmp(name, "auth")) {
+		/* refused: a CURVE handshake whose client key is not in the allow list */
+		put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
+		if (st->curve)
+			put(b, "public_key: %s\nallowed_keys: %lld\nhandshakes_allowed: %lld\n"
+			    "refused_key_data: %lld\nrefused_key_control: %lld\n", st->curve_public,
+			    (long long)st->auth_keys, (long long)st->auth_allowed,
+			    (long long)st->auth_refused_data, (long long)st->auth_refused_control);
 	} else if (!strcmp(name, "runs")) {
 		put(b, "# runs\nruns: %zu\n", st->nruns);
 		for (size_t i = 0; i < st->nruns; i++) {
@@ -105,8 +113,8 @@ section(struct buf *b, const char *name, const swd_status *st)
 }
 
 static const char *const sections[] = {
-	"server", "runs", "senders", "refused", "traffic", "drops", "rejects", "queue", "writer",
-	"loop"
+	"server", "auth", "runs", "senders", "refused", "traffic", "drops", "rejects", "queue",
+	"writer", "loop"
 };
 
 size_t
@@ -223,5 +231,18 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	    (double)st->senders_live);
 	one(&b, "sinkwatch_files_open", "gauge", "Run files the writer holds open.",
 	    (double)st->files_open);
+	one(&b, "sinkwatch_curve_enabled", "gauge", "1 if CURVE guards both sockets.",
+	    (double)st->curve);
+	one(&b, "sinkwatch_curve_allowed_keys", "gauge", "Client public keys in the allow list.",
+	    (double)st->auth_keys);
+	one(&b, "sinkwatch_handshakes_allowed_total", "counter",
+	    "CURVE handshakes whose client key was allowed.", (double)st->auth_allowed);
+	metric(&b, "sinkwatch_handshakes_refused_total", "counter",
+	    "CURVE handshakes refused, by socket and reason (key_not_allowed: the client's "
+	    "public key is not in the allow list).");
+	put(&b, "sinkwatch_handshakes_refused_total{socket=\"data\",reason=\"key_not_allowed\"} "
+	    "%lld\n", (long long)st->auth_refused_data);
+	put(&b, "sinkwatch_handshakes_refused_total{socket=\"control\",reason=\"key_not_allowed\"} "
+	    "%lld\n", (long long)st->auth_refused_control);
 	return b.len;
 }

@@ -60,6 +60,9 @@ typedef struct swd_status {
 	size_t nrefused;
 	const swd_status_refused *refused;	/* the latest first */
 	int64_t max_runs, new_runs_per_s, new_runs_burst;
+	int curve;			/* CURVE on both sockets */
+	const char *curve_public;	/* the daemon's public key, CURVE on */
+	int64_t auth_keys, auth_allowed, auth_refused_data, auth_refused_control;
 	int64_t messages, bytes, rows, steps_complete, steps_incomplete;
 	double rows_per_s, msgs_per_s;	/* over the last 10 s */
 	int64_t drops[SWD_DROP_REASONS];
@@ -75,7 +78,7 @@ typedef struct swd_status {
 
 /*
  * Answers one control request (a command line: "status", "status SECTION",
- * "ping", "help") into out. Sections: server, runs, senders, refused,
+ * "ping", "help") into out. Sections: server, auth, runs, senders, refused,
  * traffic, drops, rejects, queue, writer, loop. Returns the reply length (truncated to
  * outlen - 1, always NUL-terminated).
  */
