@@ -1769,16 +1769,21 @@ out:
 int
 sw_status_main(int argc, char **argv)
 {
-	const char *ep = "tcp://127.0.0.1:5711", *section = NULL;
+	const char *ep = "tcp://127.0.0.1:5711", *section = NULL, *skey = NULL, *kfile = NULL;
 	long timeout_ms = 2000;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--control") && i + 1 < argc)
 			ep = argv[++i];
+		else if (!strcmp(argv[i], "--server-key") && i + 1 < argc)
+			skey = argv[++i];
+		else if (!strcmp(argv[i], "--key-file") && i + 1 < argc)
+			kfile = argv[++i];
 		else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
 			if (sw_parse_long(argv[++i], &timeout_ms) || timeout_ms < 1)
 				return sw_tool_fail("status", "--timeout-ms: '%s' is not a positive integer", argv[i]);
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: sinkwatch status [--control ENDPOINT] [--timeout-ms MS] [SECTION]\n");
+			printf("usage: sinkwatch status [--control ENDPOINT] [--timeout-ms MS]\n"
+			    "                        [--server-key KEY|FILE --key-file FILE] [SECTION]\n");
 			return 0;
 		} else if (argv[i][0] == '-')
 			return sw_tool_fail("status", "unknown option '%s'", argv[i]);
@@ -1791,8 +1796,13 @@ sw_status_main(int argc, char **argv)
 	zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof(to));
 	zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
 	int rc = 0;
-	char req[128];
+	char req[128], cerr[512];
 	snprintf(req, sizeof(req), "status%s%s", section ? " " : "", section ? section : "");
+	int curve = sw_tool_curve_client(s, skey, kfile, cerr, sizeof(cerr));
+	if (curve < 0) {
+		rc = sw_tool_fail("status", "%s", cerr);
+		goto out;
+	}
 	if (zmq_connect(s, ep) != 0) {
 		rc = sw_tool_fail("status", "cannot connect to %s: %s", ep, zmq_strerror(zmq_errno()));
 		goto out;
@@ -1805,8 +1815,9 @@ sw_status_main(int argc, char **argv)
 	zmq_msg_init(&m);
 	if (zmq_msg_recv(&m, s, 0) < 0) {
 		zmq_msg_close(&m);
-		rc = sw_tool_fail("status", "no answer from %s within %ld ms (is sinkwatchd running?)",
-		    ep, timeout_ms);
+		rc = sw_tool_fail("status", "no answer from %s within %ld ms (is sinkwatchd running?%s)",
+		    ep, timeout_ms, curve ? " does it allow this client's key, and is --server-key "
+		    "its public key?" : " with CURVE on, give --server-key and --key-file");
 		goto out;
 	}
 	fwrite(zmq_msg_data(&m), 1, zmq_msg_size(&m), stdout);
