@@ -1277,7 +1277,9 @@ class _Opts(ctypes.Structure):
                 ("queue_max_bytes", ctypes.c_size_t), ("linger_ms", ctypes.c_int),
                 ("resuming", ctypes.c_int), ("resume_from", ctypes.c_int64),
                 ("rank", ctypes.c_uint32), ("senders", ctypes.c_uint32),
-                ("incarnation", ctypes.c_uint64)]
+                ("incarnation", ctypes.c_uint64),
+                # CURVE, since libsinkwatch.so.2 (NULL: the environment, none here)
+                ("server_key", ctypes.c_char_p), ("key_file", ctypes.c_char_p)]
 
 
 class _Run(ctypes.Structure):
