@@ -449,9 +449,10 @@ poll_monitor(sw_client *c)
 }
 
 /*
- * CURVE on the XPUB before its connect, with a monitor of its handshakes,
- * when keys are given (options, else the environment). 0 (also: none
- * given), or SW_EKEY / SW_EZMQ.
+ * CURVE on the XPUB before its connect when keys are given (options, else
+ * the environment), and a monitor of its handshakes in any case: a client
+ * without keys that meets a daemon with CURVE fails its handshake too. 0,
+ * or SW_EKEY / SW_EZMQ.
  */
 static int
 setup_curve(sw_client *c)
@@ -459,26 +460,26 @@ setup_curve(sw_client *c)
 	const char *skey = c->o.server_key ? c->o.server_key : getenv("SINKWATCH_SERVER_KEY");
 	const char *kfile = c->o.key_file ? c->o.key_file : getenv("SINKWATCH_CLIENT_KEY_FILE");
 	int has_s = skey && *skey, has_k = kfile && *kfile;
-	if (!has_s && !has_k)
-		return 0;
-	char srv[SWP_KEY_LEN + 1], sec[SWP_KEY_LEN + 1], pub[SWP_KEY_LEN + 1], e[600];
-	if (!has_s || !has_k) {
-		seterr(c, SW_EKEY, "CURVE needs both server_key and key_file (or "
-		    "SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE)");
-		return SW_EKEY;
-	}
-	if (swp_key_load(skey, srv, e, sizeof(e)) != 0 || swp_key_read(kfile, 1, sec, e,
-	    sizeof(e)) != 0 || zmq_curve_public(pub, sec) != 0) {
-		seterr(c, SW_EKEY, "%s", e);
+	if (has_s || has_k) {
+		char srv[SWP_KEY_LEN + 1], sec[SWP_KEY_LEN + 1], pub[SWP_KEY_LEN + 1], e[600];
+		if (!has_s || !has_k) {
+			seterr(c, SW_EKEY, "CURVE needs both server_key and key_file (or "
+			    "SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE)");
+			return SW_EKEY;
+		}
+		if (swp_key_load(skey, srv, e, sizeof(e)) != 0 || swp_key_read(kfile, 1, sec, e,
+		    sizeof(e)) != 0 || zmq_curve_public(pub, sec) != 0) {
+			seterr(c, SW_EKEY, "%s", e);
+			memset(sec, 0, sizeof(sec));
+			return SW_EKEY;
+		}
+		int rc = zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, srv, SWP_KEY_LEN) ||
+		    zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, SWP_KEY_LEN) ||
+		    zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, SWP_KEY_LEN);
 		memset(sec, 0, sizeof(sec));
-		return SW_EKEY;
+		if (rc)
+			return SW_EKEY;
 	}
-	int rc = zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, srv, SWP_KEY_LEN) ||
-	    zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, SWP_KEY_LEN) ||
-	    zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, SWP_KEY_LEN);
-	memset(sec, 0, sizeof(sec));
-	if (rc)
-		return SW_EKEY;
 	int zero = 0;
 	if (zmq_socket_monitor(c->sock, "inproc://sinkwatch-monitor",
 	    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |

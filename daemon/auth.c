@@ -5,7 +5,9 @@
  * request id, domain, address, routing id, mechanism, then the
  * mechanism's credentials (CURVE: the client's 32-byte public key). Reply:
  * version, the request id, status code ("200" allowed, "400" refused),
- * status text, user id, metadata (empty).
+ * status text, user id, metadata (empty). The monitors' events (two
+ * frames: event uint16 and value uint32, then the endpoint) count the
+ * handshakes that failed before ZAP.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,9 +24,12 @@
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define ZAP_FRAMES 8
+#define MON_DATA "inproc://sinkwatchd-monitor-data"
+#define MON_CONTROL "inproc://sinkwatchd-monitor-control"
 
 struct swd_auth {
 	void *sock;
+	void *mon[2];		/* PAIR: the data and control sockets' monitors */
 	pthread_t thr;
 	pthread_mutex_t mu;	/* the list, the logged keys, the counters */
 	uint8_t (*keys)[32];	/* the allowed public keys, binary */
@@ -137,42 +142,93 @@ reply(void *s, const char *id, const char *code, const char *text)
 	zmq_send(s, "", 0, 0);			/* metadata */
 }
 
+/* One ZAP request and its answer. -1 at the context's end. */
+static int
+zap_one(swd_auth *a)
+{
+	char f[ZAP_FRAMES][256];
+	int len[ZAP_FRAMES] = { 0 }, more = 1, n = 0;
+	while (more) {
+		char junk[256];
+		int l = frame(a->sock, n < ZAP_FRAMES ? f[n] : junk,
+		    n < ZAP_FRAMES ? sizeof(f[n]) : sizeof(junk), &more);
+		if (l < 0)
+			return zmq_errno() == ETERM ? -1 : 0;
+		if (n < ZAP_FRAMES)
+			len[n] = l;
+		n++;
+	}
+	/* version, id, domain, address, routing id, mechanism, credentials */
+	if (n < 6 || strcmp(f[0], "1.0")) {
+		reply(a->sock, n > 1 ? f[1] : "", "500", "bad ZAP request");
+		return 0;
+	}
+	int ok = decide(a, f[2], f[3], f[5], n > 6 ? (const uint8_t *)f[6] : NULL,
+	    n > 6 ? len[6] : 0);
+	reply(a->sock, f[1], ok ? "200" : "400", ok ? "OK" : "key not allowed");
+	return 0;
+}
+
+/* The events of monitor i (0 data, 1 control). -1 at the context's end. */
+static int
+mon_one(swd_auth *a, int i)
+{
+	char ev[16], ep[256];
+	int more = 0, l = frame(a->mon[i], ev, sizeof(ev), &more);
+	if (l < 0)
+		return zmq_errno() == ETERM ? -1 : 0;
+	while (more)
+		if (frame(a->mon[i], ep, sizeof(ep), &more) < 0)
+			return zmq_errno() == ETERM ? -1 : 0;
+	uint16_t event = 0;
+	if (l >= 6)
+		memcpy(&event, ev, 2);
+	/* a refusal of ZAP (HANDSHAKE_FAILED_AUTH) is counted by decide() */
+	if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)) {
+		pthread_mutex_lock(&a->mu);
+		if (i)
+			a->st.failed_control++;
+		else
+			a->st.failed_data++;
+		pthread_mutex_unlock(&a->mu);
+	}
+	return 0;
+}
+
 static void *
 auth_main(void *arg)
 {
 	swd_auth *a = arg;
 	for (;;) {
-		char f[ZAP_FRAMES][256];
-		int len[ZAP_FRAMES] = { 0 }, more = 1, n = 0;
-		while (more) {
-			char junk[256];
-			int l = frame(a->sock, n < ZAP_FRAMES ? f[n] : junk,
-			    n < ZAP_FRAMES ? sizeof(f[n]) : sizeof(junk), &more);
-			if (l < 0) {
-				if (zmq_errno() == ETERM)
-					goto out;
-				more = 0;	/* EINTR: what came is dropped */
-				n = -1;
+		zmq_pollitem_t it[3] = {
+			{ a->sock, 0, ZMQ_POLLIN, 0 },
+			{ a->mon[0], 0, ZMQ_POLLIN, 0 },
+			{ a->mon[1], 0, ZMQ_POLLIN, 0 },
+		};
+		if (zmq_poll(it, 3, -1) < 0) {
+			if (zmq_errno() == ETERM)
 				break;
-			}
-			if (n < ZAP_FRAMES)
-				len[n] = l;
-			n++;
-		}
-		if (n < 0)
-			continue;
-		/* version, id, domain, address, routing id, mechanism, credentials */
-		if (n < 6 || strcmp(f[0], "1.0")) {
-			reply(a->sock, n > 1 ? f[1] : "", "500", "bad ZAP request");
 			continue;
 		}
-		int ok = decide(a, f[2], f[3], f[5], n > 6 ? (const uint8_t *)f[6] : NULL,
-		    n > 6 ? len[6] : 0);
-		reply(a->sock, f[1], ok ? "200" : "400", ok ? "OK" : "key not allowed");
+		if ((it[0].revents & ZMQ_POLLIN) && zap_one(a) < 0)
+			break;
+		if ((it[1].revents & ZMQ_POLLIN) && mon_one(a, 0) < 0)
+			break;
+		if ((it[2].revents & ZMQ_POLLIN) && mon_one(a, 1) < 0)
+			break;
 	}
-out:
+	zmq_close(a->mon[0]);
+	zmq_close(a->mon[1]);
 	zmq_close(a->sock);
 	return NULL;
+}
+
+int
+swd_auth_watch(swd_auth *a, void *sock, const char *domain)
+{
+	return zmq_socket_monitor(sock, strcmp(domain, SWD_AUTH_DOMAIN_CONTROL) ? MON_DATA :
+	    MON_CONTROL, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+	    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0 && a ? 0 : -1;
 }
 
 int
@@ -193,8 +249,15 @@ swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err, si
 	int zero = 0;
 	if (!(a->sock = zmq_socket(zctx, ZMQ_REP)) ||
 	    zmq_setsockopt(a->sock, ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    zmq_bind(a->sock, ZAP_ENDPOINT) != 0) {
+	    zmq_bind(a->sock, ZAP_ENDPOINT) != 0 ||
+	    !(a->mon[0] = zmq_socket(zctx, ZMQ_PAIR)) || !(a->mon[1] = zmq_socket(zctx, ZMQ_PAIR)) ||
+	    zmq_setsockopt(a->mon[0], ZMQ_LINGER, &zero, sizeof(zero)) ||
+	    zmq_setsockopt(a->mon[1], ZMQ_LINGER, &zero, sizeof(zero)) ||
+	    zmq_connect(a->mon[0], MON_DATA) != 0 || zmq_connect(a->mon[1], MON_CONTROL) != 0) {
 		snprintf(err, errlen, "ZAP handler at %s: %s", ZAP_ENDPOINT, zmq_strerror(zmq_errno()));
+		for (int i = 0; i < 2; i++)
+			if (a->mon[i])
+				zmq_close(a->mon[i]);
 		if (a->sock)
 			zmq_close(a->sock);
 		free(a->keys);
@@ -210,6 +273,8 @@ swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err, si
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (trc != 0) {
 		snprintf(err, errlen, "cannot start the ZAP thread");
+		zmq_close(a->mon[0]);
+		zmq_close(a->mon[1]);
 		zmq_close(a->sock);
 		pthread_mutex_destroy(&a->mu);
 		free(a->keys);

@@ -3,7 +3,9 @@
  * that answers inproc://zeromq.zap.01 for the sockets of one ZeroMQ
  * context, allowing the client public keys of an allow file and refusing
  * (status 400) every other, counted by socket (the ZAP domain) and logged
- * once per key.
+ * once per key. The same thread reads the sockets' monitors: a handshake
+ * that fails before ZAP is asked (a client without CURVE, or with another
+ * server key) is counted too.
  */
 #ifndef SWD_AUTH_H
 #define SWD_AUTH_H
@@ -25,6 +27,8 @@ typedef struct swd_auth_stats {
 	int64_t allowed;		/* handshakes allowed */
 	int64_t refused_data;		/* refused on the data socket: key not allowed */
 	int64_t refused_control;	/* likewise on the control socket */
+	int64_t failed_data;		/* handshakes failed before ZAP: no CURVE, wrong server key */
+	int64_t failed_control;
 	int64_t keys;			/* keys in the allow list */
 } swd_auth_stats;
 
@@ -35,6 +39,11 @@ typedef struct swd_auth_stats {
  */
 int swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err,
     size_t errlen);
+/*
+ * Watches the handshakes of a server socket of the context (domain: data
+ * or control), after its ZMQ_ZAP_DOMAIN and before its bind. 0 or -1.
+ */
+int swd_auth_watch(swd_auth *a, void *sock, const char *domain);
 /* Reads the allow file again (SIGHUP); the old list stays on error. 0 or -1 with err. */
 int swd_auth_reload(swd_auth *a, const char *allow_file, char *err, size_t errlen);
 void swd_auth_get_stats(swd_auth *a, swd_auth_stats *st);

@@ -563,6 +563,8 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->auth_allowed = as.allowed;
 	st->auth_refused_data = as.refused_data;
 	st->auth_refused_control = as.refused_control;
+	st->auth_failed_data = as.failed_data;
+	st->auth_failed_control = as.failed_control;
 	st->new_runs_per_s = D.cfg.new_runs_per_s;
 	st->new_runs_burst = D.cfg.new_runs_burst;
 	swd_asm_count(D.as, &st->runs_live, &st->senders_live);
@@ -931,7 +933,8 @@ setup_sockets(char *err, size_t errlen)
 	    zmq_setsockopt(D.sub, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
 	    zmq_setsockopt(D.sub, ZMQ_LINGER, &zero, sizeof(zero)) ||
 	    zmq_setsockopt(D.sub, ZMQ_SUBSCRIBE, topic, (size_t)tl) ||
-	    (D.auth && curve_server(D.sub, secret, SWD_AUTH_DOMAIN_DATA))) {
+	    (D.auth && (curve_server(D.sub, secret, SWD_AUTH_DOMAIN_DATA) ||
+	    swd_auth_watch(D.auth, D.sub, SWD_AUTH_DOMAIN_DATA)))) {
 		snprintf(err, errlen, "SUB socket: %s", zmq_strerror(errno));
 		return -1;
 	}
@@ -943,7 +946,8 @@ setup_sockets(char *err, size_t errlen)
 	int64_t ctlmax = 4096;
 	if (!D.ctl || zmq_setsockopt(D.ctl, ZMQ_MAXMSGSIZE, &ctlmax, sizeof(ctlmax)) ||
 	    zmq_setsockopt(D.ctl, ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    (D.auth && curve_server(D.ctl, secret, SWD_AUTH_DOMAIN_CONTROL))) {
+	    (D.auth && (curve_server(D.ctl, secret, SWD_AUTH_DOMAIN_CONTROL) ||
+	    swd_auth_watch(D.auth, D.ctl, SWD_AUTH_DOMAIN_CONTROL)))) {
 		snprintf(err, errlen, "control socket: %s", zmq_strerror(errno));
 		return -1;
 	}

@@ -37,13 +37,18 @@ section(struct buf *b, const char *name, const swd_status *st)
 		    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
 		    st->listen, st->control, st->data_dir);
 	} else if (!strcmp(name, "auth")) {
-		/* refused: a CURVE handshake whose client key is not in the allow list */
+		/*
+		 * refused_key: a CURVE client whose key is not in the allow list;
+		 * handshake_failed: no CURVE, another server key, a bad handshake
+		 */
 		put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
 		if (st->curve)
 			put(b, "public_key: %s\nallowed_keys: %lld\nhandshakes_allowed: %lld\n"
-			    "refused_key_data: %lld\nrefused_key_control: %lld\n", st->curve_public,
-			    (long long)st->auth_keys, (long long)st->auth_allowed,
-			    (long long)st->auth_refused_data, (long long)st->auth_refused_control);
+			    "refused_key_data: %lld\nrefused_key_control: %lld\n"
+			    "handshake_failed_data: %lld\nhandshake_failed_control: %lld\n",
+			    st->curve_public, (long long)st->auth_keys, (long long)st->auth_allowed,
+			    (long long)st->auth_refused_data, (long long)st->auth_refused_control,
+			    (long long)st->auth_failed_data, (long long)st->auth_failed_control);
 	} else if (!strcmp(name, "runs")) {
 		put(b, "# runs\nruns: %zu\n", st->nruns);
 		for (size_t i = 0; i < st->nruns; i++) {
@@ -238,11 +243,16 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	one(&b, "sinkwatch_handshakes_allowed_total", "counter",
 	    "CURVE handshakes whose client key was allowed.", (double)st->auth_allowed);
 	metric(&b, "sinkwatch_handshakes_refused_total", "counter",
-	    "CURVE handshakes refused, by socket and reason (key_not_allowed: the client's "
-	    "public key is not in the allow list).");
-	put(&b, "sinkwatch_handshakes_refused_total{socket=\"data\",reason=\"key_not_allowed\"} "
-	    "%lld\n", (long long)st->auth_refused_data);
-	put(&b, "sinkwatch_handshakes_refused_total{socket=\"control\",reason=\"key_not_allowed\"} "
-	    "%lld\n", (long long)st->auth_refused_control);
+	    "Handshakes refused with CURVE on, by socket and reason (key_not_allowed: the "
+	    "client's public key is not in the allow list; handshake_failed: no CURVE, another "
+	    "server key, a bad handshake).");
+	const char *sock[2] = { "data", "control" };
+	int64_t refused[2] = { st->auth_refused_data, st->auth_refused_control };
+	int64_t failed[2] = { st->auth_failed_data, st->auth_failed_control };
+	for (int i = 0; i < 2; i++)
+		put(&b, "sinkwatch_handshakes_refused_total{socket=\"%s\",reason=\"key_not_allowed\"} "
+		    "%lld\nsinkwatch_handshakes_refused_total{socket=\"%s\","
+		    "reason=\"handshake_failed\"} %lld\n", sock[i], (long long)refused[i], sock[i],
+		    (long long)failed[i]);
 	return b.len;
 }

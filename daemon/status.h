@@ -63,6 +63,7 @@ typedef struct swd_status {
 	int curve;			/* CURVE on both sockets */
 	const char *curve_public;	/* the daemon's public key, CURVE on */
 	int64_t auth_keys, auth_allowed, auth_refused_data, auth_refused_control;
+	int64_t auth_failed_data, auth_failed_control;	/* handshakes failed before ZAP */
 	int64_t messages, bytes, rows, steps_complete, steps_incomplete;
 	double rows_per_s, msgs_per_s;	/* over the last 10 s */
 	int64_t drops[SWD_DROP_REASONS];

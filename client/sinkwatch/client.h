@@ -167,15 +167,17 @@ typedef struct sw_client_stats {
 	uint64_t next_seq;	/* sequence number of the next message */
 	int subscribed;		/* a daemon is subscribed to this run now */
 	/*
-	 * CURVE handshakes that failed (since libsinkwatch.so.2): the daemon
-	 * refused this client's key (not in its allow list) or server_key is
-	 * not the daemon's. ZeroMQ tries again every second, so it grows while
-	 * that lasts; messages meanwhile wait and are dropped as without a
-	 * daemon. The daemon counts its refusals too (sinkwatch status auth),
-	 * which this client cannot read: the handshake is what failed.
+	 * Handshakes with the daemon that failed (since libsinkwatch.so.2): it
+	 * refused this client's key (not in its allow list; auth_status 400),
+	 * or the security did not match (auth_status -1): the daemon has CURVE
+	 * and this client no keys, or server_key is not the daemon's. ZeroMQ
+	 * may try again, so it may grow while that lasts; messages meanwhile
+	 * wait and are dropped as without a daemon. The daemon counts its
+	 * refusals too (sinkwatch status auth), which this client cannot read:
+	 * the handshake is what failed.
 	 */
 	uint64_t auth_failures;
-	int auth_status;	/* the last failure's ZAP status code (400 refused), 0 none */
+	int auth_status;	/* the last failure's: ZAP status code, -1 other, 0 none */
 } sw_client_stats;
 
 /* Called when the library is done with a zero-copy buffer. */
