@@ -956,6 +956,7 @@ setup_sockets(char *err, size_t errlen)
 		    zmq_strerror(errno));
 		return -1;
 	}
+	memset(secret, 0, sizeof(secret));	/* the sockets keep their own copy */
 	return 0;
 }
 
