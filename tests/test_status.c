@@ -242,8 +242,8 @@ START_TEST(test_config)
 	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), 0);
 	/* the limits of new runs */
 	swd_config_defaults(&c);
-	ck_assert_int_eq(c.new_runs_per_s, 20);
-	ck_assert_int_eq(c.new_runs_burst, 200);
+	ck_assert_int_eq(c.new_runs_per_s, 10);
+	ck_assert_int_eq(c.new_runs_burst, 100);
 	ck_assert_int_eq(swd_config_set(&c, "new_runs_burst", "0", err, sizeof(err)), -1);
 	ck_assert_int_eq(swd_config_set(&c, "new_runs_per_s", "0", err, sizeof(err)), 0);
 	/* the table */
