@@ -58,7 +58,9 @@
  *   the daemon computes the layer once every cell has arrived.
  * - It installs no signal handler (the sender thread blocks every signal),
  *   prints nothing, never aborts, and keeps no process-wide state: each
- *   handle owns its own ZeroMQ context and thread.
+ *   handle owns its own ZeroMQ context and thread. The environment it
+ *   reads is SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE, in
+ *   sw_client_new() only, where opts leaves server_key and key_file NULL.
  * - Errors are negative SW_E* codes; sw_strerror() describes a code and
  *   sw_client_errmsg() the detail of the handle's last error.
  * - A handle is used by one thread at a time.
