@@ -281,7 +281,7 @@ class Client:
         keys = curve_keys(server_key, key_file)
 
         ctx = zmq.Context(io_threads=1)     # its own, never the global instance
-        sock = None
+        sock = mon = None
         try:
             sock = ctx.socket(zmq.XPUB)
             # ZMQ_IMMEDIATE: no pipe to a daemon that is not connected, so when
@@ -303,10 +303,10 @@ class Client:
             except zmq.ZMQError as e:
                 raise ValueError("endpoint %r: %s" % (endpoint, e)) from None
         except BaseException:
+            if mon is not None:
+                sock.disable_monitor()
+                mon.close(linger=0)
             if sock is not None:
-                if getattr(sock, "_monitor_socket", None) is not None:
-                    sock.disable_monitor()
-                    sock._monitor_socket.close(linger=0)
                 sock.close(linger=0)
             ctx.term()
             raise
