@@ -67,6 +67,7 @@
 #define SW_BUILDING_CLIENT 1
 #include "sinkwatch/client.h"
 #include "proto/swproto.h"
+#include "proto/swkeys.h"
 
 #define NAP_MS 16
 /*
@@ -149,6 +150,9 @@ struct sw_client {
 	int idle;		/* the sender sleeps in zmq_poll(): write efd to wake it */
 	int closing;
 	int64_t close_deadline;
+	uint64_t auth_failures;	/* CURVE handshakes that failed */
+	int auth_status;
+	void *mon;		/* CURVE: the socket monitor's events, the sender's */
 
 	pthread_mutex_t pool_mu;	/* the copy pool; taken alone, never with mu */
 	struct copybuf *pool;
@@ -253,6 +257,8 @@ sw_strerror(int err)
 	case SW_EDROPPED: return "message dropped (queue full or no daemon)";
 	case SW_ETIMEDOUT: return "timed out";
 	case SW_ECLOSED: return "run already ended";
+	case SW_EKEY: return "CURVE keys: server_key and key_file (or SINKWATCH_SERVER_KEY "
+	    "and SINKWATCH_CLIENT_KEY_FILE) must both be given and be keys";
 	default: return "unknown error";
 	}
 }
@@ -401,6 +407,90 @@ poll_subs(sw_client *c)
 	}
 }
 
+/*
+ * The socket monitor's events (CURVE): two frames, 6 bytes (event, uint16;
+ * value, uint32: for a failed authentication the ZAP status code) and the
+ * endpoint. Counts the failed handshakes.
+ */
+static void
+poll_monitor(sw_client *c)
+{
+	for (;;) {
+		zmq_msg_t ev, ep;
+		zmq_msg_init(&ev);
+		if (zmq_msg_recv(&ev, c->mon, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&ev);
+			return;
+		}
+		int more = zmq_msg_more(&ev);
+		uint16_t event = 0;
+		uint32_t value = 0;
+		if (zmq_msg_size(&ev) >= 6) {
+			memcpy(&event, zmq_msg_data(&ev), 2);
+			memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
+		}
+		zmq_msg_close(&ev);
+		while (more) {	/* the endpoint */
+			zmq_msg_init(&ep);
+			if (zmq_msg_recv(&ep, c->mon, 0) < 0)
+				more = 0;
+			else
+				more = zmq_msg_more(&ep);
+			zmq_msg_close(&ep);
+		}
+		if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+		    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) {
+			pthread_mutex_lock(&c->mu);
+			c->auth_failures++;
+			c->auth_status = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? (int)value : -1;
+			pthread_mutex_unlock(&c->mu);
+		}
+	}
+}
+
+/*
+ * CURVE on the XPUB before its connect when keys are given (options, else
+ * the environment), and a monitor of its handshakes in any case: a client
+ * without keys that meets a daemon with CURVE fails its handshake too. 0,
+ * or SW_EKEY / SW_EZMQ.
+ */
+static int
+setup_curve(sw_client *c)
+{
+	const char *skey = c->o.server_key ? c->o.server_key : getenv("SINKWATCH_SERVER_KEY");
+	const char *kfile = c->o.key_file ? c->o.key_file : getenv("SINKWATCH_CLIENT_KEY_FILE");
+	int has_s = skey && *skey, has_k = kfile && *kfile;
+	if (has_s || has_k) {
+		char srv[SWP_KEY_LEN + 1], sec[SWP_KEY_LEN + 1], pub[SWP_KEY_LEN + 1], e[600];
+		if (!has_s || !has_k) {
+			seterr(c, SW_EKEY, "CURVE needs both server_key and key_file (or "
+			    "SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE)");
+			return SW_EKEY;
+		}
+		if (swp_key_load(skey, srv, e, sizeof(e)) != 0 || swp_key_read(kfile, 1, sec, e,
+		    sizeof(e)) != 0 || zmq_curve_public(pub, sec) != 0) {
+			seterr(c, SW_EKEY, "%s", e);
+			memset(sec, 0, sizeof(sec));
+			return SW_EKEY;
+		}
+		int rc = zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, srv, SWP_KEY_LEN) ||
+		    zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, SWP_KEY_LEN) ||
+		    zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, SWP_KEY_LEN);
+		memset(sec, 0, sizeof(sec));
+		if (rc)
+			return SW_EKEY;
+	}
+	int zero = 0;
+	if (zmq_socket_monitor(c->sock, "inproc://sinkwatch-monitor",
+	    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+	    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0 ||
+	    !(c->mon = zmq_socket(c->ctx, ZMQ_PAIR)) ||
+	    zmq_setsockopt(c->mon, ZMQ_LINGER, &zero, sizeof(zero)) ||
+	    zmq_connect(c->mon, "inproc://sinkwatch-monitor") != 0)
+		return SW_EZMQ;
+	return 0;
+}
+
 /* Hands one message to ZeroMQ. 0, or -1 with errno (EAGAIN: queue full). */
 static int
 send_now(sw_client *c, struct pending *p)
@@ -509,11 +599,14 @@ sender_main(void *arg)
 		}
 		c->idle = 1;
 		pthread_mutex_unlock(&c->mu);
-		zmq_pollitem_t it[2] = {
+		zmq_pollitem_t it[3] = {
 			{ c->sock, 0, ZMQ_POLLIN, 0 },
 			{ NULL, c->efd, ZMQ_POLLIN, 0 },
+			{ c->mon, 0, ZMQ_POLLIN, 0 },
 		};
-		zmq_poll(it, 2, timeout);
+		zmq_poll(it, c->mon ? 3 : 2, timeout);
+		if (c->mon && (it[2].revents & ZMQ_POLLIN))
+			poll_monitor(c);
 		if (it[1].revents & ZMQ_POLLIN) {
 			uint64_t v;
 			while (read(c->efd, &v, sizeof(v)) < 0 && errno == EINTR)
@@ -681,6 +774,9 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
 	    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof(ivlmax)))
 		goto fail;
+	if ((rc = setup_curve(c)) != 0)
+		goto fail;
+	rc = SW_EZMQ;
 	if (zmq_connect(c->sock, c->endpoint) != 0) {
 		rc = SW_EINVAL;
 		goto fail;
@@ -698,6 +794,8 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 	*out = c;
 	return 0;
 fail:
+	if (c->mon)
+		zmq_close(c->mon);
 	if (c->sock)
 		zmq_close(c->sock);
 	if (c->ctx)
@@ -1011,6 +1109,8 @@ sw_client_get_stats(const sw_client *c, sw_client_stats *st)
 	st->queued = c->pending_n;
 	st->bytes_sent = c->bytes_sent;
 	st->subscribed = c->nsubs > 0;
+	st->auth_failures = c->auth_failures;
+	st->auth_status = c->auth_status;
 	pthread_mutex_unlock(&m->mu);
 	st->next_seq = c->seq;
 }
@@ -1059,11 +1159,17 @@ sw_client_destroy_stats(sw_client **cp, sw_client_stats *final)
 		final->dropped = c->dropped;
 		final->bytes_sent = c->bytes_sent;
 		final->next_seq = c->seq;
+		final->auth_failures = c->auth_failures;
+		final->auth_status = c->auth_status;
 	}
 	int left = c->o.linger_ms - (int)(now_ms() - start);
 	if (left < 0)
 		left = 0;
 	zmq_setsockopt(c->sock, ZMQ_LINGER, &left, sizeof(left));
+	if (c->mon) {
+		zmq_socket_monitor(c->sock, NULL, 0);
+		zmq_close(c->mon);
+	}
 	zmq_close(c->sock);
 	ctx_term(c->ctx);	/* after it no frame is left to return a copy */
 	close(c->efd);

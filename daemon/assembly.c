@@ -131,6 +131,15 @@ struct swd_asm {
 	size_t nclosed;
 	size_t nended;
 	swd_asm_stats st;
+	double tokens;			/* the bucket of new runs */
+	uint64_t tokens_ms;		/* when it was filled last */
+	int tokens_init;
+	struct refused {		/* run ids refused lately, with counts */
+		char run[SWP_RUN_MAX + 1];
+		int64_t table, rate;
+		uint64_t seq;		/* order of the last refusal */
+	} refused[SWD_ASM_REFUSED_MAX];
+	uint64_t refused_seq;
 };
 
 static uint64_t
@@ -817,22 +826,95 @@ maybe_finish(swd_asm *a, struct arun *r)
 }
 
 /*
- * The run to close when the table is full: without an end and without
- * work, the least recently active of those with no step open (closing one
- * with an open step writes that step incomplete), or else of the rest.
+ * The run to close when the table is full: an idle one, without an end,
+ * nothing in work and no step open (all it sent is written), the least
+ * recently active; NULL if none is idle. A run with a step open is not
+ * closed for another: that would write its step incomplete, and a flood of
+ * new runs would churn through the table.
  */
 static struct arun *
 idlest(swd_asm *a)
 {
 	struct arun *m = NULL;
 	for (struct arun *r = a->runs; r; r = r->next) {
-		if (r->ending || r->jobs)
+		if (r->ending || r->jobs || r->nopen)
 			continue;
-		if (!m || (r->nopen == 0) > (m->nopen == 0) ||
-		    ((r->nopen == 0) == (m->nopen == 0) && r->last_ms < m->last_ms))
+		if (!m || r->last_ms < m->last_ms)
 			m = r;
 	}
 	return m;
+}
+
+/* A new run takes a token; refilled at new_runs_per_s up to the burst. */
+static int
+take_token(swd_asm *a, uint64_t now)
+{
+	if (a->c.new_runs_per_s <= 0)
+		return 1;
+	double burst = (double)(a->c.new_runs_burst > 0 ? a->c.new_runs_burst :
+	    a->c.new_runs_per_s);
+	if (!a->tokens_init) {
+		a->tokens = burst;
+		a->tokens_ms = now;
+		a->tokens_init = 1;
+	}
+	if (now > a->tokens_ms) {
+		a->tokens += (double)(now - a->tokens_ms) * (double)a->c.new_runs_per_s / 1000.0;
+		if (a->tokens > burst)
+			a->tokens = burst;
+		a->tokens_ms = now;
+	}
+	if (a->tokens < 1.0)
+		return 0;
+	a->tokens -= 1.0;
+	return 1;
+}
+
+/* Counts a refused message under its run id (a bounded table, the least
+ * recently refused replaced). */
+static void
+note_refused(swd_asm *a, const char *run, int reason)
+{
+	struct refused *e = NULL, *old = &a->refused[0];
+	for (size_t i = 0; i < SWD_ASM_REFUSED_MAX; i++) {
+		struct refused *x = &a->refused[i];
+		if (x->seq && !strcmp(x->run, run)) {
+			e = x;
+			break;
+		}
+		if (x->seq < old->seq)
+			old = x;
+	}
+	if (!e) {
+		e = old;
+		memset(e, 0, sizeof(*e));
+		snprintf(e->run, sizeof(e->run), "%s", run);
+	}
+	e->seq = ++a->refused_seq;
+	if (reason == SWD_DROP_RUN_RATE)
+		e->rate++;
+	else
+		e->table++;
+}
+
+size_t
+swd_asm_refused_runs(const swd_asm *a, swd_asm_refused *out, size_t max)
+{
+	size_t n = 0;
+	uint64_t below = UINT64_MAX;
+	while (n < max) {	/* the latest first: at most 64 entries, n^2 is nothing */
+		const struct refused *best = NULL;
+		for (size_t i = 0; i < SWD_ASM_REFUSED_MAX; i++) {
+			const struct refused *x = &a->refused[i];
+			if (x->seq && x->seq < below && (!best || x->seq > best->seq))
+				best = x;
+		}
+		if (!best)
+			break;
+		out[n++] = (swd_asm_refused){ best->run, best->table, best->rate };
+		below = best->seq;
+	}
+	return n;
 }
 
 
@@ -956,15 +1038,25 @@ find_run(swd_asm *a, const swd_meta *mm)
 static struct arun *
 new_run(swd_asm *a, const swd_meta *mm, uint64_t now, char *why, size_t len, int *reason)
 {
-	if (a->nruns >= a->c.max_runs) {
-		struct arun *old = idlest(a);
-		if (!old) {
-			snprintf(why, len, "max_runs (%lld) runs are all busy",
-			    (long long)a->c.max_runs);
-			*reason = SWD_DROP_TOO_MANY_RUNS;
-			return NULL;
-		}
-		log_info("run %s: the run table is full: closing it (least recently active)",
+	/* an idle run is closed only for a run that is taken */
+	struct arun *old = a->nruns >= a->c.max_runs ? idlest(a) : NULL;
+	if (a->nruns >= a->c.max_runs && !old) {
+		snprintf(why, len, "max_runs (%lld) runs are all active: none idle to close",
+		    (long long)a->c.max_runs);
+		*reason = SWD_DROP_TOO_MANY_RUNS;
+		note_refused(a, mm->run, *reason);
+		return NULL;
+	}
+	if (!take_token(a, now)) {
+		snprintf(why, len, "more than %lld new runs a second (new_runs_per_s, burst %lld)",
+		    (long long)a->c.new_runs_per_s, (long long)(a->c.new_runs_burst > 0 ?
+		    a->c.new_runs_burst : a->c.new_runs_per_s));
+		*reason = SWD_DROP_RUN_RATE;
+		note_refused(a, mm->run, *reason);
+		return NULL;
+	}
+	if (old) {
+		log_info("run %s: the run table is full: closing it (idle, least recently active)",
 		    old->meta.run);
 		finish_run(a, old, WQ_CLOSE);
 	}

@@ -17,8 +17,10 @@
  *    earlier step of the run is still arriving (live dH and drift then
  *    have their neighbour), and in any order otherwise: the stored result
  *    does not depend on it (LAYOUT.md, the view);
- *  - a full run table closes its least recently active run without an end
- *    (its file is resumed when it speaks again) before it refuses a run;
+ *  - a full run table closes an idle run (nothing open, nothing in work;
+ *    the least recently active) without an end, its file resumed when it
+ *    speaks again; with no idle run, a new run is refused (too_many_runs),
+ *    and so is one past the rate of new runs (run_rate);
  *  - several senders of one incarnation (PROTOCOL.md 7b): each has its own
  *    seq, counters and end; parts of a layer (some heads, some rows) are
  *    gathered here, in memory counted against the budget, and the layer is
@@ -47,6 +49,9 @@ typedef struct swd_asm_conf {
 	int (*work)(void *ud, const struct swd_ticket *t, const swp_msg *m, void *data,
 	    size_t bytes, int32_t *miss);
 	void *work_ud;
+	/* new runs taken into the table: a token bucket (0: no limit) */
+	int64_t new_runs_per_s;		/* its rate */
+	int64_t new_runs_burst;		/* its size (0: the rate, at least 1) */
 } swd_asm_conf;
 
 /* Where assembled steps and run ends go (the writer); the callee owns it. */
@@ -140,5 +145,15 @@ size_t swd_asm_senders(const swd_asm *a, swd_sender *out, const char **run, size
 /* How many runs are open, and how many senders they have heard. */
 void swd_asm_count(const swd_asm *a, int64_t *runs, int64_t *senders);
 const swd_asm_stats *swd_asm_get_stats(const swd_asm *a);
+
+/* A run id refused lately (too_many_runs, run_rate), with its counts. */
+typedef struct swd_asm_refused {
+	const char *run;
+	int64_t too_many_runs, run_rate;
+} swd_asm_refused;
+#define SWD_ASM_REFUSED_MAX 64	/* run ids remembered (the least recent goes) */
+/* Fills at most max of the run ids refused lately, the latest first;
+ * returns the number filled (pointers into the assembly). */
+size_t swd_asm_refused_runs(const swd_asm *a, swd_asm_refused *out, size_t max);
 
 #endif

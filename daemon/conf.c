@@ -62,7 +62,7 @@ static const struct opt opts[] = {
 	{ "chunk_steps", O_INT, S(chunk_steps), "64", 1, 1 << 20, 0,
 	  "HDF5 chunk length along the step axis" },
 	{ "max_runs", O_INT, S(max_runs), "256", 1, 1 << 20, 0,
-	  "runs tracked at once; when full the least recently active is closed" },
+	  "runs tracked at once; when full an idle one is closed, else new runs are refused" },
 	{ "max_open_steps", O_INT, S(max_open_steps), "1024", 1, 1 << 20, 0,
 	  "steps assembled at once per run; past it the one idle longest is written" },
 	{ "umask", O_OCT, S(umask), "022", 0, 0777, 0,
@@ -71,6 +71,16 @@ static const struct opt opts[] = {
 	  "a run with no message for this long is written out and its file closed" },
 	{ "metrics_listen", O_STR, S(metrics_listen), "", 0, 0, 0,
 	  "HOST:PORT (loopback) serving Prometheus metrics at /metrics (empty: none)" },
+	{ "new_runs_per_s", O_INT, S(new_runs_per_s), "10", 0, 1 << 20, 0,
+	  "new runs taken a second, past the burst; past it they are refused (0: no limit)" },
+	{ "new_runs_burst", O_INT, S(new_runs_burst), "100", 1, 1 << 20, 0,
+	  "new runs taken at once before new_runs_per_s applies" },
+	{ "curve_secret_file", O_STR, S(curve_secret_file), "", 0, 0, 0,
+	  "the daemon's CURVE secret key file (sinkwatch keygen): CURVE on both sockets" },
+	{ "curve_allow", O_STR, S(curve_allow), "", 0, 0, 1,
+	  "file of the client public keys allowed, one a line (SIGHUP reads it again)" },
+	{ "insecure_off_loopback", O_INT, S(insecure_off_loopback), "0", 0, 1, 0,
+	  "1: listen beyond loopback without CURVE (anyone reaching the port may send)" },
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
@@ -298,8 +308,71 @@ swd_config_print(const swd_config *c, FILE *f)
 }
 
 int
+swd_endpoint_local(const char *ep)
+{
+	if (!strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9))
+		return 1;
+	const char *h;
+	if (!strncmp(ep, "tcp://", 6))
+		h = ep + 6;
+	else if (!strncmp(ep, "ws://", 5))
+		h = ep + 5;
+	else
+		return 0;
+	if (strchr(h, ';'))	/* a source address: not for a bind */
+		return 0;
+	char host[256];
+	const char *end;
+	if (*h == '[') {
+		end = strchr(h, ']');
+		if (!end || end[1] != ':')
+			return 0;
+		h++;
+	} else if (!(end = strrchr(h, ':'))) {
+		return 0;
+	}
+	size_t n = (size_t)(end - h);
+	if (n == 0 || n >= sizeof(host))
+		return 0;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	if (!strcmp(host, "localhost") || !strcmp(host, "::1"))
+		return 1;
+	/* 127.0.0.0/8, written as four numbers */
+	unsigned a, b, c, d;
+	char tail;
+	return sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && a == 127 &&
+	    b < 256 && c < 256 && d < 256;
+}
+
+/* The start refusal of an endpoint beyond loopback without keys. */
+static int
+check_curve(const swd_config *c, char *err, size_t errlen)
+{
+	if (!c->curve_secret_file[0] != !c->curve_allow[0]) {
+		snprintf(err, errlen, "curve_secret_file and curve_allow go together: the daemon's "
+		    "secret key and the client keys it allows");
+		return -1;
+	}
+	if (c->curve_secret_file[0] || c->insecure_off_loopback)
+		return 0;
+	const char *ep = !swd_endpoint_local(c->listen) ? c->listen :
+	    !swd_endpoint_local(c->control) ? c->control : NULL;
+	if (ep) {
+		snprintf(err, errlen, "%s is beyond loopback and CURVE is off: anyone reaching it "
+		    "could send runs and read the status. Give --curve-secret-file FILE and "
+		    "--curve-allow FILE (keys from sinkwatch keygen), or --insecure-off-loopback 1 "
+		    "to accept anyone", ep);
+		return -1;
+	}
+	return 0;
+}
+
+int
 swd_config_check(const swd_config *c, char *err, size_t errlen)
 {
+	if (check_curve(c, err, errlen) != 0)
+		return -1;
 	if (!c->listen[0] || !c->control[0] || !c->data_dir[0]) {
 		snprintf(err, errlen, "listen, control and data_dir must not be empty");
 		return -1;

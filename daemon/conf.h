@@ -38,6 +38,11 @@ typedef struct swd_config {
 	int64_t run_idle_s;	/* a run silent this long is closed (file kept) */
 	int64_t umask;		/* file mode creation mask of run files */
 	char metrics_listen[160];	/* HOST:PORT of GET /metrics, "" none */
+	int64_t new_runs_per_s;	/* new runs taken into the table a second (0: no limit) */
+	int64_t new_runs_burst;	/* new runs taken at once before the rate applies */
+	char curve_secret_file[1024];	/* the daemon's CURVE secret key, "" no CURVE */
+	char curve_allow[1024];	/* the client public keys allowed, one a line */
+	int64_t insecure_off_loopback;	/* 1: bind beyond loopback without CURVE */
 } swd_config;
 
 void swd_config_defaults(swd_config *c);
@@ -56,7 +61,17 @@ int swd_config_load(swd_config *c, const char *path, char *err, size_t errlen);
 /* Writes the effective configuration as a loadable config file. */
 void swd_config_print(const swd_config *c, FILE *f);
 
-/* Checks cross-option consistency. 0, or -1 with err. */
+/*
+ * 1 if a ZeroMQ endpoint stays on this host: ipc, inproc, or tcp/ws on
+ * 127.0.0.0/8, ::1 or localhost. Anything else (*, 0.0.0.0, an interface,
+ * another address or name) is beyond loopback.
+ */
+int swd_endpoint_local(const char *ep);
+
+/*
+ * Checks cross-option consistency, and that an endpoint beyond loopback has
+ * CURVE keys (or insecure_off_loopback). 0, or -1 with err.
+ */
 int swd_config_check(const swd_config *c, char *err, size_t errlen);
 
 /* The table, for --help and the man page test: name, help, default. */

@@ -29,11 +29,13 @@
 #endif
 
 #include "daemon/assembly.h"
+#include "daemon/auth.h"
 #include "daemon/conf.h"
 #include "daemon/daemon.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/status.h"
+#include "proto/swkeys.h"
 
 #define MAX_FRAMES 4
 struct job {
@@ -59,6 +61,8 @@ static struct {
 	uv_timer_t tick, watchdog;
 	uint64_t watchdog_usec;	/* systemd's WATCHDOG_USEC, 0: none */
 	swd_metrics *metrics;	/* GET /metrics, or NULL */
+	swd_auth *auth;		/* the ZAP handler (CURVE on), or NULL */
+	char curve_public[SWP_KEY_LEN + 1];	/* the daemon's public key, CURVE on */
 	long long writer_items;	/* the writer's progress at the last ping */
 	uv_signal_t sigint, sigterm, sighup;
 	int stopping, draining_idle;
@@ -584,6 +588,25 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 		    sd[i].seq_next, sd[i].ended };
 	st->nsenders = ns;
 	st->senders = ss;
+	static swd_asm_refused ra[SWD_ASM_REFUSED_MAX];
+	static swd_status_refused rs[SWD_ASM_REFUSED_MAX];
+	st->nrefused = swd_asm_refused_runs(D.as, ra, SWD_ASM_REFUSED_MAX);
+	for (size_t i = 0; i < st->nrefused; i++)
+		rs[i] = (swd_status_refused){ ra[i].run, ra[i].too_many_runs, ra[i].run_rate };
+	st->refused = rs;
+	st->max_runs = D.cfg.max_runs;
+	swd_auth_stats as;
+	swd_auth_get_stats(D.auth, &as);
+	st->curve = D.auth != NULL;
+	st->curve_public = D.curve_public;
+	st->auth_keys = as.keys;
+	st->auth_allowed = as.allowed;
+	st->auth_refused_data = as.refused_data;
+	st->auth_refused_control = as.refused_control;
+	st->auth_failed_data = as.failed_data;
+	st->auth_failed_control = as.failed_control;
+	st->new_runs_per_s = D.cfg.new_runs_per_s;
+	st->new_runs_burst = D.cfg.new_runs_burst;
 	swd_asm_count(D.as, &st->runs_live, &st->senders_live);
 	st->messages = D.messages;
 	st->bytes = D.bytes;
@@ -786,6 +809,17 @@ reload(void)
 		if (!swd_config_runtime(i) && swd_config_differs(&D.cfg, &c, i))
 			log_warn("SIGHUP: %s changed in the configuration: it applies at the next "
 			    "start, not now", swd_config_name(i));
+	if (D.auth) {	/* the allow list is read again, changed or not */
+		if (swd_auth_reload(D.auth, c.curve_allow, err, sizeof(err)) != 0)
+			log_err("SIGHUP: the CURVE allow list stays as it was: %s", err);
+		else {
+			swd_auth_stats as;
+			swd_auth_get_stats(D.auth, &as);
+			log_info("SIGHUP: %lld client key(s) allowed, from %s", (long long)as.keys,
+			    c.curve_allow);
+			memcpy(D.cfg.curve_allow, c.curve_allow, sizeof(c.curve_allow));
+		}
+	}
 	if (c.log_level != D.cfg.log_level) {
 		log_info("SIGHUP: log_level %s -> %s", log_level_name(D.cfg.log_level),
 		    log_level_name(c.log_level));
@@ -886,12 +920,48 @@ mkdirs(const char *path)
 	return 0;
 }
 
+/*
+ * CURVE on a server socket, before its bind: the ZAP handler (started
+ * first) decides on every client key; domain names the socket in its
+ * counts.
+ */
+static int
+curve_server(void *sock, const char *secret, const char *domain)
+{
+	int one = 1;
+	return zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) ||
+	    zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
+	    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN);
+}
+
 static int
 setup_sockets(char *err, size_t errlen)
 {
+	char secret[SWP_KEY_LEN + 1] = "";
 	if (!(D.zctx = zmq_ctx_new())) {
 		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		return -1;
+	}
+	if (D.cfg.curve_secret_file[0]) {
+		if (!zmq_has("curve")) {
+			snprintf(err, errlen, "curve_secret_file: this libzmq was built without CURVE");
+			return -1;
+		}
+		if (swp_key_read(D.cfg.curve_secret_file, 1, secret, err, errlen) != 0 ||
+		    swd_auth_start(&D.auth, D.zctx, D.cfg.curve_allow, err, errlen) != 0)
+			return -1;
+		if (zmq_curve_public(D.curve_public, secret) != 0) {
+			snprintf(err, errlen, "%.900s: not a secret key", D.cfg.curve_secret_file);
+			return -1;
+		}
+		swd_auth_stats as;
+		swd_auth_get_stats(D.auth, &as);
+		log_info("CURVE on: public key %s, %lld client key(s) allowed, from %s",
+		    D.curve_public, (long long)as.keys, D.cfg.curve_allow);
+	} else if (!swd_endpoint_local(D.cfg.listen) || !swd_endpoint_local(D.cfg.control)) {
+		log_warn("listening beyond loopback without CURVE (insecure_off_loopback): anyone "
+		    "who reaches %s and %s may send runs and read the status", D.cfg.listen,
+		    D.cfg.control);
 	}
 	D.sub = zmq_socket(D.zctx, ZMQ_SUB);
 	int64_t maxmsg = ((int64_t)D.cfg.max_message_mb << 20) > SWP_HEADER_MAX ?
@@ -900,7 +970,9 @@ setup_sockets(char *err, size_t errlen)
 	int hwm = 8, zero = 0;
 	if (!D.sub || zmq_setsockopt(D.sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
 	    zmq_setsockopt(D.sub, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
-	    zmq_setsockopt(D.sub, ZMQ_LINGER, &zero, sizeof(zero))) {
+	    zmq_setsockopt(D.sub, ZMQ_LINGER, &zero, sizeof(zero)) ||
+	    (D.auth && (curve_server(D.sub, secret, SWD_AUTH_DOMAIN_DATA) ||
+	    swd_auth_watch(D.auth, D.sub, SWD_AUTH_DOMAIN_DATA)))) {
 		snprintf(err, errlen, "SUB socket: %s", zmq_strerror(errno));
 		return -1;
 	}
@@ -932,7 +1004,9 @@ setup_sockets(char *err, size_t errlen)
 	D.ctl = zmq_socket(D.zctx, ZMQ_REP);
 	int64_t ctlmax = 4096;
 	if (!D.ctl || zmq_setsockopt(D.ctl, ZMQ_MAXMSGSIZE, &ctlmax, sizeof(ctlmax)) ||
-	    zmq_setsockopt(D.ctl, ZMQ_LINGER, &zero, sizeof(zero))) {
+	    zmq_setsockopt(D.ctl, ZMQ_LINGER, &zero, sizeof(zero)) ||
+	    (D.auth && (curve_server(D.ctl, secret, SWD_AUTH_DOMAIN_CONTROL) ||
+	    swd_auth_watch(D.auth, D.ctl, SWD_AUTH_DOMAIN_CONTROL)))) {
 		snprintf(err, errlen, "control socket: %s", zmq_strerror(errno));
 		return -1;
 	}
@@ -941,6 +1015,7 @@ setup_sockets(char *err, size_t errlen)
 		    zmq_strerror(errno));
 		return -1;
 	}
+	memset(secret, 0, sizeof(secret));	/* the sockets keep their own copy */
 	return 0;
 }
 
@@ -1139,7 +1214,8 @@ main(int argc, char **argv)
 		return 2;
 	}
 	swd_asm_conf ac = { D.cfg.step_timeout_ms, D.cfg.max_open_steps, D.cfg.max_runs,
-	    D.cfg.run_idle_s, &D.inflight, D.cfg.budget_mb << 20, start_gathered, NULL };
+	    D.cfg.run_idle_s, &D.inflight, D.cfg.budget_mb << 20, start_gathered, NULL,
+	    D.cfg.new_runs_per_s, D.cfg.new_runs_burst };
 	if (!(D.as = swd_asm_new(&ac, to_writer, NULL))) {
 		log_err("out of memory");
 		return 2;
@@ -1189,5 +1265,6 @@ main(int argc, char **argv)
 	uv_run(D.loop, UV_RUN_DEFAULT);
 	uv_loop_close(D.loop);
 	zmq_ctx_term(D.zctx);
+	swd_auth_join(&D.auth);	/* its thread ended at the context's end */
 	return 0;
 }

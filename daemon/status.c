@@ -8,7 +8,7 @@
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
 	"nomem", "stopping", "unknown_run", "open_steps", "write_error",
-	"senders_mismatch", "overlap", "part_mismatch", "locked"
+	"senders_mismatch", "overlap", "part_mismatch", "locked", "run_rate"
 };
 
 struct buf {
@@ -45,6 +45,19 @@ section(struct buf *b, const char *name, const swd_status *st)
 			put(b, "subscribe: %.*s\n", n, p);
 			p += n + (p[n] == '\n');
 		} while (*p);
+	} else if (!strcmp(name, "auth")) {
+		/*
+		 * refused_key: a CURVE client whose key is not in the allow list;
+		 * handshake_failed: no CURVE, another server key, a bad handshake
+		 */
+		put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
+		if (st->curve)
+			put(b, "public_key: %s\nallowed_keys: %lld\nhandshakes_allowed: %lld\n"
+			    "refused_key_data: %lld\nrefused_key_control: %lld\n"
+			    "handshake_failed_data: %lld\nhandshake_failed_control: %lld\n",
+			    st->curve_public, (long long)st->auth_keys, (long long)st->auth_allowed,
+			    (long long)st->auth_refused_data, (long long)st->auth_refused_control,
+			    (long long)st->auth_failed_data, (long long)st->auth_failed_control);
 	} else if (!strcmp(name, "runs")) {
 		put(b, "# runs\nruns: %zu\n", st->nruns);
 		for (size_t i = 0; i < st->nruns; i++) {
@@ -71,6 +84,14 @@ section(struct buf *b, const char *name, const swd_status *st)
 			    (long long)d->mismatches, (long long)d->missing, (long long)d->after_end,
 			    (unsigned long long)d->seq_next, d->ended);
 		}
+	} else if (!strcmp(name, "refused")) {
+		/* what a sender refused a run can read: its run is in no table */
+		put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
+		    "refused_runs: %zu\n", (long long)st->max_runs, (long long)st->new_runs_per_s,
+		    (long long)st->new_runs_burst, st->nrefused);
+		for (size_t i = 0; i < st->nrefused; i++)
+			put(b, "refused: %s too_many_runs=%lld run_rate=%lld\n", st->refused[i].run,
+			    (long long)st->refused[i].too_many_runs, (long long)st->refused[i].run_rate);
 	} else if (!strcmp(name, "traffic")) {
 		put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
 		    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"
@@ -106,7 +127,8 @@ section(struct buf *b, const char *name, const swd_status *st)
 }
 
 static const char *const sections[] = {
-	"server", "runs", "senders", "traffic", "drops", "rejects", "queue", "writer", "loop"
+	"server", "auth", "runs", "senders", "refused", "traffic", "drops", "rejects", "queue",
+	"writer", "loop"
 };
 
 size_t
@@ -223,5 +245,23 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	    (double)st->senders_live);
 	one(&b, "sinkwatch_files_open", "gauge", "Run files the writer holds open.",
 	    (double)st->files_open);
+	one(&b, "sinkwatch_curve_enabled", "gauge", "1 if CURVE guards both sockets.",
+	    (double)st->curve);
+	one(&b, "sinkwatch_curve_allowed_keys", "gauge", "Client public keys in the allow list.",
+	    (double)st->auth_keys);
+	one(&b, "sinkwatch_handshakes_allowed_total", "counter",
+	    "CURVE handshakes whose client key was allowed.", (double)st->auth_allowed);
+	metric(&b, "sinkwatch_handshakes_refused_total", "counter",
+	    "Handshakes refused with CURVE on, by socket and reason (key_not_allowed: the "
+	    "client's public key is not in the allow list; handshake_failed: no CURVE, another "
+	    "server key, a bad handshake).");
+	const char *sock[2] = { "data", "control" };
+	int64_t refused[2] = { st->auth_refused_data, st->auth_refused_control };
+	int64_t failed[2] = { st->auth_failed_data, st->auth_failed_control };
+	for (int i = 0; i < 2; i++)
+		put(&b, "sinkwatch_handshakes_refused_total{socket=\"%s\",reason=\"key_not_allowed\"} "
+		    "%lld\nsinkwatch_handshakes_refused_total{socket=\"%s\","
+		    "reason=\"handshake_failed\"} %lld\n", sock[i], (long long)refused[i], sock[i],
+		    (long long)failed[i]);
 	return b.len;
 }

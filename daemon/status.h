@@ -11,7 +11,7 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 15
+#define SWD_DROP_REASONS 16
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
 enum {
@@ -19,7 +19,8 @@ enum {
 	SWD_DROP_AFTER_END, SWD_DROP_TOO_MANY_RUNS, SWD_DROP_NOMEM,
 	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN, SWD_DROP_OPEN_STEPS,
 	SWD_DROP_WRITE, SWD_DROP_SENDERS, SWD_DROP_OVERLAP, SWD_DROP_PART_MISMATCH,
-	SWD_DROP_LOCKED	/* another process holds the run's lock (runlock.c) */
+	SWD_DROP_LOCKED,	/* another process holds the run's lock (runlock.c) */
+	SWD_DROP_RUN_RATE
 };
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */
@@ -42,6 +43,12 @@ typedef struct swd_status_sender {
 	int ended;
 } swd_status_sender;
 
+/* A run id refused lately: no room in the run table, or past the rate. */
+typedef struct swd_status_refused {
+	const char *run;
+	int64_t too_many_runs, run_rate;
+} swd_status_refused;
+
 /* A plain snapshot of the daemon's figures. */
 typedef struct swd_status {
 	const char *version, *listen, *control, *data_dir;
@@ -52,6 +59,13 @@ typedef struct swd_status {
 	const swd_status_run *runs;
 	size_t nsenders;
 	const swd_status_sender *senders;
+	size_t nrefused;
+	const swd_status_refused *refused;	/* the latest first */
+	int64_t max_runs, new_runs_per_s, new_runs_burst;
+	int curve;			/* CURVE on both sockets */
+	const char *curve_public;	/* the daemon's public key, CURVE on */
+	int64_t auth_keys, auth_allowed, auth_refused_data, auth_refused_control;
+	int64_t auth_failed_data, auth_failed_control;	/* handshakes failed before ZAP */
 	int64_t messages, bytes, rows, steps_complete, steps_incomplete;
 	double rows_per_s, msgs_per_s;	/* over the last 10 s */
 	int64_t drops[SWD_DROP_REASONS];
@@ -67,8 +81,8 @@ typedef struct swd_status {
 
 /*
  * Answers one control request (a command line: "status", "status SECTION",
- * "ping", "help") into out. Sections: server, runs, senders, traffic,
- * drops, rejects, queue, writer, loop. Returns the reply length (truncated to
+ * "ping", "help") into out. Sections: server, auth, runs, senders, refused,
+ * traffic, drops, rejects, queue, writer, loop. Returns the reply length (truncated to
  * outlen - 1, always NUL-terminated).
  */
 size_t swd_control_reply(const char *req, size_t reqlen, const swd_status *st,

@@ -913,7 +913,8 @@ def t_burst_after_new():
                 assert h["inc"] == c.incarnation and "resume" not in h, h
             st = c.close()
             assert st == {"sent": n, "dropped": 0, "queued": 0, "bytes_sent": n * x.nbytes,
-                          "next_seq": n, "subscribed": False}, st
+                          "next_seq": n, "subscribed": False, "auth_failures": 0,
+                          "auth_status": 0}, st
     finally:
         cap.close()
 
@@ -992,7 +993,7 @@ def t_down_then_up():
     assert results == [True] * 16 + [False] * 24, results
     st = c.stats
     assert st == {"sent": 0, "dropped": 24, "queued": 16, "bytes_sent": 0, "next_seq": 40,
-                  "subscribed": False}, st
+                  "subscribed": False, "auth_failures": 0, "auth_status": 0}, st
     d.start()
     try:
         t0 = time.time()
@@ -1091,7 +1092,8 @@ def t_close_bounded():
         assert linger == 0 or took >= linger - 0.05, took
         # the final counters name the messages the linger left behind
         assert final == {"sent": 0, "dropped": 3, "queued": 0, "bytes_sent": 0,
-                         "next_seq": 3, "subscribed": False}, final
+                         "next_seq": 3, "subscribed": False, "auth_failures": 0,
+                         "auth_status": 0}, final
         assert c.stats == final and c.close() == final
     # the context manager and __del__ with messages still queued
     with sinkwatch.Client("py-close", layers=1, heads=2, endpoint=ep, linger=0.05) as c:
@@ -1277,7 +1279,9 @@ class _Opts(ctypes.Structure):
                 ("queue_max_bytes", ctypes.c_size_t), ("linger_ms", ctypes.c_int),
                 ("resuming", ctypes.c_int), ("resume_from", ctypes.c_int64),
                 ("rank", ctypes.c_uint32), ("senders", ctypes.c_uint32),
-                ("incarnation", ctypes.c_uint64)]
+                ("incarnation", ctypes.c_uint64),
+                # CURVE, since libsinkwatch.so.2 (NULL: the environment, none here)
+                ("server_key", ctypes.c_char_p), ("key_file", ctypes.c_char_p)]
 
 
 class _Run(ctypes.Structure):

@@ -139,6 +139,7 @@ class Daemon:
         self.extra = list(extra)
         self.log = os.path.join(self.tmp, "daemon-%d.log" % self.port)
         self.proc = None
+        self.ctl_keys = None    # CURVE for ctl(): (server, client public, client secret)
 
     def start(self):
         args = [SINKWATCHD, "--listen", self.listen, "--control", self.control,
@@ -163,6 +164,8 @@ class Daemon:
         s = ctx.socket(zmq.REQ)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        if self.ctl_keys:
+            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = self.ctl_keys
         s.connect(self.control)
         try:
             s.send(req.encode())

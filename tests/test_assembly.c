@@ -107,7 +107,7 @@ emit(void *ud, swd_witem *it)
 static swd_asm *
 mk(int64_t max_runs)
 {
-	swd_asm_conf c = { 1000, 16, max_runs, 600, NULL, 0, NULL, NULL };
+	swd_asm_conf c = { 1000, 16, max_runs, 600, NULL, 0, NULL, NULL, 0, 0 };
 	nout = nincs = nsenders = 0;
 	return swd_asm_new(&c, emit, NULL);
 }
@@ -182,7 +182,7 @@ END_TEST
 
 START_TEST(test_stalled_step_does_not_hold)
 {
-	swd_asm_conf c = { 5000, 16, 8, 600, NULL, 0, NULL, NULL };
+	swd_asm_conf c = { 5000, 16, 8, 600, NULL, 0, NULL, NULL, 0, 0 };
 	nout = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	/* step 0 gets one layer and stalls; step 1 is whole behind it */
@@ -298,15 +298,90 @@ END_TEST
 START_TEST(test_full_table_closes_idlest)
 {
 	swd_asm *a = mk(2);
-	feed(a, msg("a", 0, 0, 1, 0), 0);
+	feed(a, msg("a", 0, 0, 1, 0), 0);	/* a step open: not idle */
 	feed(a, msg("b", 0, 0, 2, 0), 10);
-	/* a third run: "a" (least recently active) is closed, its open step written */
+	feed(a, msg("b", 0, 1, 2, 1), 10);	/* whole, written: idle */
+	ck_assert_int_eq(nout, 1);
+	/* a third run: "b" is closed, idle though more recent than "a" */
 	ck_assert_int_eq(feed(a, msg("c", 0, 0, 3, 0), 20), SWD_ASM_ACCEPT);
 	ck_assert_int_eq(nout, 2);
-	ck_assert_int_eq(out[0].type, WQ_STEP);
-	ck_assert_str_eq(out[0].run, "a");
 	ck_assert_int_eq(out[1].type, WQ_CLOSE);
-	ck_assert_str_eq(out[1].run, "a");
+	ck_assert_str_eq(out[1].run, "b");
+	/* a fourth: "a" and "c" have steps open, none idle: refused, counted */
+	ck_assert_int_eq(feed(a, msg("d", 0, 0, 4, 0), 30), SWD_DROP_TOO_MANY_RUNS);
+	ck_assert_int_eq(feed(a, msg("d", 0, 1, 4, 1), 30), SWD_DROP_TOO_MANY_RUNS);
+	ck_assert_int_eq(nout, 2);
+	swd_asm_refused rf[4];
+	ck_assert_uint_eq(swd_asm_refused_runs(a, rf, 4), 1);
+	ck_assert_str_eq(rf[0].run, "d");
+	ck_assert_int_eq(rf[0].too_many_runs, 2);
+	ck_assert_int_eq(rf[0].run_rate, 0);
+	/* "a" completes its step: idle now, so "d" gets its place */
+	feed(a, msg("a", 0, 1, 1, 1), 40);
+	ck_assert_int_eq(feed(a, msg("d", 0, 0, 4, 2), 50), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(out[nout - 1].type, WQ_CLOSE);
+	ck_assert_str_eq(out[nout - 1].run, "a");
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_new_run_rate)
+{
+	swd_asm_conf c = { 1000, 16, 1000, 600, NULL, 0, NULL, NULL, 2, 3 };
+	nout = nincs = nsenders = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	char id[16];
+	int taken = 0, rate = 0;
+	/* 10 new runs at one instant: the burst (3) is taken */
+	for (int i = 0; i < 10; i++) {
+		snprintf(id, sizeof(id), "f%d", i);
+		int rc = feed(a, msg(id, 0, 0, (uint64_t)i + 1, 0), 1000);
+		taken += rc == SWD_ASM_ACCEPT;
+		rate += rc == SWD_DROP_RUN_RATE;
+	}
+	ck_assert_int_eq(taken, 3);
+	ck_assert_int_eq(rate, 7);
+	/* a run already taken is not a new run: it goes on */
+	ck_assert_int_eq(feed(a, msg("f0", 0, 1, 1, 1), 1000), SWD_ASM_ACCEPT);
+	/* 2 a second: 500 ms later one more, not two */
+	ck_assert_int_eq(feed(a, msg("g0", 0, 0, 20, 0), 1500), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(feed(a, msg("g1", 0, 0, 21, 0), 1500), SWD_DROP_RUN_RATE);
+	/* the bucket never holds more than the burst, however long the pause */
+	for (int i = 0; i < 5; i++) {
+		snprintf(id, sizeof(id), "h%d", i);
+		int rc = feed(a, msg(id, 0, 0, (uint64_t)i + 30, 0), 100000);
+		ck_assert_int_eq(rc, i < 3 ? SWD_ASM_ACCEPT : SWD_DROP_RUN_RATE);
+	}
+	swd_asm_refused rf[SWD_ASM_REFUSED_MAX];
+	size_t n = swd_asm_refused_runs(a, rf, SWD_ASM_REFUSED_MAX);
+	ck_assert_uint_eq(n, 7 + 1 + 2);
+	ck_assert_str_eq(rf[0].run, "h4");	/* the latest first */
+	ck_assert_int_eq(rf[0].run_rate, 1);
+	ck_assert_int_eq(rf[0].too_many_runs, 0);
+	ck_assert_uint_eq(swd_asm_refused_runs(a, rf, 2), 2);
+	ck_assert_str_eq(rf[1].run, "h3");
+	swd_asm_free(&a);
+}
+END_TEST
+
+START_TEST(test_refused_table_bounded)
+{
+	swd_asm *a = mk(1);
+	feed(a, msg("keep", 0, 0, 1, 0), 0);	/* a step open: the table is full */
+	char id[16];
+	for (int i = 0; i < 3 * SWD_ASM_REFUSED_MAX; i++) {
+		snprintf(id, sizeof(id), "x%d", i);
+		ck_assert_int_eq(feed(a, msg(id, 0, 0, (uint64_t)i + 2, 0), 10),
+		    SWD_DROP_TOO_MANY_RUNS);
+	}
+	ck_assert_int_eq(feed(a, msg("x5", 0, 0, 9999, 0), 10), SWD_DROP_TOO_MANY_RUNS);
+	swd_asm_refused rf[SWD_ASM_REFUSED_MAX + 1];
+	ck_assert_uint_eq(swd_asm_refused_runs(a, rf, SWD_ASM_REFUSED_MAX + 1),
+	    SWD_ASM_REFUSED_MAX);
+	ck_assert_str_eq(rf[0].run, "x5");	/* replaced the oldest, counted anew */
+	ck_assert_int_eq(rf[0].too_many_runs, 1);
+	snprintf(id, sizeof(id), "x%d", 3 * SWD_ASM_REFUSED_MAX - 1);
+	ck_assert_str_eq(rf[1].run, id);
 	swd_asm_free(&a);
 }
 END_TEST
@@ -378,7 +453,7 @@ END_TEST
 
 START_TEST(test_full_open_steps_write_whole_first)
 {
-	swd_asm_conf c = { 10000, 4, 8, 600, NULL, 0, NULL, NULL };
+	swd_asm_conf c = { 10000, 4, 8, 600, NULL, 0, NULL, NULL, 0, 0 };
 	nout = nincs = nsenders = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	/* B's step 0 arriving; A's whole steps 10..12 wait behind it */
@@ -421,7 +496,8 @@ START_TEST(test_unnamed_sender_survives_close)
 	feed(a, msg("u", 0, 0, 0, 0), 0);
 	feed(a, msg("u", 0, 1, 0, 1), 0);
 	feed(a, msg("v", 0, 0, 0, 0), 10);	/* closes u */
-	feed(a, msg("u", 1, 0, 0, 2), 20);	/* closes v; u goes on */
+	feed(a, msg("v", 0, 1, 0, 1), 10);
+	feed(a, msg("u", 1, 0, 0, 2), 20);	/* closes v (idle); u goes on */
 	feed(a, msg("u", 1, 1, 0, 3), 20);
 	uint64_t first = 0, again = 0;
 	for (int i = 0; i < nout; i++)
@@ -530,7 +606,7 @@ work(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes, 
 static swd_asm *
 mk2(void)
 {
-	swd_asm_conf c = { 1000, 16, 8, 600, NULL, 0, work, NULL };
+	swd_asm_conf c = { 1000, 16, 8, 600, NULL, 0, work, NULL, 0, 0 };
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	return swd_asm_new(&c, emit, NULL);
 }
@@ -877,6 +953,8 @@ suite(void)
 	tcase_add_test(tc, test_timeout_from_last_arrival);
 	tcase_add_test(tc, test_shape_change_is_another_run);
 	tcase_add_test(tc, test_full_table_closes_idlest);
+	tcase_add_test(tc, test_new_run_rate);
+	tcase_add_test(tc, test_refused_table_bounded);
 	tcase_add_test(tc, test_end_and_after_end);
 	tcase_add_test(tc, test_implicit_incarnation);
 	tcase_add_test(tc, test_end_of_one_incarnation);

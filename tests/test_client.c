@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -308,6 +309,86 @@ START_TEST(test_opts_and_errors)
 	ck_assert_int_eq(sw_client_send_part_zc(NULL, NULL, 0, 1, 0, 0, NULL, NULL), SW_EINVAL);
 	ck_assert_int_eq(sw_client_end(NULL), SW_EINVAL);
 	ck_assert_int_eq(sw_client_flush(NULL, 0), SW_EINVAL);
+}
+END_TEST
+
+/* Writes text to path with the mode given. */
+static void
+put_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+START_TEST(test_curve_keys)
+{
+	char spub[41], ssec[41], cpub[41], csec[41], kf[300], kf644[300], pf[300], text[200];
+	ck_assert_int_eq(zmq_curve_keypair(spub, ssec), 0);
+	ck_assert_int_eq(zmq_curve_keypair(cpub, csec), 0);
+	snprintf(kf, sizeof(kf), "%s/client.key", tmpdir);
+	snprintf(kf644, sizeof(kf644), "%s/open.key", tmpdir);
+	snprintf(pf, sizeof(pf), "%s/server.pub", tmpdir);
+	snprintf(text, sizeof(text), "# a comment\n\n%s   # after the key\n", csec);
+	put_file(kf, text, 0600);
+	put_file(kf644, text, 0644);
+	snprintf(text, sizeof(text), "# sinkwatch CURVE public key\n%s\n", spub);
+	put_file(pf, text, 0644);
+	unsetenv("SINKWATCH_SERVER_KEY");
+	unsetenv("SINKWATCH_CLIENT_KEY_FILE");
+	ck_assert(strstr(sw_strerror(SW_EKEY), "CURVE"));
+
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	ck_assert_ptr_null(o.server_key);
+	ck_assert_ptr_null(o.key_file);
+	o.endpoint = "tcp://127.0.0.1:1";	/* nobody: connecting is asynchronous */
+	sw_run_info ri = info("curve");
+	sw_client *c = (sw_client *)1;
+	/* one of the two alone */
+	o.server_key = spub;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EKEY);
+	ck_assert_ptr_null(c);
+	o.server_key = NULL;
+	o.key_file = kf;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EKEY);
+	/* not a key, a missing file, a secret key others may read */
+	o.server_key = "not-a-key";
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EKEY);
+	o.server_key = spub;
+	o.key_file = "/nonexistent/client.key";
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EKEY);
+	o.key_file = kf644;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EKEY);
+	/* the key itself, or its file */
+	o.key_file = kf;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	sw_client_stats st;
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.auth_failures, 0);
+	ck_assert_int_eq(st.auth_status, 0);
+	sw_client_destroy(&c);
+	o.server_key = pf;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	sw_client_destroy(&c);
+	/* from the environment when the options leave them NULL */
+	o.server_key = o.key_file = NULL;
+	setenv("SINKWATCH_SERVER_KEY", spub, 1);
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EKEY);
+	setenv("SINKWATCH_CLIENT_KEY_FILE", kf, 1);
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	sw_client_destroy(&c);
+	setenv("SINKWATCH_CLIENT_KEY_FILE", kf644, 1);
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EKEY);
+	/* options win over the environment */
+	o.server_key = spub;
+	o.key_file = kf;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	sw_client_destroy(&c);
+	unsetenv("SINKWATCH_SERVER_KEY");
+	unsetenv("SINKWATCH_CLIENT_KEY_FILE");
 }
 END_TEST
 
@@ -1054,6 +1135,7 @@ main(void)
 	TCase *tc = tcase_create("client");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_opts_and_errors);
+	tcase_add_test(tc, test_curve_keys);
 	tcase_add_test(tc, test_down_then_up);
 	tcase_add_test(tc, test_daemon_restart);
 	tcase_add_test(tc, test_slow_joiner);

@@ -15,6 +15,10 @@
 
 #include <msgpack.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto/swkeys.h"
 #include "proto/swproto.h"
 
 #ifndef SW_GOLDEN_DIR
@@ -3166,6 +3170,79 @@ START_TEST(test_golden_parse)
 }
 END_TEST
 
+/* ---- CURVE key files (proto/keys.c) ---- */
+
+static void
+key_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+START_TEST(test_key_files)
+{
+	/* two keys of zmq_curve_keypair (one starting with '#', a Z85 character) */
+	const char *k1 = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+	const char *k2 = "#zX!5&p7n9Dn2B%mQ@sO.v8=MR6VI3eB2u1O[2Hs";
+	ck_assert(swp_key_valid(k1));
+	ck_assert(swp_key_valid(k2));
+	ck_assert(!swp_key_valid(NULL));
+	ck_assert(!swp_key_valid(""));
+	ck_assert(!swp_key_valid("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf"));	/* 39 */
+	ck_assert(!swp_key_valid("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7x"));	/* 41 */
+	ck_assert(!swp_key_valid("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf\""));	/* '"' */
+	char dir[] = "/tmp/sinkwatch-keys-XXXXXX", p[128], out[SWP_KEY_LEN + 1], err[512];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char text[512];
+	snprintf(text, sizeof(text), "# sinkwatch CURVE secret key\n\n  %s  # mine\n%s\n", k2, k1);
+	snprintf(p, sizeof(p), "%s/a.key", dir);
+	key_file(p, text, 0600);
+	ck_assert_int_eq(swp_key_read(p, 1, out, err, sizeof(err)), 0);
+	ck_assert_str_eq(out, k2);	/* the first key, though it starts with '#' */
+	chmod(p, 0640);
+	ck_assert_int_eq(swp_key_read(p, 1, out, err, sizeof(err)), -1);
+	ck_assert(strstr(err, "readable by others (mode 0640): chmod 600"));
+	ck_assert_int_eq(swp_key_read(p, 0, out, err, sizeof(err)), 0);	/* public: any mode */
+	ck_assert_int_eq(swp_key_load(k1, out, err, sizeof(err)), 0);
+	ck_assert_str_eq(out, k1);
+	ck_assert_int_eq(swp_key_load(p, out, err, sizeof(err)), 0);
+	ck_assert_str_eq(out, k2);
+	ck_assert_int_eq(swp_key_load("no-such-file", out, err, sizeof(err)), -1);
+	ck_assert(strstr(err, "'no-such-file' is neither a key"));
+	key_file(p, "# nothing\n\n", 0600);
+	ck_assert_int_eq(swp_key_read(p, 1, out, err, sizeof(err)), -1);
+	ck_assert(strstr(err, "no key in the file"));
+	key_file(p, "# a key cut short\nrq:rM>}U?@Lns47E1\n", 0600);
+	ck_assert_int_eq(swp_key_read(p, 1, out, err, sizeof(err)), -1);
+	ck_assert(strstr(err, ":2: not a CURVE key"));
+	/* an allow list */
+	char ks[3][SWP_KEY_LEN + 1];
+	size_t n = 9;
+	snprintf(text, sizeof(text), "# allowed\n%s alice\n\n%s # bob\n", k1, k2);
+	key_file(p, text, 0644);
+	ck_assert_int_eq(swp_keys_read_list(p, ks, 3, &n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_str_eq(ks[0], k1);
+	ck_assert_str_eq(ks[1], k2);
+	ck_assert_int_eq(swp_keys_read_list(p, ks, 1, &n, err, sizeof(err)), -1);
+	ck_assert(strstr(err, ":4: more than 1 keys"));
+	snprintf(text, sizeof(text), "%s\nnot-a-key\n", k1);
+	key_file(p, text, 0644);
+	ck_assert_int_eq(swp_keys_read_list(p, ks, 3, &n, err, sizeof(err)), -1);
+	ck_assert(strstr(err, ":2: not a CURVE public key"));
+	key_file(p, "", 0644);
+	ck_assert_int_eq(swp_keys_read_list(p, ks, 3, &n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 0);	/* empty: nobody allowed */
+	unlink(p);
+	ck_assert_int_eq(swp_keys_read_list(p, ks, 3, &n, err, sizeof(err)), -1);
+	ck_assert(strstr(err, "No such file"));
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *
 proto_suite(void)
 {
@@ -3197,6 +3274,7 @@ proto_suite(void)
 	tcase_add_test(tc, test_encoder_to_buffer);
 	tcase_add_test(tc, test_decode_args);
 	tcase_add_test(tc, test_msg_clear);
+	tcase_add_test(tc, test_key_files);
 	tcase_add_test(tc, test_fields_missing_and_wrong);
 	tcase_add_test(tc, test_fields_unknown_and_duplicate);
 	tcase_add_test(tc, test_fields_names);
@@ -3224,6 +3302,7 @@ proto_suite(void)
 	suite_add_tcase(s, tc);
 	return s;
 }
+
 
 int
 main(void)

@@ -32,6 +32,15 @@ sample(swd_status_run *runs)
 	snd[1] = (swd_status_sender){ "r1", 77, 1, 2, 10, 1, 3, 1, 2, 4, 5, 2, 6, 12, 0 };
 	st.nsenders = 2;
 	st.senders = snd;
+	static swd_status_refused rf[2];
+	rf[0] = (swd_status_refused){ "flood-9", 0, 4 };
+	rf[1] = (swd_status_refused){ "flood-3", 2, 1 };
+	st.nrefused = 2;
+	st.refused = rf;
+	st.max_runs = 8;
+	st.new_runs_per_s = 5;
+	st.new_runs_burst = 10;
+	st.drops[SWD_DROP_RUN_RATE] = 5;
 	st.messages = 21;
 	st.rows_per_s = 12.5;
 	st.drops[SWD_DROP_BUDGET] = 7;
@@ -50,7 +59,7 @@ START_TEST(test_reply)
 	char out[8192];
 	size_t n = swd_control_reply("status", 6, &st, out, sizeof(out));
 	ck_assert_uint_eq(n, strlen(out));
-	const char *secs[] = { "# server", "# runs", "# senders", "# traffic", "# drops", "# rejects",
+	const char *secs[] = { "# server", "# auth", "# runs", "# senders", "# refused", "# traffic", "# drops", "# rejects",
 	    "# queue", "# writer", "# loop" };
 	const char *prev = out;
 	for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
@@ -67,6 +76,10 @@ START_TEST(test_reply)
 	    "after_end=0 seq_next=11 ended=1\nsender: r1 inc=77 rank=1/2 messages=10 lost=1 "
 	    "duplicates=3 disagree=1 uncompared=2 overlaps=4 mismatches=5 missing=2 "
 	    "after_end=6 seq_next=12 ended=0\n"));
+	ck_assert(strstr(out, "# refused\nmax_runs: 8\nnew_runs_per_s: 5\nnew_runs_burst: 10\n"
+	    "refused_runs: 2\nrefused: flood-9 too_many_runs=0 run_rate=4\n"
+	    "refused: flood-3 too_many_runs=2 run_rate=1\n"));
+	ck_assert(strstr(out, "run_rate: 5\n"));
 	ck_assert(strstr(out, "budget: 7\n"));
 	ck_assert(strstr(out, "bad_version: 2\n"));
 	ck_assert(strstr(out, "sum: 5\n"));
@@ -81,8 +94,8 @@ START_TEST(test_reply)
 	swd_control_reply("ping", 4, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "pong\n");
 	swd_control_reply("help", 4, &st, out, sizeof(out));
-	ck_assert(strstr(out, "sections: server runs senders traffic drops rejects queue writer "
-	    "loop"));
+	ck_assert(strstr(out, "sections: server auth runs senders refused traffic drops rejects "
+	    "queue writer loop"));
 	swd_control_reply("reboot now", 10, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "error: unknown command 'reboot' (try help)\n");
 	/* untrusted bytes: no NUL, longer than the command buffer */
@@ -98,6 +111,32 @@ START_TEST(test_reply)
 	ck_assert_uint_eq(swd_control_reply("status", 6, &st, small, 0), 0);
 	for (int i = 0; i < SWD_DROP_REASONS; i++)
 		ck_assert(swd_drop_names[i] && *swd_drop_names[i]);
+	/* CURVE: the auth section and its series */
+	swd_control_reply("status auth", 11, &st, out, sizeof(out));
+	ck_assert_str_eq(out, "# auth\ncurve: off\n");
+	st.curve = 1;
+	st.curve_public = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+	st.auth_keys = 2;
+	st.auth_allowed = 5;
+	st.auth_refused_data = 3;
+	st.auth_refused_control = 1;
+	st.auth_failed_data = 4;
+	swd_control_reply("status auth", 11, &st, out, sizeof(out));
+	ck_assert_str_eq(out, "# auth\ncurve: on\npublic_key: rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\n"
+	    "allowed_keys: 2\nhandshakes_allowed: 5\nrefused_key_data: 3\nrefused_key_control: 1\n"
+	    "handshake_failed_data: 4\nhandshake_failed_control: 0\n");
+	static char mt[16384];
+	swd_metrics_text(&st, mt, sizeof(mt));
+	ck_assert(strstr(mt, "sinkwatch_handshakes_refused_total{socket=\"data\","
+	    "reason=\"key_not_allowed\"} 3\n"));
+	ck_assert(strstr(mt, "sinkwatch_handshakes_refused_total{socket=\"control\","
+	    "reason=\"key_not_allowed\"} 1\n"));
+	ck_assert(strstr(mt, "sinkwatch_handshakes_refused_total{socket=\"data\","
+	    "reason=\"handshake_failed\"} 4\n"));
+	ck_assert(strstr(mt, "sinkwatch_handshakes_allowed_total 5\n"));
+	ck_assert(strstr(mt, "sinkwatch_curve_enabled 1\n"));
+	ck_assert(strstr(mt, "sinkwatch_messages_dropped_total{reason=\"run_rate\"} 5\n"));
+	ck_assert(strstr(mt, "sinkwatch_messages_dropped_total{reason=\"too_many_runs\"} 0\n"));
 }
 END_TEST
 
@@ -170,6 +209,43 @@ START_TEST(test_config)
 	unlink(path);
 	ck_assert_int_eq(swd_config_load(&d, "/nonexistent/x.conf", err, sizeof(err)), -1);
 	ck_assert(strstr(err, "No such file"));
+	/* beyond loopback: CURVE keys, or the insecure flag */
+	const char *local[] = { "tcp://127.0.0.1:5710", "tcp://127.9.0.1:1", "tcp://localhost:5",
+	    "tcp://[::1]:5710", "ipc:///run/sw.sock", "inproc://x", "ws://127.0.0.1:80" };
+	const char *beyond[] = { "tcp://0.0.0.0:5710", "tcp://*:5710", "tcp://10.0.0.2:5710",
+	    "tcp://eth0:5710", "tcp://[::]:5710", "tcp://host.example:1", "tcp://127.0.0.1",
+	    "tcp://127.0.0.1.5:1", "tcp://128.0.0.1:1", "tcp://[::1]5", "pgm://eth0;239.1.1.1:5",
+	    "tcp://127.0.0.1;10.0.0.1:5", "tcp://:5", "" };
+	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+		ck_assert_msg(swd_endpoint_local(local[i]), "%s", local[i]);
+	for (size_t i = 0; i < sizeof(beyond) / sizeof(beyond[0]); i++)
+		ck_assert_msg(!swd_endpoint_local(beyond[i]), "%s", beyond[i]);
+	swd_config_defaults(&c);
+	ck_assert_str_eq(c.curve_secret_file, "");
+	ck_assert_int_eq(c.insecure_off_loopback, 0);
+	swd_config_set(&c, "listen", "tcp://0.0.0.0:5710", err, sizeof(err));
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "tcp://0.0.0.0:5710 is beyond loopback and CURVE is off") &&
+	    strstr(err, "--curve-secret-file FILE and --curve-allow FILE") &&
+	    strstr(err, "--insecure-off-loopback 1"), "%s", err);
+	swd_config_set(&c, "insecure-off-loopback", "1", err, sizeof(err));
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), 0);
+	swd_config_set(&c, "insecure-off-loopback", "0", err, sizeof(err));
+	swd_config_set(&c, "listen", SWD_DEFAULT_LISTEN, err, sizeof(err));
+	swd_config_set(&c, "control", "tcp://*:5711", err, sizeof(err));
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), -1);
+	ck_assert(strstr(err, "tcp://*:5711 is beyond loopback"));
+	swd_config_set(&c, "curve_secret_file", "/k/server.key", err, sizeof(err));
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), -1);
+	ck_assert(strstr(err, "curve_secret_file and curve_allow go together"));
+	swd_config_set(&c, "curve_allow", "/k/allow", err, sizeof(err));
+	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), 0);
+	/* the limits of new runs */
+	swd_config_defaults(&c);
+	ck_assert_int_eq(c.new_runs_per_s, 10);
+	ck_assert_int_eq(c.new_runs_burst, 100);
+	ck_assert_int_eq(swd_config_set(&c, "new_runs_burst", "0", err, sizeof(err)), -1);
+	ck_assert_int_eq(swd_config_set(&c, "new_runs_per_s", "0", err, sizeof(err)), 0);
 	/* the table */
 	ck_assert(swd_config_count() >= 18);
 	for (size_t i = 0; i < swd_config_count(); i++)

@@ -1768,15 +1768,22 @@ out:
 
 /* One status request to one control endpoint, the reply on stdout. 0, or 2. */
 static int
-status_one(void *ctx, const char *ep, const char *req, long timeout_ms)
+status_one(void *ctx, const char *ep, const char *req, long timeout_ms, const char *skey,
+    const char *kfile)
 {
 	void *s = zmq_socket(ctx, ZMQ_REQ);
 	int zero = 0, to = (int)timeout_ms, rc = 0;
+	char cerr[512];
 	if (!s)
 		return sw_tool_fail("status", "ZeroMQ: %s", zmq_strerror(zmq_errno()));
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof(to));
 	zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
+	int curve = sw_tool_curve_client(s, skey, kfile, cerr, sizeof(cerr));
+	if (curve < 0) {
+		rc = sw_tool_fail("status", "%s", cerr);
+		goto out;
+	}
 	if (zmq_connect(s, ep) != 0) {
 		rc = sw_tool_fail("status", "cannot connect to %s: %s", ep, zmq_strerror(zmq_errno()));
 		goto out;
@@ -1789,8 +1796,9 @@ status_one(void *ctx, const char *ep, const char *req, long timeout_ms)
 	zmq_msg_init(&m);
 	if (zmq_msg_recv(&m, s, 0) < 0) {
 		zmq_msg_close(&m);
-		rc = sw_tool_fail("status", "no answer from %s within %ld ms (is sinkwatchd running?)",
-		    ep, timeout_ms);
+		rc = sw_tool_fail("status", "no answer from %s within %ld ms (is sinkwatchd running?%s)",
+		    ep, timeout_ms, curve ? " does it allow this client's key, and is --server-key "
+		    "its public key?" : " with CURVE on, give --server-key and --key-file");
 		goto out;
 	}
 	fwrite(zmq_msg_data(&m), 1, zmq_msg_size(&m), stdout);
@@ -1805,7 +1813,7 @@ out:
 int
 sw_status_main(int argc, char **argv)
 {
-	const char *section = NULL;
+	const char *section = NULL, *skey = NULL, *kfile = NULL;
 	const char **eps = calloc((size_t)argc + 1, sizeof(char *));
 	size_t nep = 0;
 	long timeout_ms = 2000;
@@ -1814,13 +1822,18 @@ sw_status_main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--control") && i + 1 < argc)
 			eps[nep++] = argv[++i];
+		else if (!strcmp(argv[i], "--server-key") && i + 1 < argc)
+			skey = argv[++i];
+		else if (!strcmp(argv[i], "--key-file") && i + 1 < argc)
+			kfile = argv[++i];
 		else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
 			if (sw_parse_long(argv[++i], &timeout_ms) || timeout_ms < 1) {
 				free(eps);
 				return sw_tool_fail("status", "--timeout-ms: '%s' is not a positive integer", argv[i]);
 			}
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: sinkwatch status [--control ENDPOINT]... [--timeout-ms MS] [SECTION]\n");
+			printf("usage: sinkwatch status [--control ENDPOINT]... [--timeout-ms MS]\n"
+			    "                        [--server-key KEY|FILE --key-file FILE] [SECTION]\n");
 			free(eps);
 			return 0;
 		} else if (argv[i][0] == '-') {
@@ -1842,7 +1855,7 @@ sw_status_main(int argc, char **argv)
 			printf("%s== %s ==\n", i ? "\n" : "", eps[i]);
 			fflush(stdout);
 		}
-		int r = status_one(ctx, eps[i], req, timeout_ms);
+		int r = status_one(ctx, eps[i], req, timeout_ms, skey, kfile);
 		fflush(stdout);
 		if (r)
 			rc = r;

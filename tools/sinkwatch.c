@@ -26,6 +26,7 @@ usage(FILE *f)
 	    "  audit RUN.h5 [options]              flip rates and head clusterings, sink kept vs dropped\n"
 	    "  status [SECTION]                    ask a running sinkwatchd (or forwarder)\n"
 	    "  forward [options]                   forwarder from training jobs to several sinkwatchd\n"
+	    "  keygen [--out BASE]                 make a CURVE key pair (BASE.key, BASE.pub)\n"
 	    "  serve [DATA_DIR...] [options]       read-only web dashboard (127.0.0.1:8710)\n"
 	    "  help                                this text\n"
 	    "  version                             print the version\n"
@@ -59,6 +60,8 @@ main(int argc, char **argv)
 		return sw_status_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "forward"))
 		return sw_forward_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "keygen"))
+		return sw_keygen_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "serve")) {
 #ifdef SW_SERVE
 		return sw_serve_main(argc - 1, argv + 1);

@@ -58,7 +58,9 @@
  *   the daemon computes the layer once every cell has arrived.
  * - It installs no signal handler (the sender thread blocks every signal),
  *   prints nothing, never aborts, and keeps no process-wide state: each
- *   handle owns its own ZeroMQ context and thread.
+ *   handle owns its own ZeroMQ context and thread. The environment it
+ *   reads is SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE, in
+ *   sw_client_new() only, where opts leaves server_key and key_file NULL.
  * - Errors are negative SW_E* codes; sw_strerror() describes a code and
  *   sw_client_errmsg() the detail of the handle's last error.
  * - A handle is used by one thread at a time.
@@ -91,6 +93,7 @@ extern "C" {
 #define SW_EDROPPED (-4)	/* not sent: queue full or no daemon; counted */
 #define SW_ETIMEDOUT (-5)	/* blocking mode: the timeout passed */
 #define SW_ECLOSED (-6)		/* the run was already ended */
+#define SW_EKEY (-7)		/* CURVE: a key or key file missing or bad */
 
 /* Element types and kinds, as in PROTOCOL.md. */
 enum { SW_DTYPE_F32 = 0, SW_DTYPE_F16 = 1, SW_DTYPE_BF16 = 2, SW_DTYPE_F64 = 3 };
@@ -118,6 +121,18 @@ typedef struct sw_client_opts {
 	 */
 	uint32_t rank, senders;
 	uint64_t incarnation;
+	/*
+	 * CURVE (since libsinkwatch.so.2), for a daemon that listens beyond
+	 * loopback (sinkwatchd(8), SECURITY): server_key, the daemon's public
+	 * key, 40 characters of Z85 or the name of a file holding it
+	 * (`sinkwatch keygen` writes BASE.pub); key_file, this client's secret
+	 * key file (BASE.key, mode 0600), whose public key the daemon's allow
+	 * list must hold. NULL: from the environment, SINKWATCH_SERVER_KEY and
+	 * SINKWATCH_CLIENT_KEY_FILE; neither given: no CURVE; only one, or a
+	 * bad key: sw_client_new() returns SW_EKEY.
+	 */
+	const char *server_key;
+	const char *key_file;
 } sw_client_opts;
 
 /* What the daemon learns about the run from every message. */
@@ -153,6 +168,18 @@ typedef struct sw_client_stats {
 	uint64_t bytes_sent;
 	uint64_t next_seq;	/* sequence number of the next message */
 	int subscribed;		/* a daemon is subscribed to this run now */
+	/*
+	 * Handshakes with the daemon that failed (since libsinkwatch.so.2): it
+	 * refused this client's key (not in its allow list; auth_status 400),
+	 * or the security did not match (auth_status -1): the daemon has CURVE
+	 * and this client no keys, or server_key is not the daemon's. ZeroMQ
+	 * may try again, so it may grow while that lasts; messages meanwhile
+	 * wait and are dropped as without a daemon. The daemon counts its
+	 * refusals too (sinkwatch status auth), which this client cannot read:
+	 * the handshake is what failed.
+	 */
+	uint64_t auth_failures;
+	int auth_status;	/* the last failure's: ZAP status code, -1 other, 0 none */
 } sw_client_stats;
 
 /* Called when the library is done with a zero-copy buffer. */
@@ -171,7 +198,9 @@ SW_EXPORT void sw_client_opts_init(sw_client_opts *o);
  * model name over 256 bytes, layers or heads 0 or over 4096 and 1024,
  * resuming with resume_from < 0, senders over 65536, rank >= senders (0
  * senders being 1), rank > 0 of senders > 1 with incarnation 0, or an
- * endpoint ZeroMQ cannot connect to.
+ * endpoint ZeroMQ cannot connect to. CURVE keys (server_key, key_file, or
+ * the environment) that are not both given, or not keys, or a secret key
+ * file readable by others: SW_EKEY.
  */
 SW_EXPORT int sw_client_new(const sw_client_opts *opts, const sw_run_info *run,
     sw_client **out);

@@ -14,7 +14,8 @@ incarnation from torch.distributed.
 Wire format: proto/PROTOCOL.md (sinkwatch.proto implements it in Python).
 """
 from . import proto
-from .client import DEFAULT_ENDPOINT, ClosedError, Client, SinkwatchWarning
+from .client import (DEFAULT_ENDPOINT, ClosedError, Client, SinkwatchWarning, curve_keys,
+                     read_key)
 from .proto import (ProtocolError, decode_header, decode_message, encode_header, errors,
                     parse_golden, topic)
 
@@ -22,4 +23,4 @@ __version__ = "0.1.0"
 
 __all__ = ["Client", "ClosedError", "SinkwatchWarning", "ProtocolError", "DEFAULT_ENDPOINT",
            "encode_header", "decode_header", "decode_message", "parse_golden", "topic",
-           "errors", "proto", "__version__"]
+           "errors", "proto", "curve_keys", "read_key", "__version__"]

@@ -38,6 +38,7 @@ import collections
 import math
 import os
 import random
+import struct
 import threading
 import time
 import warnings
@@ -111,6 +112,68 @@ def _element_dtype(arr, dtype):
     return dtype
 
 
+_Z85 = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                 ".-:+=^!/*?&<>()[]{}@%$#")
+
+
+def _key_valid(s):
+    return isinstance(s, str) and len(s) == 40 and all(c in _Z85 for c in s)
+
+
+def read_key(path, secret=False):
+    """The first key of a key file as sinkwatch keygen writes it (the first
+    word of a line; lines starting with '#' that are not a key are
+    comments). secret: the file must not be readable by group or others.
+    ValueError naming the file and what is wrong."""
+    try:
+        with open(path) as f:
+            if secret and os.fstat(f.fileno()).st_mode & 0o077:
+                raise ValueError("%s: a secret key readable by others (mode %04o): chmod 600 %s"
+                                 % (path, os.fstat(f.fileno()).st_mode & 0o7777, path))
+            for n, line in enumerate(f, 1):
+                w = line.split()
+                if not w or (w[0].startswith("#") and not _key_valid(w[0])):
+                    continue
+                if not _key_valid(w[0]):
+                    raise ValueError("%s:%d: not a CURVE key (40 characters of Z85, as "
+                                     "sinkwatch keygen writes)" % (path, n))
+                return w[0]
+    except OSError as e:
+        raise ValueError("%s: %s" % (path, e.strerror)) from None
+    raise ValueError("%s: no key in the file" % path)
+
+
+def curve_keys(server_key=None, key_file=None):
+    """(server public key, client public key, client secret key) for CURVE,
+    or None: server_key is the daemon's public key (its 40 characters, or a
+    file holding it), key_file this client's secret key file; None takes
+    SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE. Neither given: None
+    (no CURVE); one alone or a bad key: ValueError."""
+    if server_key is None:
+        server_key = os.environ.get("SINKWATCH_SERVER_KEY") or None
+    if key_file is None:
+        key_file = os.environ.get("SINKWATCH_CLIENT_KEY_FILE") or None
+    if server_key is None and key_file is None:
+        return None
+    if server_key is None or key_file is None:
+        raise ValueError("CURVE needs both server_key and key_file (or SINKWATCH_SERVER_KEY "
+                         "and SINKWATCH_CLIENT_KEY_FILE)")
+    srv = server_key if _key_valid(server_key) else None
+    if srv is None:
+        try:
+            srv = read_key(server_key)
+        except ValueError as e:
+            raise ValueError("server_key: %r is neither a key (40 characters of Z85) nor a "
+                             "file holding one (%s)" % (server_key, e)) from None
+    sec = read_key(key_file, secret=True)
+    return srv.encode(), zmq.curve_public(sec.encode()), sec.encode()
+
+
+# the socket monitor's handshake failures (a CURVE refusal or mismatch)
+_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+
+
 class Client:
     """Streams attention snapshots of one run to sinkwatchd.
 
@@ -134,13 +197,25 @@ class Client:
     every sender; what each sender holds is said per message (send()'s
     head0, row0, rows). Every message carries rank and senders; on the wire
     they are written (protocol version 2) only when senders > 1.
+
+    CURVE, for a daemon beyond loopback (sinkwatchd(8), SECURITY):
+    server_key is the daemon's public key (40 characters of Z85, or a file
+    holding it: sinkwatch keygen's BASE.pub) and key_file this client's
+    secret key file (BASE.key, mode 0600); None takes SINKWATCH_SERVER_KEY
+    and SINKWATCH_CLIENT_KEY_FILE from the environment; neither: no CURVE.
+    A handshake the daemon refused (key not allowed: auth_status 400) or
+    that failed otherwise (no keys against a CURVE daemon, another server
+    key: -1) is counted in stats (auth_failures); the daemon counts its
+    refusals too, which the sender cannot read.
     """
 
     def __init__(self, run, layers, heads, endpoint=DEFAULT_ENDPOINT, model="", params=0,
                  sink=0, fixed_probe=True, blocking=False, block_timeout=BLOCK_TIMEOUT,
                  queue_max=QUEUE_MAX, queue_max_bytes=QUEUE_MAX_BYTES, linger=2.0,
-                 resume_from=None, rank=0, senders=1, incarnation=None):
+                 resume_from=None, rank=0, senders=1, incarnation=None, server_key=None,
+                 key_file=None):
         self._sock = None
+        self._mon = None
         self._ctx = None
         self._closed = True     # until fully constructed: __del__ does nothing
         self._topic = proto.topic(run)      # ValueError (ProtocolError) on a bad run
@@ -202,9 +277,12 @@ class Client:
         self._warned = False
         self.last_error = ""
         self._inc = new_incarnation() if incarnation is None else incarnation.__index__()
+        self._auth_failures, self._auth_status = 0, 0
+        self._mon_polled = 0.0
+        keys = curve_keys(server_key, key_file)
 
         ctx = zmq.Context(io_threads=1)     # its own, never the global instance
-        sock = None
+        sock = mon = None
         try:
             sock = ctx.socket(zmq.XPUB)
             # ZMQ_IMMEDIATE: no pipe to a daemon that is not connected, so when
@@ -218,23 +296,49 @@ class Client:
             sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            if keys is not None:
+                sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = keys
+            mon = sock.get_monitor_socket(_HANDSHAKE_FAILED)
             try:
                 sock.connect(endpoint)
             except zmq.ZMQError as e:
                 raise ValueError("endpoint %r: %s" % (endpoint, e)) from None
         except BaseException:
+            if mon is not None:
+                sock.disable_monitor()
+                mon.close(linger=0)
             if sock is not None:
                 sock.close(linger=0)
             ctx.term()
             raise
-        self._ctx, self._sock = ctx, sock
+        self._ctx, self._sock, self._mon = ctx, sock, mon
         self._pid = os.getpid()
         self._closed = False
 
     # ------------------------------------------------------------ internals
 
+    def _poll_monitor(self):
+        """Counts the handshakes that failed (the socket monitor's events)."""
+        while self._mon is not None:
+            try:    # EVENTS first: cheaper than the exception of an empty recv
+                if not self._mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    return
+                ev = self._mon.recv_multipart(zmq.NOBLOCK)
+            except zmq.ZMQError:
+                return
+            if len(ev[0]) >= 6:
+                event, value = struct.unpack("<HI", ev[0][:6])
+                if event & _HANDSHAKE_FAILED:
+                    self._auth_failures += 1
+                    self._auth_status = value if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH else -1
+
     def _poll_subs(self):
-        """Reads the subscription messages the XPUB has received."""
+        """Reads the subscription messages the XPUB has received (and the
+        monitor's events, at most every 50 ms: a send stays cheap)."""
+        now = time.monotonic()
+        if now - self._mon_polled >= 0.05:
+            self._mon_polled = now
+            self._poll_monitor()
         sock, tp = self._sock, self._topic
         while True:
             try:
@@ -520,12 +624,20 @@ class Client:
 
     @property
     def stats(self):
-        """dict(sent, dropped, queued, bytes_sent, next_seq, subscribed);
-        bytes_sent counts tensor bytes, as the C client does. After close()
-        the final counters: dropped includes what the linger left queued."""
+        """dict(sent, dropped, queued, bytes_sent, next_seq, subscribed,
+        auth_failures, auth_status); bytes_sent counts tensor bytes, as the
+        C client does; auth_failures the handshakes with the daemon that
+        failed, auth_status the last one's ZAP status (400: the daemon
+        refused the key; -1: the security did not match; 0: none). After
+        close() the final counters: dropped includes what the linger left
+        queued."""
+        if not self._closed:
+            with self._lock:
+                self._poll_monitor()
         return {"sent": self._sent, "dropped": self._dropped, "queued": len(self._pending),
                 "bytes_sent": self._bytes_sent, "next_seq": self._seq,
-                "subscribed": self._nsubs > 0}
+                "subscribed": self._nsubs > 0, "auth_failures": self._auth_failures,
+                "auth_status": self._auth_status}
 
     @property
     def closed(self):
@@ -543,7 +655,7 @@ class Client:
                 # a forked child (a DataLoader worker, say): the ZeroMQ state
                 # belongs to the parent; touching it here could hang
                 self._closed = True
-                self._sock = self._ctx = None
+                self._sock = self._ctx = self._mon = None
                 return self.stats
             start = time.monotonic()
             try:
@@ -555,8 +667,14 @@ class Client:
                 self._pending_bytes = 0
                 self._dropped += n
                 left = max(0.0, self.linger - (time.monotonic() - start))
-                sock, ctx = self._sock, self._ctx
-                self._sock = self._ctx = None
+                self._poll_monitor()
+                sock, ctx, mon = self._sock, self._ctx, self._mon
+                self._sock = self._ctx = self._mon = None
+                try:
+                    sock.disable_monitor()
+                    mon.close(linger=0)
+                except Exception:   # noqa: BLE001
+                    pass
                 try:
                     sock.setsockopt(zmq.LINGER, _ms(left))
                 except Exception:   # noqa: BLE001

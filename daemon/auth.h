@@ -1,0 +1,54 @@
+/*
+ * auth.h: the daemon's ZAP handler (ZeroMQ RFC 27) for CURVE: a thread
+ * that answers inproc://zeromq.zap.01 for the sockets of one ZeroMQ
+ * context, allowing the client public keys of an allow file and refusing
+ * (status 400) every other, counted by socket (the ZAP domain) and logged
+ * once per key. The same thread reads the sockets' monitors: a handshake
+ * that fails before ZAP is asked (a client without CURVE, or with another
+ * server key) is counted too.
+ */
+#ifndef SWD_AUTH_H
+#define SWD_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SWD_AUTH_KEYS_MAX 4096	/* client keys an allow file may hold */
+#define SWD_AUTH_LOGGED_MAX 256	/* refused keys named in the log, once each */
+
+/* The ZAP domains the daemon's sockets carry (status and /metrics name them). */
+#define SWD_AUTH_DOMAIN_DATA "data"
+#define SWD_AUTH_DOMAIN_CONTROL "control"
+
+typedef struct swd_auth swd_auth;
+
+/* What status shows. */
+typedef struct swd_auth_stats {
+	int64_t allowed;		/* handshakes allowed */
+	int64_t refused_data;		/* refused on the data socket: key not allowed */
+	int64_t refused_control;	/* likewise on the control socket */
+	int64_t failed_data;		/* handshakes failed before ZAP: no CURVE, wrong server key */
+	int64_t failed_control;
+	int64_t keys;			/* keys in the allow list */
+} swd_auth_stats;
+
+/*
+ * Reads the allow file and starts the handler on zctx; the caller's
+ * sockets set ZMQ_ZAP_DOMAIN and CURVE after it. 0 and *out, or -1 with
+ * err (the file, or ZeroMQ).
+ */
+int swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err,
+    size_t errlen);
+/*
+ * Watches the handshakes of a server socket of the context (domain: data
+ * or control), after its ZMQ_ZAP_DOMAIN and before its bind. 0 or -1.
+ */
+int swd_auth_watch(swd_auth *a, void *sock, const char *domain);
+/* Reads the allow file again (SIGHUP); the old list stays on error. 0 or -1 with err. */
+int swd_auth_reload(swd_auth *a, const char *allow_file, char *err, size_t errlen);
+void swd_auth_get_stats(swd_auth *a, swd_auth_stats *st);
+/* Joins the thread and frees; the caller terminated zctx first (the
+ * handler ends at ETERM). NULL or *a NULL is fine. */
+void swd_auth_join(swd_auth **a);
+
+#endif

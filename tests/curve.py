@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+"""Security across hosts (issue 15): CURVE with a ZAP allow list, real keys.
+
+`sinkwatch keygen` writes a key pair (the secret 0600, never over an
+existing file); sinkwatchd refuses to listen beyond loopback without keys
+(or the insecure flag); with keys, a sender whose key is allowed is stored
+and one whose key is not (or that has no keys) is refused, counted by the
+daemon (status auth, /metrics, its key logged once) and seen by the sender
+(auth_failures), for the C client (tests/curve_client on libsinkwatch) and
+the Python client; the control socket takes the same keys; SIGHUP reads the
+allow list again.
+
+    SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd abs_top_builddir=$PWD \\
+        /usr/bin/python3 tests/curve.py [CASE...]
+"""
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import numpy as np
+import zmq
+
+SRCDIR = os.environ.get("SW_SRCDIR") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(SRCDIR, "tests"))
+sys.path.insert(0, os.path.join(SRCDIR, "contrib", "python"))
+from swharness import (SINKWATCH, SINKWATCHD, Daemon, Results, child_env,  # noqa: E402
+                       free_port)
+
+import sinkwatch  # noqa: E402
+
+if not SINKWATCH or not SINKWATCHD:
+    print("SINKWATCH and SINKWATCHD must be set: skipped")
+    sys.exit(77)
+if not zmq.has("curve"):
+    print("libzmq without CURVE: skipped")
+    sys.exit(77)
+
+BUILD = os.environ.get("abs_top_builddir") or os.path.dirname(os.path.abspath(SINKWATCHD))
+CURVE_CLIENT = os.path.join(BUILD, "tests", "curve_client")
+
+
+def keygen(base, umask=0):
+    old = os.umask(umask)
+    try:
+        p = subprocess.run([SINKWATCH, "keygen", "--out", base], capture_output=True,
+                           text=True, timeout=30, env=child_env())
+    finally:
+        os.umask(old)
+    return p.returncode, p.stdout, p.stderr
+
+
+def last_key(path):
+    with open(path) as f:
+        return f.read().split()[-1]
+
+
+class Keys:
+    """A key pair made by sinkwatch keygen."""
+
+    def __init__(self, d, name):
+        self.base = os.path.join(d, name)
+        rc, out, err = keygen(self.base)
+        assert rc == 0, err
+        self.key, self.pub = self.base + ".key", self.base + ".pub"
+        self.public = last_key(self.pub)
+        self.secret = last_key(self.key)
+
+
+def c_send(endpoint, run, *args, env=None):
+    """tests/curve_client: its final counters as a dict, or its error code."""
+    e = child_env()
+    e.pop("SINKWATCH_SERVER_KEY", None)
+    e.pop("SINKWATCH_CLIENT_KEY_FILE", None)
+    e.update(env or {})
+    p = subprocess.run([CURVE_CLIENT, endpoint, run] + list(args), capture_output=True,
+                       text=True, timeout=60, env=e)
+    assert p.returncode in (0, 2), (p.returncode, p.stdout, p.stderr)
+    return {k: int(v) for k, v in (ln.split("=") for ln in p.stdout.split())}
+
+
+def py_send(endpoint, run, steps=3, wait=3.0, **kw):
+    """The Python client's final stats after a run of `steps` steps."""
+    x = np.full((2, 3, 8), 1 / 8, np.float32)
+    c = sinkwatch.Client(run, 1, 2, endpoint=endpoint, model="curve-test", **kw)
+    t0 = time.time()
+    while time.time() - t0 < wait:
+        c.flush(0.02)
+        st = c.stats
+        if st["subscribed"] or st["auth_failures"]:
+            break
+    for s in range(steps):
+        c.send(s, 0, x)
+    c.end()
+    return c.close()
+
+
+def status_cmd(d, *args, env=None):
+    e = child_env()
+    e.pop("SINKWATCH_SERVER_KEY", None)
+    e.pop("SINKWATCH_CLIENT_KEY_FILE", None)
+    e.update(env or {})
+    p = subprocess.run([SINKWATCH, "status", "--control", d.control, "--timeout-ms", "1500"]
+                       + list(args), capture_output=True, text=True, timeout=30, env=e)
+    return p.returncode, p.stdout, p.stderr
+
+
+def steps_of(path):
+    import h5py
+    with h5py.File(path, "r") as f:
+        return list(f["step"][:])
+
+
+# ---------------------------------------------------------------- cases
+
+def case_keygen():
+    """Two files, the secret 0600 (whatever the umask), the public printed
+    and equal to the secret's; an existing file is never overwritten."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-keygen-")
+    base = os.path.join(d, "srv")
+    rc, out, err = keygen(base, umask=0)
+    assert rc == 0, err
+    assert stat.S_IMODE(os.stat(base + ".key").st_mode) == 0o600, oct(os.stat(base + ".key").st_mode)
+    assert stat.S_IMODE(os.stat(base + ".pub").st_mode) == 0o644
+    pub, sec = last_key(base + ".pub"), last_key(base + ".key")
+    assert out.strip() == pub, (out, pub)
+    assert len(pub) == 40 and len(sec) == 40
+    assert zmq.curve_public(sec.encode()).decode() == pub
+    assert sinkwatch.read_key(base + ".key", secret=True) == sec
+    with open(base + ".key", "rb") as f:
+        before = f.read()
+    rc, out, err = keygen(base)
+    assert rc == 2 and "exists: not overwritten" in err and not out, (rc, out, err)
+    with open(base + ".key", "rb") as f:
+        assert f.read() == before
+    os.unlink(base + ".key")        # the public alone is in the way too
+    rc, out, err = keygen(base)
+    assert rc == 2 and base + ".pub exists" in err, err
+    assert not os.path.exists(base + ".key")
+    rc, out, err = keygen(os.path.join(d, "other"), umask=0o022)
+    assert rc == 0 and out.strip() != pub
+    p = subprocess.run([SINKWATCH, "keygen", "stray"], capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown argument 'stray'" in p.stderr, p.stderr
+
+
+def start(args):
+    p = subprocess.run([SINKWATCHD] + args, capture_output=True, text=True, timeout=30,
+                       env=child_env())
+    return p.returncode, p.stderr
+
+
+def case_start_refusal():
+    """Beyond loopback without keys: refused at start (and by
+    --check-config), the message naming the fix; the insecure flag starts
+    it with a warning; a secret key others may read, or keys without an
+    allow list, are refused too."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-refuse-")
+    data = os.path.join(d, "data")
+    port, cport = free_port(), free_port()
+    base = ["--data-dir", data, "--control", "tcp://127.0.0.1:%d" % cport]
+    for listen in ("tcp://0.0.0.0:%d" % port, "tcp://*:%d" % port):
+        rc, err = start(base + ["--listen", listen])
+        assert rc == 2, (rc, err)
+        assert "%s is beyond loopback and CURVE is off" % listen in err, err
+        assert "--curve-secret-file FILE and --curve-allow FILE" in err, err
+        assert "--insecure-off-loopback 1" in err, err
+    rc, err = start(base + ["--listen", "tcp://0.0.0.0:%d" % port, "--check-config"])
+    assert rc == 2 and "beyond loopback" in err, err
+    rc, err = start(["--data-dir", data, "--control", "tcp://*:%d" % cport])
+    assert rc == 2 and "tcp://*:%d is beyond loopback" % cport in err, err
+    assert not os.path.exists(data)     # refused before anything was made
+    srv = Keys(d, "srv")
+    rc, err = start(base + ["--curve-secret-file", srv.key])
+    assert rc == 2 and "curve_secret_file and curve_allow go together" in err, err
+    os.chmod(srv.key, 0o644)
+    rc, err = start(base + ["--listen", "tcp://127.0.0.1:%d" % port, "--curve-secret-file",
+                            srv.key, "--curve-allow", srv.pub])
+    assert rc == 2 and "readable by others (mode 0644): chmod 600" in err, err
+    os.chmod(srv.key, 0o600)
+    bad = os.path.join(d, "allow")
+    with open(bad, "w") as f:
+        f.write("# allowed\n%s\nnot-a-key\n" % srv.public)
+    rc, err = start(base + ["--listen", "tcp://127.0.0.1:%d" % port, "--curve-secret-file",
+                            srv.key, "--curve-allow", bad])
+    assert rc == 2 and "allow:3: not a CURVE public key" in err, err
+    # the insecure flag: it starts, says so, and takes runs from anyone
+    dm = Daemon(extra=["--insecure-off-loopback", "1"])
+    dm.listen = "tcp://0.0.0.0:%d" % dm.port
+    dm.start()
+    try:
+        st = c_send("tcp://127.0.0.1:%d" % dm.port, "open-run", "--steps", "2")
+        assert st["sent"] == 3 and st["auth_failures"] == 0, st
+        dm.wait_ended("open-run")
+        log = dm.read_log()
+    finally:
+        assert dm.stop() == 0
+    assert "listening beyond loopback without CURVE (insecure_off_loopback)" in log, log
+
+
+def case_curve():
+    """One allowed key (alice) and one refused (mallory), C and Python, the
+    control socket, the counts, the log, /metrics, and SIGHUP."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-curve-")
+    srv, alice, mallory = Keys(d, "srv"), Keys(d, "alice"), Keys(d, "mallory")
+    allow = os.path.join(d, "allow")
+    with open(allow, "w") as f:
+        f.write("# who may send\n%s   # alice\n" % alice.public)
+    mport = free_port()
+    dm = Daemon(extra=["--curve-secret-file", srv.key, "--curve-allow", allow,
+                       "--metrics-listen", "127.0.0.1:%d" % mport])
+    dm.ctl_keys = (srv.public.encode(), alice.public.encode(), alice.secret.encode())
+    dm.start()
+    ep = dm.listen
+    env_alice = {"SINKWATCH_SERVER_KEY": srv.public, "SINKWATCH_CLIENT_KEY_FILE": alice.key}
+    try:
+        # C: allowed by options (server key from its file) and by the environment
+        st = c_send(ep, "c-alice", "--server-key", srv.pub, "--key-file", alice.key)
+        assert st["subscribed"] == 1 and st["sent"] == 4 and st["dropped"] == 0, st
+        assert st["auth_failures"] == 0 and st["auth_status"] == 0, st
+        st = c_send(ep, "c-env", env=env_alice)
+        assert st["sent"] == 4 and st["auth_failures"] == 0, st
+        # C: refused (a key not allowed), and without keys
+        st = c_send(ep, "c-mallory", "--server-key", srv.public, "--key-file", mallory.key,
+                    "--wait-ms", "1500")
+        assert st["subscribed"] == 0 and st["sent"] == 0 and st["dropped"] == 4, st
+        assert st["auth_failures"] >= 1 and st["auth_status"] == 400, st
+        st = c_send(ep, "c-nokey", "--wait-ms", "1000")
+        assert st["sent"] == 0 and st["auth_failures"] >= 1 and st["auth_status"] == -1, st
+        st = c_send(ep, "c-half", "--server-key", srv.public)
+        assert st == {"error": -7}, st          # SW_EKEY: a key file is needed too
+        # Python: allowed, refused, from the environment
+        st = py_send(ep, "py-alice", server_key=srv.pub, key_file=alice.key)
+        assert st["sent"] == 4 and st["dropped"] == 0 and st["auth_failures"] == 0, st
+        st = py_send(ep, "py-mallory", wait=1.5, server_key=srv.public, key_file=mallory.key)
+        assert st["sent"] == 0 and st["auth_failures"] >= 1 and st["auth_status"] == 400, st
+        old = dict(os.environ)
+        os.environ.update(env_alice)
+        try:
+            st = py_send(ep, "py-env")
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        assert st["sent"] == 4 and st["auth_failures"] == 0, st
+        try:
+            sinkwatch.Client("x", 1, 1, endpoint=ep, key_file=alice.key)
+            raise AssertionError("a key file without a server key was taken")
+        except ValueError as e:
+            assert "needs both server_key and key_file" in str(e), e
+        for run in ("c-alice", "c-env", "py-alice", "py-env"):
+            assert steps_of(dm.wait_ended(run)) == [0, 1, 2], run
+        # the control socket: the same keys
+        rc, out, err = status_cmd(dm, "--server-key", srv.pub, "--key-file", alice.key, "auth")
+        assert rc == 0 and "curve: on\n" in out and "allowed_keys: 1\n" in out, (rc, out, err)
+        assert "public_key: %s\n" % srv.public in out, out
+        rc, out, err = status_cmd(dm, "auth", env=env_alice)
+        assert rc == 0 and "curve: on" in out, err
+        rc, out, err = status_cmd(dm, "auth")
+        assert rc == 2 and "with CURVE on, give --server-key and --key-file" in err, err
+        rc, out, err = status_cmd(dm, "--server-key", srv.pub, "--key-file", mallory.key)
+        assert rc == 2 and "does it allow this client's key" in err, err
+        rc, out, err = status_cmd(dm, "--key-file", alice.key)
+        assert rc == 2 and "needs both" in err, err
+        st = dm.wait(lambda s: s["auth"]["refused_key_control"] >= 1 and
+                     s["auth"]["handshake_failed_control"] >= 1, what="control refusals")
+        a = st["auth"]
+        assert a["refused_key_data"] >= 2, a          # C and Python, mallory's key
+        assert a["handshake_failed_data"] >= 1, a     # the sender without keys
+        assert a["allowed_keys"] == 1 and a["handshakes_allowed"] >= 4, a
+        # nothing of the refused senders stored
+        for run in ("c-mallory", "c-nokey", "py-mallory"):
+            assert not os.path.exists(dm.run_file(run)), run
+        # /metrics: the same counts, by socket and reason
+        deadline = time.time() + 5
+        while True:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as r:
+                text = r.read().decode()
+            m = re.search(r'^sinkwatch_handshakes_refused_total\{socket="data",'
+                          r'reason="key_not_allowed"\} (\d+)$', text, re.M)
+            if (m and int(m.group(1)) >= 2) or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert m and int(m.group(1)) >= 2, text
+        assert re.search(r'^sinkwatch_handshakes_refused_total\{socket="data",'
+                         r'reason="handshake_failed"\} [1-9]', text, re.M), text
+        assert "sinkwatch_curve_enabled 1\n" in text, text
+        # mallory's key named once in the log, however often refused
+        log = dm.read_log()
+        assert log.count(mallory.public) == 1, log
+        assert "not in %s" % allow in log, log
+        assert alice.public not in log, log
+        # SIGHUP: mallory is allowed now
+        with open(allow, "a") as f:
+            f.write("%s\n" % mallory.public)
+        dm.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while "SIGHUP: 2 client key(s) allowed" not in dm.read_log():
+            assert time.time() < deadline, dm.read_log()
+            time.sleep(0.05)
+        st = c_send(ep, "c-mallory-later", "--server-key", srv.public, "--key-file",
+                    mallory.key)
+        assert st["sent"] == 4 and st["auth_failures"] == 0, st
+        assert steps_of(dm.wait_ended("c-mallory-later")) == [0, 1, 2]
+        assert dm.status()["auth"]["allowed_keys"] == 2
+    finally:
+        assert dm.stop() == 0
+
+
+CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve}
+
+
+def main():
+    c = Results()
+    for name in sys.argv[1:] or list(CASES):
+        c.check(name, CASES[name])
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
