@@ -224,8 +224,11 @@ class Tree:
             f.write(text[:off] + repl + text[off + len(orig):])
         try:
             for targets, cmds in tiers:
-                p = subprocess.run(["make", "-s"] + targets, cwd=self.dir, capture_output=True,
-                                   timeout=600)
+                try:
+                    p = subprocess.run(["make", "-s"] + targets, cwd=self.dir,
+                                       capture_output=True, timeout=900)
+                except subprocess.TimeoutExpired:
+                    return "error:build timed out"      # not a result: run again
                 if p.returncode != 0:
                     return "stillborn"
                 for c in cmds:
@@ -281,7 +284,8 @@ def main():
         with open(a.log) as f:
             for line in f:
                 parts = line.rstrip("\n").split("\t")
-                if len(parts) >= 2 and not (a.rerun_survivors and parts[1] == "survived"):
+                if len(parts) >= 2 and not parts[1].startswith("error") and \
+                        not (a.rerun_survivors and parts[1] == "survived"):
                     done[parts[0]] = parts[1]
     todo = []
     for i, (path, off, orig, repl, fname, lineno, tiers) in enumerate(work):
@@ -308,7 +312,10 @@ def main():
                     i = todo[nxt[0]]
                     nxt[0] += 1
                 path, off, orig, repl, fname, lineno, tiers = work[i]
-                r = tree.run_mutant(path, texts[path], off, orig, repl, tiers)
+                try:
+                    r = tree.run_mutant(path, texts[path], off, orig, repl, tiers)
+                except Exception as e:  # noqa: BLE001 - one mutant, not the run
+                    r = "error:%s" % str(e).replace("\t", " ").replace("\n", " ")[:200]
                 key = site_key(path, texts[path], off, orig, repl)
                 results[i] = (r, key)
                 with lock:
@@ -330,8 +337,11 @@ def main():
         if res is None:
             continue
         r, key = res
-        c = per.setdefault(path, {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0})
-        if r.startswith("killed") or r.startswith("timeout"):
+        c = per.setdefault(path, {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0,
+                                  "error": 0})
+        if r.startswith("error"):
+            c["error"] += 1
+        elif r.startswith("killed") or r.startswith("timeout"):
             c["killed"] += 1
         elif r == "stillborn":
             c["stillborn"] += 1
@@ -342,7 +352,7 @@ def main():
             survivors.append((path, lineno, fname, orig, repl, key, equiv.get(key)))
     print("%-20s %7s %7s %8s %10s %9s" % ("file", "mutants", "killed", "survived",
                                             "equivalent", "stillborn"))
-    tot = {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0}
+    tot = {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0, "error": 0}
     for path, c in per.items():
         print("%-20s %7d %7d %8d %10d %9d" % (path, c["killed"] + c["survived"], c["killed"],
                                               c["survived"], c["equivalent"], c["stillborn"]))
@@ -357,11 +367,13 @@ def main():
     n = tot["killed"] + tot["survived"]
     unexplained = tot["survived"] - tot["equivalent"]
     score = 100.0 * tot["killed"] / n if n else 0.0
+    if tot["error"]:
+        print("\n%d mutants not run to a result (see the log; --resume runs them)" % tot["error"])
     print("\nmutation: %d mutants (%d more did not compile), %d killed (%.1f%%), %d survived: "
           "%d equivalent, %d unexplained; %.0f min" % (n, tot["stillborn"], tot["killed"], score,
                                                        tot["survived"], tot["equivalent"],
                                                        unexplained, (time.time() - t0) / 60))
-    return 0 if score >= 90 and unexplained == 0 else 1
+    return 0 if score >= 90 and unexplained == 0 and not tot["error"] else 1
 
 
 if __name__ == "__main__":
