@@ -7,7 +7,9 @@ assembly, one mutant: a relational operator flipped (< and <=, > and >=,
 && and ||, or a constant changed (0 and 1 swapped, n to n + 1, a float
 times 1.5). Each mutant is built in a scratch copy of the tree and the
 tests of its file run: first the unit test, then, if it survived, the
-slower tests of tier 2. A mutant that does not compile does not count.
+slower tests of tier 2, then, if it still survived, both again in an
+--enable-asan build (as CI runs them). A mutant that does not compile does
+not count.
 Survivors are listed; contrib/mutate-equivalent.txt explains the ones that
 cannot be killed (equivalent mutants), and the score counts them apart.
 
@@ -168,9 +170,10 @@ def load_equivalent():
 
 
 class Tree:
-    """A scratch copy of the tree, configured and built once."""
+    """A scratch copy of the tree, configured and built once (asan: with
+    --enable-asan, for the survivors of the plain build)."""
 
-    def __init__(self, base):
+    def __init__(self, base, asan=False):
         self.dir = tempfile.mkdtemp(prefix="sw-mutate-", dir=base)
         files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=SRC,
                                capture_output=True, check=True).stdout.split(b"\0")
@@ -184,7 +187,8 @@ class Tree:
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 shutil.copy2(src, dst)
         # -O1: half the compile time of -O2, the same arithmetic
-        self.sh("autoreconf -fi && ./configure -q CFLAGS='-O1 -g0' && make -j2 -s", timeout=3600)
+        self.sh("autoreconf -fi && ./configure -q CFLAGS='-O1 -g0' %s && make -j2 -s"
+                % ("--enable-asan" if asan else ""), timeout=3600)
         self.env = dict(os.environ, SINKWATCH=os.path.join(self.dir, "sinkwatch"),
                         SINKWATCHD=os.path.join(self.dir, "sinkwatchd"), SW_SRCDIR=self.dir,
                         PYTHON="/usr/bin/python3")
@@ -260,6 +264,8 @@ def main():
     ap.add_argument("--rerun-survivors", action="store_true",
                     help="with --resume: run the survivors in the log again (after a test was added)")
     ap.add_argument("--tmp", default=None, help="where the scratch trees go")
+    ap.add_argument("--no-asan", action="store_true",
+                    help="do not run the survivors again in an --enable-asan build")
     a = ap.parse_args()
 
     work = []
@@ -304,6 +310,7 @@ def main():
         if nxt[0] >= len(todo):
             return
         tree = Tree(a.tmp)
+        asan = []
         try:
             while True:
                 with lock:
@@ -314,6 +321,13 @@ def main():
                 path, off, orig, repl, fname, lineno, tiers = work[i]
                 try:
                     r = tree.run_mutant(path, texts[path], off, orig, repl, tiers)
+                    if r == "survived" and not a.no_asan:
+                        # the same tests under AddressSanitizer and UBSan, as CI runs them
+                        if not asan:
+                            asan.append(Tree(a.tmp, asan=True))
+                        r2 = asan[0].run_mutant(path, texts[path], off, orig, repl, tiers)
+                        if r2.startswith("killed") or r2.startswith("timeout"):
+                            r = r2.replace(":", "-asan:", 1)
                 except Exception as e:  # noqa: BLE001 - one mutant, not the run
                     r = "error:%s" % str(e).replace("\t", " ").replace("\n", " ")[:200]
                 key = site_key(path, texts[path], off, orig, repl)
@@ -323,6 +337,8 @@ def main():
                     log.flush()
         finally:
             tree.close()
+            for t in asan:
+                t.close()
 
     threads = [threading.Thread(target=worker) for _ in range(max(1, a.jobs))]
     for t in threads:
