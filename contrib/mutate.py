@@ -41,6 +41,14 @@ ROW_SKIP = {"cpu_caps", "isa_supported", "kernels_auto", "kernels", "swm_isa",
 PROTO_FUNCS = {"prescan", "check_run", "check_limits", "check_dims", "swp_golden_parse"}
 DECODE_LINE = re.compile(r"sizes\[|used|\boff\b|need_bytes|tmax|nframes")
 
+# step assembly: the functions that take a step's parts, track their cover,
+# launch the layer jobs and release whole or timed-out steps in order (not
+# the run, incarnation and sender bookkeeping, the copy digests of data
+# parallel ranks, nor the status tables)
+ASM_FUNCS = {"new_step", "find_step", "recently_written", "own", "part_cover", "launch",
+             "settle", "take_part", "swd_asm_admit", "copy_done", "swd_asm_done", "whole",
+             "complete", "stalled", "unblocked", "release", "min_open", "emit_step"}
+
 # file -> (function filter, line filter, tier 1, tier 2); a tier is
 # (make targets, commands run in the build dir with the test environment)
 T_METRICS = ((["tests/test_metrics"], ["tests/test_metrics"]),
@@ -53,7 +61,7 @@ T_ASM = ((["tests/test_assembly"], ["tests/test_assembly"]),
 FILES = {      # in the order they run: the quick builds first
     "proto/proto.c": (lambda f: f in PROTO_FUNCS or f == "swp_decode",
                       lambda f, line: f != "swp_decode" or DECODE_LINE.search(line), T_PROTO),
-    "daemon/assembly.c": (None, None, T_ASM),
+    "daemon/assembly.c": (lambda f: f in ASM_FUNCS, None, T_ASM),
     "metrics/split.c": (None, None, T_METRICS),
     "metrics/pick.c": (None, None, T_METRICS),
     "metrics/pair.c": (None, None, T_METRICS),
