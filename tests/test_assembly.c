@@ -864,6 +864,70 @@ START_TEST(test_parts_wait_for_budget)
 }
 END_TEST
 
+/* What swd_asm_admit says with each drop: the log line and the sender's
+ * counters name the cells a part brought twice, and how a part's qpos
+ * differs from its layer's. */
+static int
+give_why(swd_asm *a, swp_msg m, uint64_t now, swd_ticket *t, char *why)
+{
+	why[0] = '\0';
+	return swd_asm_admit(a, &m, now, t, why, 256);
+}
+
+START_TEST(test_drop_reasons_named)
+{
+	swd_asm *a = mk(8);
+	swd_ticket t;
+	char why[256];
+	uint32_t q[PR] = { 3, 5, 7, 9 }, q2[PR] = { 3, 5, 8, 9 };
+
+	/* one sender: a layer twice, then after its step went out whole */
+	feed(a, msg("r", 5, 0, 7, 0), 0);
+	ck_assert_int_eq(give_why(a, msg("r", 5, 0, 7, 1), 0, &t, why), SWD_DROP_DUPLICATE);
+	ck_assert_str_eq(why, "step 5 layer 0 (heads 0-0, rows 0-3) arrived twice");
+	feed(a, msg("r", 5, 1, 7, 2), 0);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(give_why(a, msg("r", 5, 1, 7, 3), 0, &t, why), SWD_DROP_DUPLICATE);
+	ck_assert_str_eq(why, "step 5 layer 1: the step was already written whole");
+	/* step 6 goes out without layer 1 (timed out): that layer is late */
+	feed(a, msg("r", 6, 0, 7, 4), 10);
+	swd_asm_tick(a, 2000);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_uint_eq(out[1].have, 1);
+	ck_assert_int_eq(give_why(a, msg("r", 6, 1, 7, 5), 2001, &t, why), SWD_DROP_LATE);
+	ck_assert_str_eq(why, "step 6 layer 1: the step was already written incomplete");
+	swd_asm_free(&a);
+
+	/* parts: heads 0-2, then heads 2-3 overlap head 2 */
+	a = mk2();
+	ck_assert_int_eq(give_why(a, part(0, 1, 0, 0, 0, 3, 0, PR), 0, &t, why), SWD_ASM_HELD);
+	ck_assert_int_eq(give_why(a, part(0, 1, 1, 0, 2, 2, 1, 3), 0, &t, why), SWD_DROP_OVERLAP);
+	ck_assert_str_eq(why, "step 0 layer 1: rank 1's part (heads 2-3, rows 1-3) overlaps "
+	    "cells another part brought");
+	/* heads 0-1 of rows 0-1 with qpos; rows 2-3 without; heads 2-3 of
+	 * rows 0-1 with other positions */
+	swp_msg m0 = part(0, 0, 0, 1, 0, 2, 0, 2), m1 = part(0, 0, 1, 1, 0, PH, 2, 2);
+	m0.qpos = q;
+	ck_assert_int_eq(give_why(a, m0, 0, &t, why), SWD_ASM_HELD);
+	ck_assert_int_eq(give_why(a, m1, 0, &t, why), SWD_DROP_PART_MISMATCH);
+	ck_assert_str_eq(why, "step 0 layer 0: rank 1's part has no qpos than the layer's "
+	    "other parts");
+	m1 = part(0, 0, 1, 2, 2, 2, 0, 2);
+	m1.qpos = q2 + 1;	/* 5, 8 where rows 0-1 have 3, 5 */
+	ck_assert_int_eq(give_why(a, m1, 0, &t, why), SWD_DROP_PART_MISMATCH);
+	ck_assert_str_eq(why, "step 0 layer 0: rank 1's part has another qpos than the "
+	    "layer's other parts");
+	/* and a part with qpos after one without */
+	swp_msg n0 = part(1, 0, 0, 3, 0, PH, 0, 2), n1 = part(1, 0, 1, 3, 0, PH, 2, 2);
+	n1.qpos = q + 2;
+	ck_assert_int_eq(give_why(a, n0, 0, &t, why), SWD_ASM_HELD);
+	ck_assert_int_eq(give_why(a, n1, 0, &t, why), SWD_DROP_PART_MISMATCH);
+	ck_assert_str_eq(why, "step 1 layer 0: rank 1's part has a qpos than the layer's "
+	    "other parts");
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -894,6 +958,7 @@ suite(void)
 	tcase_add_test(tp, test_senders_end_and_seq);
 	tcase_add_test(tp, test_parts_wait_for_budget);
 	tcase_add_test(tp, test_end_settles_gathered_layers);
+	tcase_add_test(tp, test_drop_reasons_named);
 	suite_add_tcase(s, tp);
 	return s;
 }
