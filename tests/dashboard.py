@@ -428,9 +428,9 @@ def main():
         other = os.path.join(tmp, "other.h5")
         with h5py.File(other, "w", libver="latest") as f:
             f.create_dataset("attention", data=np.zeros((2, 4, 8, 8), np.float32))
-        # a timeout far above the start-up time of a loaded machine (importing
-        # matplotlib alone took over 4 s under CI's load): refusing must not
-        # wait for it
+        # a timeout far above what a start takes on a loaded machine (with
+        # --timeout 5 the refusal took over 4 s under CI's load): refusing
+        # must not wait for it
         t0 = time.time()
         rc, out, err = dashboard(other, "--png", os.path.join(tmp, "x.png"), "--timeout", "60",
                                  timeout=120)
