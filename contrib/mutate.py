@@ -272,6 +272,9 @@ def main():
     ap.add_argument("--rerun-survivors", action="store_true",
                     help="with --resume: run the survivors in the log again (after a test was added)")
     ap.add_argument("--tmp", default=None, help="where the scratch trees go")
+    ap.add_argument("--report", action="store_true",
+                    help="the summary of the results in the log, running nothing (a partial "
+                    "run says how many mutants it has not run)")
     ap.add_argument("--no-asan", action="store_true",
                     help="do not run the survivors again in an --enable-asan build")
     a = ap.parse_args()
@@ -294,7 +297,7 @@ def main():
     equiv = load_equivalent()
     results = [None] * len(work)
     done = {}
-    if a.resume and os.path.exists(a.log):
+    if (a.resume or a.report) and os.path.exists(a.log):
         with open(a.log) as f:
             for line in f:
                 parts = line.rstrip("\n").split("\t")
@@ -309,10 +312,13 @@ def main():
         else:
             todo.append(i)
     print("%d mutants, %d to run" % (len(work), len(todo)), flush=True)
+    notrun = 0
+    if a.report:
+        notrun, todo = len(todo), []
     lock = threading.Lock()
     nxt = [0]
     t0 = time.time()
-    log = open(a.log, "a" if a.resume else "w")
+    log = open(a.log, "a" if a.resume or a.report else "w")
 
     def worker():
         if nxt[0] >= len(todo):
@@ -391,13 +397,15 @@ def main():
     n = tot["killed"] + tot["survived"]
     unexplained = tot["survived"] - tot["equivalent"]
     score = 100.0 * tot["killed"] / n if n else 0.0
+    if notrun:
+        print("\n%d mutants not run yet (--resume runs them); the score is of those run" % notrun)
     if tot["error"]:
         print("\n%d mutants not run to a result (see the log; --resume runs them)" % tot["error"])
     print("\nmutation: %d mutants (%d more did not compile), %d killed (%.1f%%), %d survived: "
           "%d equivalent, %d unexplained; %.0f min" % (n, tot["stillborn"], tot["killed"], score,
                                                        tot["survived"], tot["equivalent"],
                                                        unexplained, (time.time() - t0) / 60))
-    return 0 if score >= 90 and unexplained == 0 and not tot["error"] else 1
+    return 0 if score >= 90 and unexplained == 0 and not tot["error"] and not notrun else 1
 
 
 if __name__ == "__main__":
