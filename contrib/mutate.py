@@ -172,7 +172,7 @@ def load_equivalent():
         with open(EQUIV) as f:
             for line in f:
                 if line.strip() and not line.startswith("#"):
-                    key, _, why = line.rstrip("\n").partition(" || ")
+                    key, _, why = line.rstrip("\n").rpartition(" || ")  # keys hold " || " of C
                     eq[key.strip()] = why.strip()
     return eq
 

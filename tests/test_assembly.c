@@ -34,6 +34,9 @@ static struct out {
 	uint32_t rows;
 	int32_t mrank[64];	/* missing_rank, the first 64 (layer, head) */
 	int has_mrank;
+	int has_resume;
+	int64_t resume;
+	uint64_t seq_next;
 } out[MAXOUT];
 static int nout;
 static uint64_t incs_seen[MAXOUT];	/* WQ_INC: named incarnations, first seen */
@@ -96,6 +99,9 @@ emit(void *ud, swd_witem *it)
 		    it->meta.heads * sizeof(int32_t) ? sizeof(o->mrank) : it->meta.layers *
 		    it->meta.heads * sizeof(int32_t));
 	o->has_mrank = it->missing_rank != NULL;
+	o->has_resume = it->has_resume;
+	o->resume = it->resume;
+	o->seq_next = it->seq_next;
 	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
 		swd_layer_free(it->layers[l], NULL);
 	free(it->layers);
@@ -928,6 +934,96 @@ START_TEST(test_drop_reasons_named)
 }
 END_TEST
 
+/* A step carries its incarnation's first declared resume and the next seq
+ * expected of its senders, summed. */
+START_TEST(test_step_resume_and_seq)
+{
+	swd_asm *a = mk(8);
+	swp_msg m = msg("r", 300, 0, 7, 0);
+	m.has_resume = true;
+	m.resume = 299;
+	feed(a, m, 0);
+	m = msg("r", 300, 1, 7, 1);	/* says no resume: the first one stays */
+	feed(a, m, 0);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].has_resume, 1);
+	ck_assert_int_eq(out[0].resume, 299);
+	ck_assert_uint_eq(out[0].seq_next, 2);
+	m = msg("r", 301, 0, 7, 2);
+	m.has_resume = true;
+	m.resume = 5;		/* a later declaration changes nothing */
+	feed(a, m, 0);
+	feed(a, msg("r", 301, 1, 7, 5), 0);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[1].resume, 299);
+	ck_assert_uint_eq(out[1].seq_next, 6);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* Gathering: a part whose cells are all in already is a copy, not an
+ * overlap; a whole layer that could not start at once and goes out at the
+ * end lacks nothing; a head missing only its first row is missing; rows
+ * never sent get qpos keys - 1; qpos are compared on every row of a part. */
+START_TEST(test_gather_edges)
+{
+	swd_asm *a = mk2();
+	swd_ticket t, c;
+	uint32_t q[PR] = { 3, 5, 7, 9 }, q0[2] = { 4, 5 }, q1[2] = { 3, 6 };
+
+	/* heads 0-2, all rows; then heads 1-2 (2 heads, 4 rows) again */
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, 3, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(0, 0, 1, 0, 1, 2, 0, PR), 0, &c), SWD_ASM_COPY);
+	swd_asm_start(a, &c);
+	swd_asm_done(a, &c, result(2, PR, 0.5, NULL), 0);
+	/* the layer whole, refused by the work (budget), then both ranks end */
+	work_refuse = 1;
+	ck_assert_int_eq(give(a, part(0, 0, 1, 1, 3, 1, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 0);
+	work_refuse = 0;
+	for (uint32_t k = 0; k < 2; k++) {
+		swp_msg e = part(0, 0, k, 2, 0, PH, 0, PR);
+		e.type = SWP_END;
+		ck_assert_int_eq(swd_asm_end(a, &e, 1), SWD_ASM_ACCEPT);
+	}
+	ck_assert_int_eq(nworks, 1);
+	ck_assert_ptr_null(works[0].miss);
+	finish_works(a, 0, 0.5, 2);
+	swd_asm_free(&a);
+
+	/* rows 1-3 of every head with their qpos; row 0 never comes */
+	a = mk2();
+	swp_msg m = part(0, 0, 0, 0, 0, PH, 1, 3);
+	m.qpos = q + 1;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_ASM_HELD);
+	/* qpos that differ on the first row only, then on the second only
+	 * (parts of one head and two rows) */
+	m = part(0, 1, 0, 1, 0, 2, 0, 2);
+	m.qpos = q;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_ASM_HELD);
+	m = part(0, 1, 1, 1, 2, 1, 0, 2);
+	m.qpos = q0;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_DROP_PART_MISMATCH);
+	m = part(0, 1, 1, 2, 3, 1, 0, 2);
+	m.qpos = q1;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_DROP_PART_MISMATCH);
+	swd_asm_tick(a, 5000);
+	ck_assert_int_eq(nworks, 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_ptr_nonnull(works[i].miss);
+		ck_assert(works[i].has_qpos);
+	}
+	ck_assert_uint_eq(works[0].layer, 0);
+	for (uint32_t h = 0; h < PH; h++)
+		ck_assert_int_eq(works[0].miss[h], -2);	/* row 0: nobody sent it */
+	ck_assert_uint_eq(works[0].qpos[0], PK - 1);
+	for (uint32_t r = 1; r < PR; r++)
+		ck_assert_uint_eq(works[0].qpos[r], q[r]);
+	finish_works(a, 0, 0.5, 5001);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -949,6 +1045,7 @@ suite(void)
 	tcase_add_test(tc, test_unnamed_sender_survives_close);
 	tcase_add_test(tc, test_end_after_idle_close);
 	tcase_add_test(tc, test_end_keeps_step_order);
+	tcase_add_test(tc, test_step_resume_and_seq);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("senders");
 	tcase_add_test(tp, test_parts_by_heads);
@@ -959,6 +1056,7 @@ suite(void)
 	tcase_add_test(tp, test_parts_wait_for_budget);
 	tcase_add_test(tp, test_end_settles_gathered_layers);
 	tcase_add_test(tp, test_drop_reasons_named);
+	tcase_add_test(tp, test_gather_edges);
 	suite_add_tcase(s, tp);
 	return s;
 }
