@@ -275,6 +275,9 @@ def main():
     ap.add_argument("--report", action="store_true",
                     help="the summary of the results in the log, running nothing (a partial "
                     "run says how many mutants it has not run)")
+    ap.add_argument("--unit-only", action="store_true",
+                    help="run the unit test (tier 1) alone: with --rerun-survivors after a "
+                    "unit test was added, the slower tests having already failed to kill them")
     ap.add_argument("--no-asan", action="store_true",
                     help="do not run the survivors again in an --enable-asan build")
     a = ap.parse_args()
@@ -287,7 +290,7 @@ def main():
         with open(os.path.join(SRC, path)) as f:
             texts[path] = f.read()
         for off, orig, repl, fname, lineno in mutants(path, texts[path], ff, lf):
-            work.append((path, off, orig, repl, fname, lineno, tiers))
+            work.append((path, off, orig, repl, fname, lineno, tiers[:1] if a.unit_only else tiers))
     if a.list:
         for path, off, orig, repl, fname, lineno, _ in work:
             print("%s:%d %s: %s -> %s" % (path, lineno, fname, orig, repl))
