@@ -1024,6 +1024,40 @@ START_TEST(test_gather_edges)
 }
 END_TEST
 
+/* An unnamed incarnation's step waits for its layers like a named one's;
+ * "stalled" is measured from the step's last arrival on any clock. */
+START_TEST(test_unnamed_waits_and_late_clock)
+{
+	swd_asm *a = mk(8);
+	feed(a, msg("r", 0, 0, 0, 0), 0);
+	for (int i = 0; i < nout; i++)
+		ck_assert_int_ne(out[i].type, WQ_STEP);
+	feed(a, msg("r", 0, 1, 0, 1), 0);
+	int steps = 0;
+	for (int i = 0; i < nout; i++)
+		if (out[i].type == WQ_STEP) {
+			ck_assert_uint_eq(out[i].have, 2);
+			steps++;
+		}
+	ck_assert_int_eq(steps, 1);
+	swd_asm_free(&a);
+
+	/* test_stalled_step_does_not_hold at t = 100000 ms */
+	swd_asm_conf c = { 5000, 16, 8, 600, NULL, 0, NULL, NULL };
+	nout = 0;
+	a = swd_asm_new(&c, emit, NULL);
+	feed(a, msg("r", 0, 0, 7, 0), 100000);
+	feed(a, msg("r", 1, 0, 7, 1), 100100);
+	feed(a, msg("r", 1, 1, 7, 2), 100100);
+	swd_asm_tick(a, 100999);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 101000);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 1);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -1046,6 +1080,7 @@ suite(void)
 	tcase_add_test(tc, test_end_after_idle_close);
 	tcase_add_test(tc, test_end_keeps_step_order);
 	tcase_add_test(tc, test_step_resume_and_seq);
+	tcase_add_test(tc, test_unnamed_waits_and_late_clock);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("senders");
 	tcase_add_test(tp, test_parts_by_heads);
