@@ -1058,6 +1058,57 @@ START_TEST(test_unnamed_waits_and_late_clock)
 }
 END_TEST
 
+/* The bytes a gathered layer holds against the budget, from one part of
+ * heads 0-1, rows 0-1 of a run of the given heads and rows; given back
+ * when the assembly is freed. */
+static long long
+gathered(uint32_t heads, uint32_t rows)
+{
+	atomic_llong inflight = 0;
+	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	swp_msg m = part(0, 0, 0, 0, 0, 2, 0, 2);
+	m.heads = heads;
+	m.rows = rows;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_ASM_HELD);
+	long long b = atomic_load(&inflight);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
+	return b;
+}
+
+/* A gather holds its elements, a cover byte per cell, a qpos and a flag
+ * per row, and its own record (of unknown size here: differences only);
+ * the incarnation of several senders holds the owner (an int32) of every
+ * cell of its 2 layers. */
+START_TEST(test_gather_bytes_charged)
+{
+	long long b44 = gathered(4, 4), b84 = gathered(8, 4), b48 = gathered(4, 8);
+	long long el = PK * (long long)sizeof(float);
+	ck_assert_int_gt(b44, 4 * 4 * el + 4 * 4 + 4 * 5);
+	long long own = 2 * 4 * 4 * (long long)sizeof(int32_t);
+	ck_assert_int_eq(b84 - b44, own + 4 * 4 * el + 4 * 4);
+	ck_assert_int_eq(b48 - b44, own + 4 * 4 * el + 4 * 4 + 4 * (long long)(sizeof(uint32_t) + 1));
+	/* launched, the elements go with the work (counted until it is done),
+	 * the rest of the gather is given back; the owners stay */
+	atomic_llong inflight = 0;
+	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t);
+	give(a, part(0, 0, 1, 0, 2, 2, 0, PR), 0, &t);
+	ck_assert_int_eq(nworks, 1);
+	long long held = atomic_load(&inflight);
+	ck_assert_int_eq(held, own + PH * PR * el);
+	swd_asm_free(&a);
+	for (int i = 0; i < nworks; i++)
+		free(works[i].miss);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -1092,6 +1143,7 @@ suite(void)
 	tcase_add_test(tp, test_end_settles_gathered_layers);
 	tcase_add_test(tp, test_drop_reasons_named);
 	tcase_add_test(tp, test_gather_edges);
+	tcase_add_test(tp, test_gather_bytes_charged);
 	suite_add_tcase(s, tp);
 	return s;
 }
