@@ -1109,6 +1109,37 @@ START_TEST(test_gather_bytes_charged)
 }
 END_TEST
 
+/* A full table of open steps makes room from the step that waited longest
+ * without input, never from one in work, and refuses when all are. */
+START_TEST(test_full_table_spares_work)
+{
+	swd_asm_conf c = { 60000, 2, 8, 600, NULL, 0, NULL, NULL };
+	char why[256];
+	swd_ticket t0, t1, t;
+	nout = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	/* step 0 (oldest) stays in work; step 1 waits; step 2 evicts step 1 */
+	swp_msg m = msg("r", 0, 0, 7, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t0, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t0);
+	ck_assert_int_eq(feed(a, msg("r", 1, 0, 7, 1), 10), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(feed(a, msg("r", 2, 0, 7, 2), 20), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 1);
+	ck_assert_uint_eq(out[0].have, 1);
+	/* steps 0 and 2 both in work: no room */
+	m = msg("r", 2, 1, 7, 3);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 30, &t1, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t1);
+	m = msg("r", 3, 0, 7, 4);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 40, &t, why, sizeof(why)), SWD_DROP_OPEN_STEPS);
+	ck_assert_int_eq(nout, 1);
+	swd_asm_done(a, &t0, calloc(1, sizeof(swd_layer)), 50);
+	swd_asm_done(a, &t1, calloc(1, sizeof(swd_layer)), 50);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -1132,6 +1163,7 @@ suite(void)
 	tcase_add_test(tc, test_end_keeps_step_order);
 	tcase_add_test(tc, test_step_resume_and_seq);
 	tcase_add_test(tc, test_unnamed_waits_and_late_clock);
+	tcase_add_test(tc, test_full_table_spares_work);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("senders");
 	tcase_add_test(tp, test_parts_by_heads);
