@@ -1140,6 +1140,30 @@ START_TEST(test_full_table_spares_work)
 }
 END_TEST
 
+/* A layer admitted and not yet started is there: the same layer again is
+ * a duplicate. A layer whose computation failed is not: its step goes out
+ * at its timeout without it. */
+START_TEST(test_admitted_and_failed_layers)
+{
+	swd_asm *a = mk(8);
+	char why[256];
+	swd_ticket t0, t;
+	swp_msg m = msg("r", 0, 0, 7, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t0, why, sizeof(why)), SWD_ASM_ACCEPT);
+	m = msg("r", 0, 0, 7, 1);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t, why, sizeof(why)), SWD_DROP_DUPLICATE);
+	swd_asm_start(a, &t0);
+	swd_asm_done(a, &t0, NULL, 10);		/* the computation failed */
+	ck_assert_int_eq(feed(a, msg("r", 0, 1, 7, 2), 20), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 1020);			/* the step's timeout */
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 0);
+	ck_assert_uint_eq(out[0].have, 1);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -1164,6 +1188,7 @@ suite(void)
 	tcase_add_test(tc, test_step_resume_and_seq);
 	tcase_add_test(tc, test_unnamed_waits_and_late_clock);
 	tcase_add_test(tc, test_full_table_spares_work);
+	tcase_add_test(tc, test_admitted_and_failed_layers);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("senders");
 	tcase_add_test(tp, test_parts_by_heads);
