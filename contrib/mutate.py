@@ -7,9 +7,14 @@ assembly, one mutant: a relational operator flipped (< and <=, > and >=,
 && and ||, or a constant changed (0 and 1 swapped, n to n + 1, a float
 times 1.5). Each mutant is built in a scratch copy of the tree and the
 tests of its file run: first the unit test, then, if it survived, the
-slower tests of tier 2. A mutant that does not compile does not count.
-Survivors are listed; contrib/mutate-equivalent.txt explains the ones that
-cannot be killed (equivalent mutants), and the score counts them apart.
+slower tests of tier 2, then, if it still survived, both again in an
+--enable-asan build (as CI runs them). A mutant that does not compile does
+not count.
+Survivors are listed; contrib/mutate-equivalent.txt explains the ones no
+test kills: equivalent mutants (the program behaves the same), or why not
+(an allocation failure, a read past an array that only a sanitizer sees).
+The score is killed / (killed + survived); the explanations are counted
+apart.
 
     /usr/bin/python3 contrib/mutate.py                  # all sites (hours on 2 cores)
     /usr/bin/python3 contrib/mutate.py --jobs 4 --only metrics/split.c
@@ -39,6 +44,14 @@ ROW_SKIP = {"cpu_caps", "isa_supported", "kernels_auto", "kernels", "swm_isa",
 PROTO_FUNCS = {"prescan", "check_run", "check_limits", "check_dims", "swp_golden_parse"}
 DECODE_LINE = re.compile(r"sizes\[|used|\boff\b|need_bytes|tmax|nframes")
 
+# step assembly: the functions that take a step's parts, track their cover,
+# launch the layer jobs and release whole or timed-out steps in order (not
+# the run, incarnation and sender bookkeeping, the copy digests of data
+# parallel ranks, nor the status tables)
+ASM_FUNCS = {"new_step", "find_step", "recently_written", "own", "part_cover", "launch",
+             "settle", "take_part", "swd_asm_admit", "copy_done", "swd_asm_done", "whole",
+             "complete", "stalled", "unblocked", "release", "min_open", "emit_step"}
+
 # file -> (function filter, line filter, tier 1, tier 2); a tier is
 # (make targets, commands run in the build dir with the test environment)
 T_METRICS = ((["tests/test_metrics"], ["tests/test_metrics"]),
@@ -51,7 +64,7 @@ T_ASM = ((["tests/test_assembly"], ["tests/test_assembly"]),
 FILES = {      # in the order they run: the quick builds first
     "proto/proto.c": (lambda f: f in PROTO_FUNCS or f == "swp_decode",
                       lambda f, line: f != "swp_decode" or DECODE_LINE.search(line), T_PROTO),
-    "daemon/assembly.c": (None, None, T_ASM),
+    "daemon/assembly.c": (lambda f: f in ASM_FUNCS, None, T_ASM),
     "metrics/split.c": (None, None, T_METRICS),
     "metrics/pick.c": (None, None, T_METRICS),
     "metrics/pair.c": (None, None, T_METRICS),
@@ -162,15 +175,16 @@ def load_equivalent():
         with open(EQUIV) as f:
             for line in f:
                 if line.strip() and not line.startswith("#"):
-                    key, _, why = line.rstrip("\n").partition(" || ")
+                    key, _, why = line.rstrip("\n").rpartition(" || ")  # keys hold " || " of C
                     eq[key.strip()] = why.strip()
     return eq
 
 
 class Tree:
-    """A scratch copy of the tree, configured and built once."""
+    """A scratch copy of the tree, configured and built once (asan: with
+    --enable-asan, for the survivors of the plain build)."""
 
-    def __init__(self, base):
+    def __init__(self, base, asan=False):
         self.dir = tempfile.mkdtemp(prefix="sw-mutate-", dir=base)
         files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=SRC,
                                capture_output=True, check=True).stdout.split(b"\0")
@@ -184,7 +198,8 @@ class Tree:
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 shutil.copy2(src, dst)
         # -O1: half the compile time of -O2, the same arithmetic
-        self.sh("autoreconf -fi && ./configure -q CFLAGS='-O1 -g0' && make -j2 -s", timeout=3600)
+        self.sh("autoreconf -fi && ./configure -q CFLAGS='-O1 -g0' %s && make -j2 -s"
+                % ("--enable-asan" if asan else ""), timeout=3600)
         self.env = dict(os.environ, SINKWATCH=os.path.join(self.dir, "sinkwatch"),
                         SINKWATCHD=os.path.join(self.dir, "sinkwatchd"), SW_SRCDIR=self.dir,
                         PYTHON="/usr/bin/python3")
@@ -224,8 +239,11 @@ class Tree:
             f.write(text[:off] + repl + text[off + len(orig):])
         try:
             for targets, cmds in tiers:
-                p = subprocess.run(["make", "-s"] + targets, cwd=self.dir, capture_output=True,
-                                   timeout=600)
+                try:
+                    p = subprocess.run(["make", "-s"] + targets, cwd=self.dir,
+                                       capture_output=True, timeout=900)
+                except subprocess.TimeoutExpired:
+                    return "error:build timed out"      # not a result: run again
                 if p.returncode != 0:
                     return "stillborn"
                 for c in cmds:
@@ -257,6 +275,14 @@ def main():
     ap.add_argument("--rerun-survivors", action="store_true",
                     help="with --resume: run the survivors in the log again (after a test was added)")
     ap.add_argument("--tmp", default=None, help="where the scratch trees go")
+    ap.add_argument("--report", action="store_true",
+                    help="the summary of the results in the log, running nothing (a partial "
+                    "run says how many mutants it has not run)")
+    ap.add_argument("--unit-only", action="store_true",
+                    help="run the unit test (tier 1) alone: with --rerun-survivors after a "
+                    "unit test was added, the slower tests having already failed to kill them")
+    ap.add_argument("--no-asan", action="store_true",
+                    help="do not run the survivors again in an --enable-asan build")
     a = ap.parse_args()
 
     work = []
@@ -267,7 +293,7 @@ def main():
         with open(os.path.join(SRC, path)) as f:
             texts[path] = f.read()
         for off, orig, repl, fname, lineno in mutants(path, texts[path], ff, lf):
-            work.append((path, off, orig, repl, fname, lineno, tiers))
+            work.append((path, off, orig, repl, fname, lineno, tiers[:1] if a.unit_only else tiers))
     if a.list:
         for path, off, orig, repl, fname, lineno, _ in work:
             print("%s:%d %s: %s -> %s" % (path, lineno, fname, orig, repl))
@@ -277,11 +303,12 @@ def main():
     equiv = load_equivalent()
     results = [None] * len(work)
     done = {}
-    if a.resume and os.path.exists(a.log):
+    if (a.resume or a.report) and os.path.exists(a.log):
         with open(a.log) as f:
             for line in f:
                 parts = line.rstrip("\n").split("\t")
-                if len(parts) >= 2 and not (a.rerun_survivors and parts[1] == "survived"):
+                if len(parts) >= 2 and not parts[1].startswith("error") and \
+                        not (a.rerun_survivors and parts[1] == "survived"):
                     done[parts[0]] = parts[1]
     todo = []
     for i, (path, off, orig, repl, fname, lineno, tiers) in enumerate(work):
@@ -291,15 +318,19 @@ def main():
         else:
             todo.append(i)
     print("%d mutants, %d to run" % (len(work), len(todo)), flush=True)
+    notrun = 0
+    if a.report:
+        notrun, todo = len(todo), []
     lock = threading.Lock()
     nxt = [0]
     t0 = time.time()
-    log = open(a.log, "a" if a.resume else "w")
+    log = open(a.log, "a" if a.resume or a.report else "w")
 
     def worker():
         if nxt[0] >= len(todo):
             return
         tree = Tree(a.tmp)
+        asan = []
         try:
             while True:
                 with lock:
@@ -308,7 +339,17 @@ def main():
                     i = todo[nxt[0]]
                     nxt[0] += 1
                 path, off, orig, repl, fname, lineno, tiers = work[i]
-                r = tree.run_mutant(path, texts[path], off, orig, repl, tiers)
+                try:
+                    r = tree.run_mutant(path, texts[path], off, orig, repl, tiers)
+                    if r == "survived" and not a.no_asan:
+                        # the same tests under AddressSanitizer and UBSan, as CI runs them
+                        if not asan:
+                            asan.append(Tree(a.tmp, asan=True))
+                        r2 = asan[0].run_mutant(path, texts[path], off, orig, repl, tiers)
+                        if r2.startswith("killed") or r2.startswith("timeout"):
+                            r = r2.replace(":", "-asan:", 1)
+                except Exception as e:  # noqa: BLE001 - one mutant, not the run
+                    r = "error:%s" % str(e).replace("\t", " ").replace("\n", " ")[:200]
                 key = site_key(path, texts[path], off, orig, repl)
                 results[i] = (r, key)
                 with lock:
@@ -316,6 +357,8 @@ def main():
                     log.flush()
         finally:
             tree.close()
+            for t in asan:
+                t.close()
 
     threads = [threading.Thread(target=worker) for _ in range(max(1, a.jobs))]
     for t in threads:
@@ -330,38 +373,46 @@ def main():
         if res is None:
             continue
         r, key = res
-        c = per.setdefault(path, {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0})
-        if r.startswith("killed") or r.startswith("timeout"):
+        c = per.setdefault(path, {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0,
+                                  "explained": 0, "error": 0})
+        if r.startswith("error"):
+            c["error"] += 1
+        elif r.startswith("killed") or r.startswith("timeout"):
             c["killed"] += 1
         elif r == "stillborn":
             c["stillborn"] += 1
         else:
             c["survived"] += 1
             if key in equiv:
-                c["equivalent"] += 1
+                c["equivalent" if equiv[key].startswith("equivalent") else "explained"] += 1
             survivors.append((path, lineno, fname, orig, repl, key, equiv.get(key)))
-    print("%-20s %7s %7s %8s %10s %9s" % ("file", "mutants", "killed", "survived",
-                                            "equivalent", "stillborn"))
-    tot = {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0}
+    print("%-20s %7s %7s %8s %10s %9s %9s" % ("file", "mutants", "killed", "survived",
+                                                "equivalent", "explained", "stillborn"))
+    tot = {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0, "explained": 0, "error": 0}
     for path, c in per.items():
-        print("%-20s %7d %7d %8d %10d %9d" % (path, c["killed"] + c["survived"], c["killed"],
-                                              c["survived"], c["equivalent"], c["stillborn"]))
+        print("%-20s %7d %7d %8d %10d %9d %9d" % (path, c["killed"] + c["survived"], c["killed"],
+                                                  c["survived"], c["equivalent"], c["explained"],
+                                                  c["stillborn"]))
         for k in tot:
             tot[k] += c[k]
     print("\nsurvivors:")
     for path, lineno, fname, orig, repl, key, why in survivors:
         print("  %s:%d %s: %s -> %s%s" % (path, lineno, fname, orig, repl,
-                                          "  [equivalent: %s]" % why if why else "  [UNEXPLAINED]"))
+                                          "  [%s]" % why if why else "  [UNEXPLAINED]"))
         if not why:
             print("      key: %s" % key)
     n = tot["killed"] + tot["survived"]
-    unexplained = tot["survived"] - tot["equivalent"]
+    unexplained = tot["survived"] - tot["equivalent"] - tot["explained"]
     score = 100.0 * tot["killed"] / n if n else 0.0
+    if notrun:
+        print("\n%d mutants not run yet (--resume runs them); the score is of those run" % notrun)
+    if tot["error"]:
+        print("\n%d mutants not run to a result (see the log; --resume runs them)" % tot["error"])
     print("\nmutation: %d mutants (%d more did not compile), %d killed (%.1f%%), %d survived: "
-          "%d equivalent, %d unexplained; %.0f min" % (n, tot["stillborn"], tot["killed"], score,
-                                                       tot["survived"], tot["equivalent"],
-                                                       unexplained, (time.time() - t0) / 60))
-    return 0 if score >= 90 and unexplained == 0 else 1
+          "%d equivalent, %d explained otherwise, %d unexplained; %.0f min"
+          % (n, tot["stillborn"], tot["killed"], score, tot["survived"], tot["equivalent"],
+             tot["explained"], unexplained, (time.time() - t0) / 60))
+    return 0 if score >= 90 and unexplained == 0 and not tot["error"] and not notrun else 1
 
 
 if __name__ == "__main__":

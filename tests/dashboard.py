@@ -428,10 +428,14 @@ def main():
         other = os.path.join(tmp, "other.h5")
         with h5py.File(other, "w", libver="latest") as f:
             f.create_dataset("attention", data=np.zeros((2, 4, 8, 8), np.float32))
+        # a timeout far above what a start takes on a loaded machine (with
+        # --timeout 5 the refusal took over 4 s under CI's load): refusing
+        # must not wait for it
         t0 = time.time()
-        rc, out, err = dashboard(other, "--png", os.path.join(tmp, "x.png"), "--timeout", "5")
+        rc, out, err = dashboard(other, "--png", os.path.join(tmp, "x.png"), "--timeout", "60",
+                                 timeout=120)
         assert rc == 2 and "not a sinkwatch run file" in err and "/step" in err, (rc, err)
-        assert time.time() - t0 < 4, "took the whole timeout to refuse it"
+        assert time.time() - t0 < 30, "took the whole timeout to refuse it"
         rc, out, err = dashboard(other, "--follow")
         assert rc == 2 and "--follow needs --png" in err, (rc, err)
         assert not os.path.exists(os.path.join(tmp, "x.png"))

@@ -31,7 +31,9 @@ cat > "$tmp/t.c" <<'C'
 #include <stdio.h>
 int main(void) { printf("%s\n", sw_strerror(SW_EINVAL)); return 0; }
 C
-${CC:-cc} "$tmp/t.c" -o "$tmp/t" $cflags $(pkg-config --libs libsinkwatch) -Wl,-rpath,"$prefix/lib"
+# an --enable-asan library needs its program built with the same sanitizers
+# (configure's SW_SAN_CFLAGS), or the runtime does not come first
+${CC:-cc} ${SW_SAN_CFLAGS:-} "$tmp/t.c" -o "$tmp/t" $cflags $(pkg-config --libs libsinkwatch) -Wl,-rpath,"$prefix/lib"
 "$tmp/t" > /dev/null || { echo "a program linked with pkg-config's flags does not run"; exit 1; }
 grep -q "^ExecStart=$conf_prefix/sbin/sinkwatchd " "$prefix/lib/systemd/system/sinkwatchd.service" ||
 	{ echo "the unit does not name the installed daemon"; exit 1; }

@@ -34,6 +34,9 @@ static struct out {
 	uint32_t rows;
 	int32_t mrank[64];	/* missing_rank, the first 64 (layer, head) */
 	int has_mrank;
+	int has_resume;
+	int64_t resume;
+	uint64_t seq_next;
 } out[MAXOUT];
 static int nout;
 static uint64_t incs_seen[MAXOUT];	/* WQ_INC: named incarnations, first seen */
@@ -96,6 +99,9 @@ emit(void *ud, swd_witem *it)
 		    it->meta.heads * sizeof(int32_t) ? sizeof(o->mrank) : it->meta.layers *
 		    it->meta.heads * sizeof(int32_t));
 	o->has_mrank = it->missing_rank != NULL;
+	o->has_resume = it->has_resume;
+	o->resume = it->resume;
+	o->seq_next = it->seq_next;
 	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
 		swd_layer_free(it->layers[l], NULL);
 	free(it->layers);
@@ -940,6 +946,300 @@ START_TEST(test_parts_wait_for_budget)
 }
 END_TEST
 
+/* What swd_asm_admit says with each drop: the log line and the sender's
+ * counters name the cells a part brought twice, and how a part's qpos
+ * differs from its layer's. */
+static int
+give_why(swd_asm *a, swp_msg m, uint64_t now, swd_ticket *t, char *why)
+{
+	why[0] = '\0';
+	return swd_asm_admit(a, &m, now, t, why, 256);
+}
+
+START_TEST(test_drop_reasons_named)
+{
+	swd_asm *a = mk(8);
+	swd_ticket t;
+	char why[256];
+	uint32_t q[PR] = { 3, 5, 7, 9 }, q2[PR] = { 3, 5, 8, 9 };
+
+	/* one sender: a layer twice, then after its step went out whole */
+	feed(a, msg("r", 5, 0, 7, 0), 0);
+	ck_assert_int_eq(give_why(a, msg("r", 5, 0, 7, 1), 0, &t, why), SWD_DROP_DUPLICATE);
+	ck_assert_str_eq(why, "step 5 layer 0 (heads 0-0, rows 0-3) arrived twice");
+	feed(a, msg("r", 5, 1, 7, 2), 0);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(give_why(a, msg("r", 5, 1, 7, 3), 0, &t, why), SWD_DROP_DUPLICATE);
+	ck_assert_str_eq(why, "step 5 layer 1: the step was already written whole");
+	/* step 6 goes out without layer 1 (timed out): that layer is late */
+	feed(a, msg("r", 6, 0, 7, 4), 10);
+	swd_asm_tick(a, 2000);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_uint_eq(out[1].have, 1);
+	ck_assert_int_eq(give_why(a, msg("r", 6, 1, 7, 5), 2001, &t, why), SWD_DROP_LATE);
+	ck_assert_str_eq(why, "step 6 layer 1: the step was already written incomplete");
+	swd_asm_free(&a);
+
+	/* parts: heads 0-2, then heads 2-3 overlap head 2 */
+	a = mk2();
+	ck_assert_int_eq(give_why(a, part(0, 1, 0, 0, 0, 3, 0, PR), 0, &t, why), SWD_ASM_HELD);
+	ck_assert_int_eq(give_why(a, part(0, 1, 1, 0, 2, 2, 1, 3), 0, &t, why), SWD_DROP_OVERLAP);
+	ck_assert_str_eq(why, "step 0 layer 1: rank 1's part (heads 2-3, rows 1-3) overlaps "
+	    "cells another part brought");
+	/* heads 0-1 of rows 0-1 with qpos; rows 2-3 without; heads 2-3 of
+	 * rows 0-1 with other positions */
+	swp_msg m0 = part(0, 0, 0, 1, 0, 2, 0, 2), m1 = part(0, 0, 1, 1, 0, PH, 2, 2);
+	m0.qpos = q;
+	ck_assert_int_eq(give_why(a, m0, 0, &t, why), SWD_ASM_HELD);
+	ck_assert_int_eq(give_why(a, m1, 0, &t, why), SWD_DROP_PART_MISMATCH);
+	ck_assert_str_eq(why, "step 0 layer 0: rank 1's part has no qpos than the layer's "
+	    "other parts");
+	m1 = part(0, 0, 1, 2, 2, 2, 0, 2);
+	m1.qpos = q2 + 1;	/* 5, 8 where rows 0-1 have 3, 5 */
+	ck_assert_int_eq(give_why(a, m1, 0, &t, why), SWD_DROP_PART_MISMATCH);
+	ck_assert_str_eq(why, "step 0 layer 0: rank 1's part has another qpos than the "
+	    "layer's other parts");
+	/* and a part with qpos after one without */
+	swp_msg n0 = part(1, 0, 0, 3, 0, PH, 0, 2), n1 = part(1, 0, 1, 3, 0, PH, 2, 2);
+	n1.qpos = q + 2;
+	ck_assert_int_eq(give_why(a, n0, 0, &t, why), SWD_ASM_HELD);
+	ck_assert_int_eq(give_why(a, n1, 0, &t, why), SWD_DROP_PART_MISMATCH);
+	ck_assert_str_eq(why, "step 1 layer 0: rank 1's part has a qpos than the layer's "
+	    "other parts");
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* A step carries its incarnation's first declared resume and the next seq
+ * expected of its senders, summed. */
+START_TEST(test_step_resume_and_seq)
+{
+	swd_asm *a = mk(8);
+	swp_msg m = msg("r", 300, 0, 7, 0);
+	m.has_resume = true;
+	m.resume = 299;
+	feed(a, m, 0);
+	m = msg("r", 300, 1, 7, 1);	/* says no resume: the first one stays */
+	feed(a, m, 0);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].has_resume, 1);
+	ck_assert_int_eq(out[0].resume, 299);
+	ck_assert_uint_eq(out[0].seq_next, 2);
+	m = msg("r", 301, 0, 7, 2);
+	m.has_resume = true;
+	m.resume = 5;		/* a later declaration changes nothing */
+	feed(a, m, 0);
+	feed(a, msg("r", 301, 1, 7, 5), 0);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[1].resume, 299);
+	ck_assert_uint_eq(out[1].seq_next, 6);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* Gathering: a part whose cells are all in already is a copy, not an
+ * overlap; a whole layer that could not start at once and goes out at the
+ * end lacks nothing; a head missing only its first row is missing; rows
+ * never sent get qpos keys - 1; qpos are compared on every row of a part. */
+START_TEST(test_gather_edges)
+{
+	swd_asm *a = mk2();
+	swd_ticket t, c;
+	uint32_t q[PR] = { 3, 5, 7, 9 }, q0[2] = { 4, 5 }, q1[2] = { 3, 6 };
+
+	/* heads 0-2, all rows; then heads 1-2 (2 heads, 4 rows) again */
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, 3, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(0, 0, 1, 0, 1, 2, 0, PR), 0, &c), SWD_ASM_COPY);
+	swd_asm_start(a, &c);
+	swd_asm_done(a, &c, result(2, PR, 0.5, NULL), 0);
+	/* the layer whole, refused by the work (budget), then both ranks end */
+	work_refuse = 1;
+	ck_assert_int_eq(give(a, part(0, 0, 1, 1, 3, 1, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 0);
+	work_refuse = 0;
+	for (uint32_t k = 0; k < 2; k++) {
+		swp_msg e = part(0, 0, k, 2, 0, PH, 0, PR);
+		e.type = SWP_END;
+		ck_assert_int_eq(swd_asm_end(a, &e, 1), SWD_ASM_ACCEPT);
+	}
+	ck_assert_int_eq(nworks, 1);
+	ck_assert_ptr_null(works[0].miss);
+	finish_works(a, 0, 0.5, 2);
+	swd_asm_free(&a);
+
+	/* rows 1-3 of every head with their qpos; row 0 never comes */
+	a = mk2();
+	swp_msg m = part(0, 0, 0, 0, 0, PH, 1, 3);
+	m.qpos = q + 1;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_ASM_HELD);
+	/* qpos that differ on the first row only, then on the second only
+	 * (parts of one head and two rows) */
+	m = part(0, 1, 0, 1, 0, 2, 0, 2);
+	m.qpos = q;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_ASM_HELD);
+	m = part(0, 1, 1, 1, 2, 1, 0, 2);
+	m.qpos = q0;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_DROP_PART_MISMATCH);
+	m = part(0, 1, 1, 2, 3, 1, 0, 2);
+	m.qpos = q1;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_DROP_PART_MISMATCH);
+	swd_asm_tick(a, 5000);
+	ck_assert_int_eq(nworks, 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_ptr_nonnull(works[i].miss);
+		ck_assert(works[i].has_qpos);
+	}
+	ck_assert_uint_eq(works[0].layer, 0);
+	for (uint32_t h = 0; h < PH; h++)
+		ck_assert_int_eq(works[0].miss[h], -2);	/* row 0: nobody sent it */
+	ck_assert_uint_eq(works[0].qpos[0], PK - 1);
+	for (uint32_t r = 1; r < PR; r++)
+		ck_assert_uint_eq(works[0].qpos[r], q[r]);
+	finish_works(a, 0, 0.5, 5001);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* An unnamed incarnation's step waits for its layers like a named one's;
+ * "stalled" is measured from the step's last arrival on any clock. */
+START_TEST(test_unnamed_waits_and_late_clock)
+{
+	swd_asm *a = mk(8);
+	feed(a, msg("r", 0, 0, 0, 0), 0);
+	for (int i = 0; i < nout; i++)
+		ck_assert_int_ne(out[i].type, WQ_STEP);
+	feed(a, msg("r", 0, 1, 0, 1), 0);
+	int steps = 0;
+	for (int i = 0; i < nout; i++)
+		if (out[i].type == WQ_STEP) {
+			ck_assert_uint_eq(out[i].have, 2);
+			steps++;
+		}
+	ck_assert_int_eq(steps, 1);
+	swd_asm_free(&a);
+
+	/* test_stalled_step_does_not_hold at t = 100000 ms */
+	swd_asm_conf c = { 5000, 16, 8, 600, NULL, 0, NULL, NULL };
+	nout = 0;
+	a = swd_asm_new(&c, emit, NULL);
+	feed(a, msg("r", 0, 0, 7, 0), 100000);
+	feed(a, msg("r", 1, 0, 7, 1), 100100);
+	feed(a, msg("r", 1, 1, 7, 2), 100100);
+	swd_asm_tick(a, 100999);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 101000);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 1);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* The bytes a gathered layer holds against the budget, from one part of
+ * heads 0-1, rows 0-1 of a run of the given heads and rows; given back
+ * when the assembly is freed. */
+static long long
+gathered(uint32_t heads, uint32_t rows)
+{
+	atomic_llong inflight = 0;
+	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	swp_msg m = part(0, 0, 0, 0, 0, 2, 0, 2);
+	m.heads = heads;
+	m.rows = rows;
+	ck_assert_int_eq(give(a, m, 0, &t), SWD_ASM_HELD);
+	long long b = atomic_load(&inflight);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
+	return b;
+}
+
+/* A gather holds its elements, a cover byte per cell, a qpos and a flag
+ * per row, and its own record (of unknown size here: differences only);
+ * the incarnation of several senders holds the owner (an int32) of every
+ * cell of its 2 layers. */
+START_TEST(test_gather_bytes_charged)
+{
+	long long b44 = gathered(4, 4), b84 = gathered(8, 4), b48 = gathered(4, 8);
+	long long el = PK * (long long)sizeof(float);
+	ck_assert_int_gt(b44, 4 * 4 * el + 4 * 4 + 4 * 5);
+	long long own = 2 * 4 * 4 * (long long)sizeof(int32_t);
+	ck_assert_int_eq(b84 - b44, own + 4 * 4 * el + 4 * 4);
+	ck_assert_int_eq(b48 - b44, own + 4 * 4 * el + 4 * 4 + 4 * (long long)(sizeof(uint32_t) + 1));
+	/* launched, the elements go with the work (counted until it is done),
+	 * the rest of the gather is given back; the owners stay */
+	atomic_llong inflight = 0;
+	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t);
+	give(a, part(0, 0, 1, 0, 2, 2, 0, PR), 0, &t);
+	ck_assert_int_eq(nworks, 1);
+	long long held = atomic_load(&inflight);
+	ck_assert_int_eq(held, own + PH * PR * el);
+	swd_asm_free(&a);
+	for (int i = 0; i < nworks; i++)
+		free(works[i].miss);
+}
+END_TEST
+
+/* A full table of open steps makes room from the step that waited longest
+ * without input, never from one in work, and refuses when all are. */
+START_TEST(test_full_table_spares_work)
+{
+	swd_asm_conf c = { 60000, 2, 8, 600, NULL, 0, NULL, NULL };
+	char why[256];
+	swd_ticket t0, t1, t;
+	nout = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	/* step 0 (oldest) stays in work; step 1 waits; step 2 evicts step 1 */
+	swp_msg m = msg("r", 0, 0, 7, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t0, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t0);
+	ck_assert_int_eq(feed(a, msg("r", 1, 0, 7, 1), 10), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(feed(a, msg("r", 2, 0, 7, 2), 20), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 1);
+	ck_assert_uint_eq(out[0].have, 1);
+	/* steps 0 and 2 both in work: no room */
+	m = msg("r", 2, 1, 7, 3);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 30, &t1, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t1);
+	m = msg("r", 3, 0, 7, 4);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 40, &t, why, sizeof(why)), SWD_DROP_OPEN_STEPS);
+	ck_assert_int_eq(nout, 1);
+	swd_asm_done(a, &t0, calloc(1, sizeof(swd_layer)), 50);
+	swd_asm_done(a, &t1, calloc(1, sizeof(swd_layer)), 50);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* A layer admitted and not yet started is there: the same layer again is
+ * a duplicate. A layer whose computation failed is not: its step goes out
+ * at its timeout without it. */
+START_TEST(test_admitted_and_failed_layers)
+{
+	swd_asm *a = mk(8);
+	char why[256];
+	swd_ticket t0, t;
+	swp_msg m = msg("r", 0, 0, 7, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t0, why, sizeof(why)), SWD_ASM_ACCEPT);
+	m = msg("r", 0, 0, 7, 1);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t, why, sizeof(why)), SWD_DROP_DUPLICATE);
+	swd_asm_start(a, &t0);
+	swd_asm_done(a, &t0, NULL, 10);		/* the computation failed */
+	ck_assert_int_eq(feed(a, msg("r", 0, 1, 7, 2), 20), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 1020);			/* the step's timeout */
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].step, 0);
+	ck_assert_uint_eq(out[0].have, 1);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -963,6 +1263,10 @@ suite(void)
 	tcase_add_test(tc, test_unnamed_sender_survives_close);
 	tcase_add_test(tc, test_end_after_idle_close);
 	tcase_add_test(tc, test_end_keeps_step_order);
+	tcase_add_test(tc, test_step_resume_and_seq);
+	tcase_add_test(tc, test_unnamed_waits_and_late_clock);
+	tcase_add_test(tc, test_full_table_spares_work);
+	tcase_add_test(tc, test_admitted_and_failed_layers);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("senders");
 	tcase_add_test(tp, test_parts_by_heads);
@@ -972,6 +1276,9 @@ suite(void)
 	tcase_add_test(tp, test_senders_end_and_seq);
 	tcase_add_test(tp, test_parts_wait_for_budget);
 	tcase_add_test(tp, test_end_settles_gathered_layers);
+	tcase_add_test(tp, test_drop_reasons_named);
+	tcase_add_test(tp, test_gather_edges);
+	tcase_add_test(tp, test_gather_bytes_charged);
 	suite_add_tcase(s, tp);
 	return s;
 }

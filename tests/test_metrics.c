@@ -1182,6 +1182,10 @@ START_TEST(test_split_sums_shares)
 	swm_split up = { 0.1, 0.05, 0.05 };
 	swm_split_shares(&up, &ss, &cs);
 	ck_assert(isnan(ss) && isnan(cs));
+	/* no change: no shares (not sink / 0) */
+	swm_split flat = { 0, 0.05, -0.05 };
+	swm_split_shares(&flat, &ss, &cs);
+	ck_assert(isnan(ss) && isnan(cs));
 }
 END_TEST
 
