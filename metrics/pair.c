@@ -427,11 +427,24 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 			n = K;
 		for (size_t h = 0; h < H; h++) {
 			const char *row = base + (h * blk->head_stride + r * blk->row_stride) * es;
-			swm_row_stats(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h]);
+			int raw = 0;
+			if (want_pairs || want_ln)
+				swm_row_stats_keep(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h],
+				    kn->prep_raw ? pp[h].a : NULL, pp[h].l, &raw);
+			else
+				swm_row_stats(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h]);
 			swm_head_add(&acc[h], &st[h]);
 			if (blk->rows_out)
 				blk->rows_out[h * blk->rows + r] = st[h];
-			if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
+			if (raw) {
+				/* one pass per head: the values and logs the row kernel kept */
+				const swm_row *w = &st[h];
+				struct swm_fix fx = { 1.0 / w->norm, w->thr, w->lnscale, w->lndelta,
+				    w->w > 0 ? 1.0 / w->w : 0.0 };
+				float *dst = want_ln ? blk->ln_out + (h * blk->nln + il) * K : NULL;
+				pp[h].pk = kn->prep_raw(pp[h].a, pp[h].c, pp[h].l, n, blk->sink, K8, &fx,
+				    &pp[h].nx, dst);
+			} else if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
 				swm_row_expand(row, blk->dtype, blk->kind, &st[h], pp[h].a, pp[h].l);
 				if (want_ln) {
 					float *dst = blk->ln_out + (h * blk->nln + il) * K;

@@ -69,6 +69,14 @@ typedef struct swm_opts {
  */
 const char *swm_isa(void);
 /*
+ * The precision of the per-element logarithms of the kernels in use
+ * (METRICS.md §6, precision budget): "f32-pair-logs" when the head-pair
+ * kernel takes its logarithms in single precision (every sum in double,
+ * row statistics with double logarithms), "f64" when every logarithm is
+ * double. Recorded in each run file beside swm_isa().
+ */
+const char *swm_precision(void);
+/*
  * Forces the kernels of an instruction set (tests, benchmarks), for every
  * thread; "auto" restores the automatic choice. Returns 0, or -1 when the
  * name is unknown or the CPU lacks the instruction set (nothing changes).
