@@ -510,6 +510,8 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 {
 	memset(st, 0, sizeof(*st));
 	st->version = PACKAGE_VERSION;
+	st->kernel_isa = swm_isa();
+	st->log_precision = swm_precision();
 	st->listen = D.cfg.listen;
 	st->control = D.cfg.control;
 	st->data_dir = D.cfg.data_dir;
@@ -972,8 +974,8 @@ main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--version")) {
-			printf("sinkwatchd %s (protocol %d, metric contract %d)\n", PACKAGE_VERSION,
-			    SWP_VERSION, SWM_CONTRACT_VERSION);
+			printf("sinkwatchd %s (protocol %d, metric contract %d, kernels %s, logs %s)\n",
+			    PACKAGE_VERSION, SWP_VERSION, SWM_CONTRACT_VERSION, swm_isa(), swm_precision());
 			return 0;
 		}
 	}

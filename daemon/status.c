@@ -36,6 +36,8 @@ section(struct buf *b, const char *name, const swd_status *st)
 		put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
 		    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
 		    st->listen, st->control, st->data_dir);
+		put(b, "kernel_isa: %s\nlog_precision: %s\n", st->kernel_isa ? st->kernel_isa : "-",
+		    st->log_precision ? st->log_precision : "-");
 	} else if (!strcmp(name, "runs")) {
 		put(b, "# runs\nruns: %zu\n", st->nruns);
 		for (size_t i = 0; i < st->nruns; i++) {

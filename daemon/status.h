@@ -44,6 +44,7 @@ typedef struct swd_status_sender {
 /* A plain snapshot of the daemon's figures. */
 typedef struct swd_status {
 	const char *version, *listen, *control, *data_dir;
+	const char *kernel_isa, *log_precision;	/* swm_isa(), swm_precision() */
 	double uptime_s;
 	long pid;
 	size_t nruns;

@@ -205,7 +205,7 @@ const char *
 swm_precision(void)
 {
 	const struct swm_kernels *kn = kernels();
-	return kn->pair_logs != NULL && strcmp(kn->pair_logs, "f32") == 0 ? "f32-pair-logs" : "f64";
+	return kn->pair_logs != NULL && strcmp(kn->pair_logs, "f32") == 0 ? "float32-pair" : "float64";
 }
 
 int

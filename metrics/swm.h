@@ -70,10 +70,11 @@ typedef struct swm_opts {
 const char *swm_isa(void);
 /*
  * The precision of the per-element logarithms of the kernels in use
- * (METRICS.md §6, precision budget): "f32-pair-logs" when the head-pair
- * kernel takes its logarithms in single precision (every sum in double,
- * row statistics with double logarithms), "f64" when every logarithm is
- * double. Recorded in each run file beside swm_isa().
+ * (METRICS.md §6, precision budget): "float32-pair" when the head-pair
+ * kernel takes its logarithms in single precision (every sum in double;
+ * the row statistics, and the pairs whose JS would miss the budget, with
+ * double logarithms), "float64" when every logarithm is double. Recorded
+ * in each run file (log_precision) beside swm_isa() (kernel_isa).
  */
 const char *swm_precision(void);
 /*

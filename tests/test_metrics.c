@@ -1609,7 +1609,7 @@ START_TEST(test_block_pairs_ref)
 				ck_close(a->cos_keep, w[0], 1e-12, 1e-15);
 				ck_close(a->cos_drop, w[1], 1e-12, 1e-15);
 				/* METRICS.md §6: single-precision logs get the precision budget */
-				int f32 = strcmp(swm_precision(), "f64") != 0;
+				int f32 = strcmp(swm_precision(), "float64") != 0;
 				ck_close(a->js_keep, w[2], f32 ? 1e-7 : 1e-9, f32 ? 1e-10 : 1e-13);
 				ck_close(a->js_drop, w[3], f32 ? 1e-7 : 1e-9, f32 ? 1e-10 : 1e-13);
 				ck_close(a->sink2, w[4], 1e-10, 1e-12);
