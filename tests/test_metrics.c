@@ -1628,6 +1628,29 @@ END_TEST
  * type. The row statistics too (the one-pass path keeps the row kernel's
  * values and logs for the pair work).
  */
+/*
+ * AVX2 parity (issue 17): every kernel the AVX-512 table has, the AVX2
+ * table has too; checked from the tables, whatever this CPU runs.
+ */
+START_TEST(test_kernel_parity)
+{
+	const struct swm_kernels *a = &swm_kernels_avx512, *b = &swm_kernels_avx2;
+	for (int d = 0; d < SWM_DTYPE__N; d++) {
+		ck_assert(!a->probs[d] || b->probs[d]);
+		ck_assert(!a->logits[d] || b->logits[d]);
+		ck_assert(!a->expand[d] || b->expand[d]);
+		ck_assert(!a->probs_out[d] || b->probs_out[d]);
+	}
+	ck_assert(!a->ln || b->ln);
+	ck_assert(!a->exp_neg || b->exp_neg);
+	ck_assert(!a->pair || b->pair);
+	ck_assert(!a->prep || b->prep);
+	ck_assert(!a->prep_raw || b->prep_raw);
+	ck_assert(!a->pair_f64 || b->pair_f64);
+	ck_assert(b->prep != NULL && b->pair != NULL);
+}
+END_TEST
+
 START_TEST(test_pair_precision)
 {
 	if (!use_isa(_i))
@@ -1687,6 +1710,31 @@ START_TEST(test_pair_precision)
 		memset(acc, 0, sizeof(acc));
 		memset(pairs, 0, sizeof(pairs));
 		swm_block_add(&blk, &o, scratch, acc, pairs);
+		/* the portable path on the same block, beside it */
+		swm_pair_acc gp[H * H];
+		swm_head_acc gacc[H];
+		memset(gacc, 0, sizeof(gacc));
+		memset(gp, 0, sizeof(gp));
+		ck_assert_int_eq(swm_set_isa("generic"), 0);
+		blk.rows_out = NULL;
+		swm_block_add(&blk, &o, scratch, gacc, gp);
+		ck_assert_int_eq(swm_set_isa(isa_names[_i]), 0);
+		for (int q = 0; q < H * H; q++) {
+			const swm_pair_acc *a = &pairs[q], *g = &gp[q];
+			ck_assert_uint_eq(a->rows, g->rows);
+			ck_assert_uint_eq(a->rows_drop, g->rows_drop);
+			ck_close(a->cos_keep, g->cos_keep, 1e-7, 1e-10);
+			ck_close(a->cos_drop, g->cos_drop, 1e-7, 1e-10);
+			ck_close(a->js_keep, g->js_keep, 1e-7, 1e-10);
+			ck_close(a->js_drop, g->js_drop, 1e-7, 1e-10);
+			ck_close(a->sink2, g->sink2, 1e-7, 1e-10);
+			ck_close(a->content2, g->content2, 1e-7, 1e-10);
+		}
+		for (int h = 0; h < H; h++) {
+			ck_assert_uint_eq(acc[h].rows, gacc[h].rows);
+			ck_close(acc[h].H, gacc[h].H, 1e-12, 1e-12);
+			ck_close(acc[h].b, gacc[h].b, 1e-12, 1e-12);
+		}
 		free(scratch);
 		for (int h = 0; h < H; h++)
 			for (int r = 0; r < R; r++) {
@@ -2049,6 +2097,7 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_invariances, 0, NISA);
 	tcase_add_loop_test(tc, test_block_pairs_ref, 0, NISA);
 	tcase_add_loop_test(tc, test_pair_precision, 0, NISA);
+	tcase_add_test(tc, test_kernel_parity);
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_split_sums_shares);
 	tcase_add_test(tc, test_head_acc);
