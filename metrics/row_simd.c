@@ -934,7 +934,7 @@ lanes4(unsigned bits)
 
 struct p256acc {
 	__m256d W, P, L, WB, bits;
-	uint64_t nv, nbig, nlo;
+	__m256i nbig, nlo;	/* counts per lane: a compare's all-ones lane is -1 */
 };
 
 /*
@@ -956,9 +956,10 @@ p256_blk(__m256d xr, unsigned vmbits, __m256d lo, __m256d hi, int sub,
 	a->L = _mm256_add_pd(a->L, _mm256_and_pd(big, v));
 	a->WB = _mm256_add_pd(a->WB, _mm256_and_pd(big, x));
 	a->bits = _mm256_or_pd(a->bits, x);
-	a->nv += (uint64_t)__builtin_popcount(vmbits);
-	a->nbig += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_pd(big));
-	a->nlo += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_pd(small) & vmbits);
+	if (vmbits != 15)
+		small = _mm256_and_pd(small, lanes4(vmbits));
+	a->nbig = _mm256_sub_epi64(a->nbig, _mm256_castpd_si256(big));
+	a->nlo = _mm256_sub_epi64(a->nlo, _mm256_castpd_si256(small));
 	if (xo && m == 4) {
 		_mm256_storeu_pd(xo, xr);
 		_mm256_storeu_pd(vo, v);
@@ -997,7 +998,7 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 
 	/* two sets of 4 lanes, even and odd blocks: 8 sums as the generic loop */
 	a.W = a.P = a.L = a.WB = a.bits = _mm256_setzero_pd();
-	a.nv = a.nbig = a.nlo = 0;
+	a.nbig = a.nlo = _mm256_setzero_si256();
 	b = a;
 	for (; i + 8 <= kb; i += 8) {
 		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
@@ -1031,11 +1032,14 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	ps->P = P * LN2_16;
 	ps->L = L * LN2_16;
 	ps->Wbig = hsum8(a.WB, b.WB);
-	a.nv += b.nv;
-	a.nbig += b.nbig;
-	a.nlo += b.nlo;
-	ps->nsmall = (double)(a.nv - a.nbig);
-	ps->band = (double)(a.nv - a.nbig - a.nlo);
+	/* every element but the sink went through one lane of a block */
+	uint64_t cnt[2][4], nv = n - 1, nbig = 0, nlo = 0;
+	_mm256_storeu_si256((__m256i *)(void *)cnt[0], _mm256_add_epi64(a.nbig, b.nbig));
+	_mm256_storeu_si256((__m256i *)(void *)cnt[1], _mm256_add_epi64(a.nlo, b.nlo));
+	for (int j = 0; j < 4; j++)
+		nbig += cnt[0][j], nlo += cnt[1][j];
+	ps->nsmall = (double)(nv - nbig);
+	ps->band = (double)(nv - nbig - nlo);
 	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ? 1.0 : 0.0;
 	ps->nonfin = 0;
 	return ps->neg > 0 ? -1 : 0;
