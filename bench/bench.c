@@ -7,6 +7,10 @@
  *   bench fma                            single-core peak of 512-bit FMAs
  *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
  *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
+ *   bench message REPS                   the daemon's kernels alone on one 4 MiB
+ *                                        f16 message at default options
+ *   bench pairlogs REPS                  the pair kernel with single and double
+ *                                        logarithms, side by side
  *   bench flood ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS [zc|copy] [blocking]
  *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages
  *   bench sendcost ENDPOINT N BYTES GAP_US   p50/p99 of one non-blocking send,
@@ -24,6 +28,7 @@
 #include <zmq.h>
 
 #include "metrics/swm.h"
+#include "metrics/swm_simd.h"
 #include "proto/swproto.h"
 #include "sinkwatch/client.h"
 
@@ -201,8 +206,8 @@ rows_bench(const char *file, size_t R, size_t K, const char *dts, const char *ki
 		t[r] = now() - t0;
 	}
 	double s = median(t, reps);
-	printf("{\"elems_per_s\": %.6g, \"seconds\": %.6g, \"rows_ok\": %zu, \"mean_H\": %.17g}\n",
-	    (double)(R * K) / s, s, ok / (size_t)reps, chk / (double)ok);
+	printf("{\"elems_per_s\": %.6g, \"seconds\": %.6g, \"rows_ok\": %zu, \"mean_H\": %.17g, "
+	    "\"isa\": \"%s\"}\n", (double)(R * K) / s, s, ok / (size_t)reps, chk / (double)ok, swm_isa());
 	free(x);
 	return 0;
 }
@@ -246,13 +251,127 @@ pairs_bench(size_t H, size_t R, size_t K, int reps)
 		swm_block_add(&b, &o, scratch, acc, NULL);
 		tn[r] = now() - t0;
 	}
-	printf("{\"layer_s\": %.6g, \"rows_only_s\": %.6g, \"cos01\": %.17g}\n", median(t, reps),
-	    median(tn, reps), pairs[1].cos_keep / (double)pairs[1].rows);
+	printf("{\"layer_s\": %.6g, \"rows_only_s\": %.6g, \"cos01\": %.17g, \"isa\": \"%s\", "
+	    "\"log_precision\": \"%s\"}\n", median(t, reps), median(tn, reps),
+	    pairs[1].cos_keep / (double)pairs[1].rows, swm_isa(), swm_precision());
 	free(x);
 	free(scratch);
 	free(acc);
 	free(pairs);
 	free(pick);
+	return 0;
+}
+
+static uint16_t *f16_layer(size_t H, size_t R, size_t K);
+
+/*
+ * What the daemon's worker does with one message of the bench's flood
+ * (daemon/sinkwatchd.c, work_cb): a fixed-probe layer of 16 heads x 64 rows
+ * x 2048 keys in f16 (4 MiB), every row's statistics kept, pair work on
+ * pair_rows = 8 rows and ln parts of drift_rows = 8 rows (the defaults),
+ * timed alone: the figure the daemon's CPU per message is compared with.
+ */
+static int
+message_bench(int reps)
+{
+	enum { H = 16, R = 64, K = 2048, PAIR_ROWS = 8, DRIFT_ROWS = 8 };
+	uint16_t *x = f16_layer(H, R, K);
+	swm_opts o;
+	swm_opts_default(&o);
+	size_t sb = (swm_block_scratch(H, K) + 63) & ~(size_t)63;
+	void *scratch = aligned_alloc(64, sb);
+	swm_head_acc *acc = calloc(H, sizeof(*acc));
+	swm_pair_acc *pairs = calloc(H * H, sizeof(*pairs));
+	swm_row *rows = calloc(H * R, sizeof(*rows));
+	float *ln = malloc(H * DRIFT_ROWS * K * sizeof(float));
+	uint32_t pick[R], lpick[R];
+	if (!x || !scratch || !acc || !pairs || !rows || !ln)
+		return 1;
+	size_t np = swm_pick_rows(NULL, R, K, PAIR_ROWS, pick);
+	size_t nl = swm_pick_rows(NULL, R, K, DRIFT_ROWS, lpick);
+	swm_block b = { .data = x, .dtype = SWM_F16, .kind = SWM_PROBS, .heads = H, .rows = R,
+	    .keys = K, .head_stride = R * K, .row_stride = K, .pair_pick = pick, .npair = np,
+	    .rows_out = rows, .ln_pick = lpick, .nln = nl, .ln_out = ln };
+	double t[64];
+	reps = reps > 64 ? 64 : reps;
+	for (int r = 0; r < reps; r++) {
+		memset(acc, 0, H * sizeof(*acc));
+		memset(pairs, 0, H * H * sizeof(*pairs));
+		double t0 = now();
+		swm_block_add(&b, &o, scratch, acc, pairs);
+		t[r] = now() - t0;
+	}
+	printf("{\"kernels_s\": %.6g, \"bytes\": %d, \"isa\": \"%s\", \"log_precision\": \"%s\", "
+	    "\"js01\": %.17g}\n", median(t, reps), H * R * K * 2, swm_isa(), swm_precision(),
+	    pairs[1].js_keep / (double)pairs[1].rows);
+	free(x);
+	free(scratch);
+	free(acc);
+	free(pairs);
+	free(rows);
+	free(ln);
+	return 0;
+}
+
+/*
+ * The pair kernel of the CPU's instruction set with single-precision and
+ * with double logarithms (swm_simd.h pair, pair_f64), alternately on the
+ * same prepared rows (2048 keys, L1/L2-resident): the ratio of their
+ * element rates, and the largest relative difference of their sums.
+ */
+static int
+pairlogs_bench(int reps)
+{
+	enum { N = 2048, ROWS = 16, CALLS = 2000 };
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
+	if (!kn || !kn->pair || !kn->pair_f64) {
+		printf("{\"isa\": \"%s\", \"ratio\": null}\n", swm_isa());
+		return 0;
+	}
+	double *buf = aligned_alloc(64, 3 * ROWS * N * sizeof(double));
+	uint64_t st = 5;
+	for (int r = 0; r < ROWS; r++) {
+		double *a = buf + 3 * r * N, *c = a + N, *l = c + N, sum = 0;
+		for (int i = 0; i < N; i++) {
+			st = st * 6364136223846793005ull + 1442695040888963407ull;
+			a[i] = exp(3.0 * ((double)(st >> 11) * 0x1p-53 - 0.5));
+			sum += a[i];
+		}
+		for (int i = 0; i < N; i++) {
+			a[i] *= 0.5 / sum;
+			c[i] = 1.1 * a[i];
+			l[i] = log(a[i]);
+		}
+	}
+	double tf[64], td[64], sink = 0, worst = 0;
+	reps = reps > 64 ? 64 : reps;
+	for (int r = 0; r < reps; r++) {
+		for (int v = 0; v < 2; v++) {
+			swm_pair_fn f = v ? kn->pair_f64 : kn->pair;
+			double t0 = now();
+			for (int q = 0; q < CALLS; q++) {
+				double *x = buf + 3 * (q % ROWS) * N, *y = buf + 3 * ((q + 1) % ROWS) * N;
+				double out[4];
+				f(x, x + N, x + 2 * N, y, y + N, y + 2 * N, N, out);
+				sink += out[0];
+			}
+			(v ? td : tf)[r] = now() - t0;
+		}
+	}
+	for (int q = 0; q < ROWS; q++) {
+		double *x = buf + 3 * q * N, *y = buf + 3 * ((q + 1) % ROWS) * N, o1[4], o2[4];
+		kn->pair(x, x + N, x + 2 * N, y, y + N, y + 2 * N, N, o1);
+		kn->pair_f64(x, x + N, x + 2 * N, y, y + N, y + 2 * N, N, o2);
+		for (int i = 0; i < 2; i++) {
+			double e = fabs(o1[i] - o2[i]) / fabs(o2[i]);
+			worst = e > worst ? e : worst;
+		}
+	}
+	double sf = median(tf, reps), sd = median(td, reps);
+	printf("{\"isa\": \"%s\", \"f32_elems_per_s\": %.6g, \"f64_elems_per_s\": %.6g, "
+	    "\"ratio\": %.4g, \"largest_rel_diff\": %.3g, \"check\": %g}\n", swm_isa(),
+	    (double)CALLS * N / sf, (double)CALLS * N / sd, sd / sf, worst, sink);
+	free(buf);
 	return 0;
 }
 
@@ -528,6 +647,10 @@ main(int argc, char **argv)
 	if (!strcmp(argv[1], "pairs") && argc > 5)
 		return pairs_bench((size_t)atol(argv[2]), (size_t)atol(argv[3]),
 		    (size_t)atol(argv[4]), atoi(argv[5]));
+	if (!strcmp(argv[1], "message") && argc > 2)
+		return message_bench(atoi(argv[2]));
+	if (!strcmp(argv[1], "pairlogs") && argc > 2)
+		return pairlogs_bench(atoi(argv[2]));
 	if (!strcmp(argv[1], "flood"))
 		return flood(argc, argv);
 	if (!strcmp(argv[1], "rawrecv") && argc > 3)

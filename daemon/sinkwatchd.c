@@ -555,6 +555,8 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->listen = D.cfg.connect[0] ? "- (connects instead)" : D.cfg.listen;
 	st->connect = D.cfg.connect;
 	st->subscribe = D.cfg.subscribe;
+	st->kernel_isa = swm_isa();
+	st->log_precision = swm_precision();
 	st->control = D.cfg.control;
 	st->data_dir = D.cfg.data_dir;
 	st->uptime_s = swd_wall_now() - D.started;
@@ -1106,8 +1108,8 @@ main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--version")) {
-			printf("sinkwatchd %s (protocol %d, metric contract %d)\n", PACKAGE_VERSION,
-			    SWP_VERSION, SWM_CONTRACT_VERSION);
+			printf("sinkwatchd %s (protocol %d, metric contract %d, kernels %s, logs %s)\n",
+			    PACKAGE_VERSION, SWP_VERSION, SWM_CONTRACT_VERSION, swm_isa(), swm_precision());
 			return 0;
 		}
 	}

@@ -45,6 +45,8 @@ section(struct buf *b, const char *name, const swd_status *st)
 			put(b, "subscribe: %.*s\n", n, p);
 			p += n + (p[n] == '\n');
 		} while (*p);
+		put(b, "kernel_isa: %s\nlog_precision: %s\n", st->kernel_isa ? st->kernel_isa : "-",
+		    st->log_precision ? st->log_precision : "-");
 	} else if (!strcmp(name, "auth")) {
 		/*
 		 * refused_key: a CURVE client whose key is not in the allow list;

@@ -53,6 +53,7 @@ typedef struct swd_status_refused {
 typedef struct swd_status {
 	const char *version, *listen, *control, *data_dir;
 	const char *connect, *subscribe;	/* NULL or "": none; subscribe '\n'-separated */
+	const char *kernel_isa, *log_precision;	/* swm_isa(), swm_precision() */
 	double uptime_s;
 	long pid;
 	size_t nruns;

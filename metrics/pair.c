@@ -2,6 +2,7 @@
  * pair.c: head sums (§2), pairs of rows and of heads (§4, §5), flip rates.
  */
 #include <math.h>
+#include <string.h>
 
 #include "swm.h"
 #include "swm_math.h"
@@ -289,6 +290,7 @@ struct prep {
 	double *a, *c, *l;	/* [keys8] each */
 	double pk;		/* the sink entry p_k */
 	double nx;		/* sum of p_i^2 over the content */
+	double ent[2];		/* sum p ln p, sum c ln c (content) with the pair kernel's logs */
 };
 
 #define KEYS8(k) (((k) + 7) & ~(size_t)7)
@@ -335,7 +337,7 @@ prep_row(const struct swm_kernels *kn, struct prep *pp, const swm_row *r, size_t
 	double iw = r->w > 0 ? 1.0 / r->w : 0.0;
 
 	if (kn && kn->prep) {
-		pp->pk = kn->prep(a, c, l, n, k, keys8, iw, &pp->nx);
+		pp->pk = kn->prep(a, c, l, n, k, keys8, iw, &pp->nx, pp->ent);
 		return;
 	}
 	double nx[LANES] = { 0 }, sl[LANES] = { 0 };
@@ -358,28 +360,81 @@ prep_row(const struct swm_kernels *kn, struct prep *pp, const swm_row *r, size_t
 	pp->nx = lane_sum(nx);
 }
 
+/*
+ * With single-precision logarithms in the pair kernel (METRICS.md §6), the
+ * JS values subtract row entropies taken with the same logarithms (prep
+ * ent), not the row kernel's: equal rows then give 0 exactly, and the
+ * rounding of the logs cancels where the rows agree.
+ */
+static void
+own_entropies(const swm_row *r, const struct prep *p, swm_row *out)
+{
+	*out = *r;
+	out->H = -(p->ent[0] + swm_xlnx(p->pk));
+	if (r->w > 0 && r->n > 2)
+		out->Hc = -p->ent[1];
+}
+
+/*
+ * Whether the JS values of a row pair taken with single-precision logs may
+ * miss the precision budget (METRICS.md §6: 1e-7 relative, 1e-10 absolute):
+ * the rounding of the logs (rms 1.25e-9 per element, mean 1e-11, measured
+ * over every float in [sqrt(1/2), sqrt(2))) sums to a JS error of standard
+ * deviation about rms sqrt(sum m^2 + sum p^2 / 4 + sum q^2 / 4) < rms
+ * sqrt(nx + ny); where 8 of those exceed the budget, as for near-equal
+ * rows, the pair is taken again with double logs.
+ */
+static int
+f32_noisy(const swm_pair *v, const swm_row *rx, const swm_row *ry, double nxx,
+    double nxy)
+{
+	const double rms = 1.25e-9, k = 8;
+	double sd = k * rms * sqrt(nxx + nxy);
+	if (sd > fmax(1e-7 * v->js_keep, 1e-10))
+		return 1;
+	if (v->cos_drop == v->cos_drop && rx->n > 2) {
+		sd = k * rms * sqrt(nxx / (rx->w * rx->w) + nxy / (ry->w * ry->w));
+		if (sd > fmax(1e-7 * v->js_drop, 1e-10))
+			return 1;
+	}
+	return 0;
+}
+
 static void
 pairs_of_row(const struct swm_kernels *kn, const swm_row *st, const struct prep *pp,
     size_t H, swm_pair_acc *pairs)
 {
+	int f32 = kn && kn->pair && kn->prep && kn->pair_f64 && kn->pair_logs &&
+	    strcmp(kn->pair_logs, "f32") == 0;
 	for (size_t i = 0; i < H; i++) {
 		if (st[i].status != SWM_OK)
 			continue;
 		const struct prep *x = &pp[i];
 		size_t n8 = KEYS8(st[i].n);
+		swm_row rx = st[i], ry;
+		if (f32)
+			own_entropies(&st[i], x, &rx);
 		for (size_t j = i + 1; j < H; j++) {
 			if (st[j].status != SWM_OK)
 				continue;
 			const struct prep *y = &pp[j];
 			double s[4];
 			swm_pair v;
+			ry = st[j];
+			if (f32)
+				own_entropies(&st[j], y, &ry);
 			if (kn && kn->pair)
 				kn->pair(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
 			else
 				pair_generic(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
 			/* a = p / 2: the sums of m ln m are over (p + q) / 2 already */
-			pair_finish(&st[i], &st[j], x->pk, y->pk, 4 * s[2], x->nx, y->nx,
+			pair_finish(&rx, &ry, x->pk, y->pk, 4 * s[2], x->nx, y->nx,
 			    s[0], s[1], s[3], &v);
+			if (f32 && f32_noisy(&v, &st[i], &st[j], x->nx, y->nx)) {
+				kn->pair_f64(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
+				pair_finish(&st[i], &st[j], x->pk, y->pk, 4 * s[2], x->nx, y->nx,
+				    s[0], s[1], s[3], &v);
+			}
 			swm_pair_acc *a = &pairs[i * H + j];
 			a->rows++;
 			a->cos_keep += v.cos_keep;
@@ -427,11 +482,24 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 			n = K;
 		for (size_t h = 0; h < H; h++) {
 			const char *row = base + (h * blk->head_stride + r * blk->row_stride) * es;
-			swm_row_stats(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h]);
+			int raw = 0;
+			if (want_pairs || want_ln)
+				swm_row_stats_keep(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h],
+				    kn->prep_raw ? pp[h].a : NULL, pp[h].l, &raw);
+			else
+				swm_row_stats(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h]);
 			swm_head_add(&acc[h], &st[h]);
 			if (blk->rows_out)
 				blk->rows_out[h * blk->rows + r] = st[h];
-			if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
+			if (raw) {
+				/* one pass per head: the values and logs the row kernel kept */
+				const swm_row *w = &st[h];
+				struct swm_fix fx = { 1.0 / w->norm, w->thr, w->lnscale, w->lndelta,
+				    w->w > 0 ? 1.0 / w->w : 0.0 };
+				float *dst = want_ln ? blk->ln_out + (h * blk->nln + il) * K : NULL;
+				pp[h].pk = kn->prep_raw(pp[h].a, pp[h].c, pp[h].l, n, blk->sink, K8, &fx,
+				    &pp[h].nx, dst, pp[h].ent);
+			} else if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
 				swm_row_expand(row, blk->dtype, blk->kind, &st[h], pp[h].a, pp[h].l);
 				if (want_ln) {
 					float *dst = blk->ln_out + (h * blk->nln + il) * K;

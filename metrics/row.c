@@ -103,7 +103,9 @@ lane_sum(const double *a)
 
 /* ---- run-time choice of the kernels ------------------------------------ */
 
-static const struct swm_kernels kernels_generic = { "generic", { 0 }, { 0 }, 0, 0, 0, { 0 }, 0 };
+static const struct swm_kernels kernels_generic = {
+	"generic", { 0 }, { 0 }, 0, 0, 0, { 0 }, 0, { 0 }, 0, 0, "f64"
+};
 
 /* F16C by CPUID: not every compiler's __builtin_cpu_supports() knows it */
 static int
@@ -197,6 +199,13 @@ swm_kernels_get(const char *name)
 		if (strcmp(name, all_kernels[i]->name) == 0)
 			return isa_supported(all_kernels[i]) ? all_kernels[i] : NULL;
 	return NULL;
+}
+
+const char *
+swm_precision(void)
+{
+	const struct swm_kernels *kn = kernels();
+	return kn->pair_logs != NULL && strcmp(kn->pair_logs, "f32") == 0 ? "float32-pair" : "float64";
 }
 
 int
@@ -313,9 +322,28 @@ probs_sums(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_t n,
 		probs_content_any(x, dt, n, k, thr, blo, bhi, ps);
 }
 
+/* The same, keeping the values and logs in xo, vo where the kernel can
+ * (probs_out): *raw = 1 then, else 0. */
+static void
+probs_sums_keep(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_t n,
+    size_t k, double thr, double blo, double bhi, struct swm_psum *ps, double *xo,
+    double *vo, int *raw)
+{
+	swm_probs_out_fn f = xo != NULL && (unsigned)dt < SWM_DTYPE__N ? kn->probs_out[dt] : NULL;
+	*raw = 0;
+	if (f == NULL) {
+		probs_sums(kn, x, dt, n, k, thr, blo, bhi, ps);
+		return;
+	}
+	if (f(x, n, k, thr, blo, bhi, ps, xo, vo) == 0)
+		*raw = 1;
+	else
+		probs_content_any(x, dt, n, k, thr, blo, bhi, ps);
+}
+
 static swm_status
 row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
-    swm_row *r)
+    swm_row *r, double *xo, double *vo, int *raw)
 {
 	double tol = swm_opts_tol(o, dt), delta = o->delta;
 	double xk = ld(x, k, dt);
@@ -329,7 +357,8 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 	 * then, rarely, run the pass again with the exact threshold.
 	 */
 	double thr = delta;
-	probs_sums(kn, x, dt, n, k, thr, delta * (1 - tol), delta * (1 + tol), &ps);
+	probs_sums_keep(kn, x, dt, n, k, thr, delta * (1 - tol), delta * (1 + tol), &ps,
+	    xo, vo, raw);
 	if (ps.nonfin > 0 || !(fabs(xk) <= DBL_MAX))
 		return SWM_REJ_NONFINITE;
 	if (ps.neg > 0 || xk < 0)
@@ -517,9 +546,33 @@ swm_row_stats(const void *x, swm_dtype dt, swm_kind kind, size_t n, size_t k,
 		st = SWM_REJ_NOSINK;
 	else if (kind == SWM_LOGITS)
 		st = row_logits(x, dt, n, k, o, out);
-	else
-		st = row_probs(x, dt, n, k, o, out);
+	else {
+		int raw;
+		st = row_probs(x, dt, n, k, o, out, NULL, NULL, &raw);
+	}
 	out->status = st;
+	return st;
+}
+
+swm_status
+swm_row_stats_keep(const void *x, swm_dtype dt, swm_kind kind, size_t n, size_t k,
+    const swm_opts *o, swm_row *out, double *xo, double *vo, int *raw)
+{
+	swm_status st;
+
+	*raw = 0;
+	out->n = (uint32_t)n;
+	if (n < 2)
+		st = SWM_REJ_SHORT;
+	else if (k >= n)
+		st = SWM_REJ_NOSINK;
+	else if (kind == SWM_LOGITS)
+		st = row_logits(x, dt, n, k, o, out);
+	else
+		st = row_probs(x, dt, n, k, o, out, xo, vo, raw);
+	out->status = st;
+	if (st != SWM_OK)
+		*raw = 0;
 	return st;
 }
 

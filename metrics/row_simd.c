@@ -738,8 +738,9 @@ pair512(const double *ax, const double *cx, const double *lx, const double *ay,
 /* pair.c's prep_row in vector lanes (swm_simd.h, prep) */
 F512 double
 prep512(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, double iw,
-    double *nx)
+    double *nx, double ent[2])
 {
+	(void)ent;	/* double logarithms: the row's own entropies serve */
 	double pk = a[k];
 	a[k] = 0;
 	l[k] = 0;
@@ -773,7 +774,11 @@ const struct swm_kernels swm_kernels_avx512 = {
 	{ l512_f32, l512_f16, l512_bf16, l512_f64 },
 	ln512_array, ex512_array, pair512,
 	{ e512_f32, e512_f16, e512_bf16, e512_f64 },
-	prep512
+	prep512,
+	{ NULL },	/* probs_out: the two passes of swm_row_stats, swm_row_expand */
+	NULL,
+	pair512,	/* double logarithms */
+	"f64"
 };
 
 /* =================================================================== AVX2 */
@@ -929,15 +934,21 @@ lanes4(unsigned bits)
 
 struct p256acc {
 	__m256d W, P, L, WB, bits;
-	uint64_t nv, nbig, nlo;
+	__m256i nbig, nlo;	/* counts per lane: a compare's all-ones lane is -1 */
 };
 
-/* 4 elements; vmbits the lanes in the row (their x is 0 elsewhere) */
+/*
+ * 4 elements; vmbits the lanes in the row (their x is 0 elsewhere). With
+ * xo, the values and their 16 log2 go to xo[0..m) and vo[0..m) (m <= 4),
+ * taken before the mask: the sink's own value and log are kept for the
+ * caller (row.c, one pass per head), and a masked lane adds 0 * v = 0.
+ */
 A256 void
-p256_blk(__m256d x, unsigned vmbits, __m256d lo, __m256d hi, int sub,
-    struct p256acc *a)
+p256_blk(__m256d xr, unsigned vmbits, __m256d lo, __m256d hi, int sub,
+    struct p256acc *a, double *xo, double *vo, size_t m)
 {
-	__m256d v = ln256(x, sub);
+	__m256d x = vmbits == 15 ? xr : _mm256_and_pd(xr, lanes4(vmbits));
+	__m256d v = ln256(xo ? xr : x, sub);
 	__m256d big = _mm256_cmp_pd(x, hi, _CMP_GE_OQ);
 	__m256d small = _mm256_cmp_pd(x, lo, _CMP_LT_OQ);
 	a->W = _mm256_add_pd(a->W, x);
@@ -945,9 +956,20 @@ p256_blk(__m256d x, unsigned vmbits, __m256d lo, __m256d hi, int sub,
 	a->L = _mm256_add_pd(a->L, _mm256_and_pd(big, v));
 	a->WB = _mm256_add_pd(a->WB, _mm256_and_pd(big, x));
 	a->bits = _mm256_or_pd(a->bits, x);
-	a->nv += (uint64_t)__builtin_popcount(vmbits);
-	a->nbig += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_pd(big));
-	a->nlo += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_pd(small) & vmbits);
+	if (vmbits != 15)
+		small = _mm256_and_pd(small, lanes4(vmbits));
+	a->nbig = _mm256_sub_epi64(a->nbig, _mm256_castpd_si256(big));
+	a->nlo = _mm256_sub_epi64(a->nlo, _mm256_castpd_si256(small));
+	if (xo && m == 4) {
+		_mm256_storeu_pd(xo, xr);
+		_mm256_storeu_pd(vo, v);
+	} else if (xo) {
+		double bx[4], bv[4];
+		_mm256_storeu_pd(bx, xr);
+		_mm256_storeu_pd(bv, v);
+		memcpy(xo, bx, m * 8);
+		memcpy(vo, bv, m * 8);
+	}
 }
 
 /* the sum of 8 lanes, pairwise */
@@ -959,9 +981,13 @@ hsum8(__m256d u, __m256d v)
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/* output pointers at element i, or NULL */
+#define XO(i) (xo ? xo + (i) : NULL)
+#define VO(i) (xo ? vo + (i) : NULL)
+
 A256 int
 p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
-    double blo, double bhi, struct swm_psum *ps)
+    double blo, double bhi, struct swm_psum *ps, double *xo, double *vo)
 {
 	struct p256acc a, b;
 	int sub = dt == SWM_F64;
@@ -972,32 +998,32 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 
 	/* two sets of 4 lanes, even and odd blocks: 8 sums as the generic loop */
 	a.W = a.P = a.L = a.WB = a.bits = _mm256_setzero_pd();
-	a.nv = a.nbig = a.nlo = 0;
+	a.nbig = a.nlo = _mm256_setzero_si256();
 	b = a;
 	for (; i + 8 <= kb; i += 8) {
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
-		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b);
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
+		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b, XO(i + 4), VO(i + 4), 4);
 	}
 	for (; i < kb; i += 4)
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
 	if (i + 4 <= n) {
 		unsigned bits = 15 & ~(1u << (k - i));
-		p256_blk(_mm256_and_pd(ld4(x, i, dt), lanes4(bits)), bits, lo, hi, sub, &b);
+		p256_blk(ld4(x, i, dt), bits, lo, hi, sub, &b, XO(i), VO(i), 4);
 		i += 4;
 	}
 	for (; i + 8 <= n; i += 8) {
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
-		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b);
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
+		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b, XO(i + 4), VO(i + 4), 4);
 	}
 	for (; i + 4 <= n; i += 4)
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a);
+		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
 	if (i < n) {
 		double buf[4];
 		const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, es);
 		unsigned bits = (1u << (n - i)) - 1;
 		if (k >= i)
 			bits &= ~(1u << (k - i));
-		p256_blk(_mm256_and_pd(ld4(tb, 0, dt), lanes4(bits)), bits, lo, hi, sub, &b);
+		p256_blk(ld4(tb, 0, dt), bits, lo, hi, sub, &b, XO(i), VO(i), n - i);
 	}
 	double W = hsum8(a.W, b.W), P = hsum8(a.P, b.P), L = hsum8(a.L, b.L);
 	if (!(fabs(W) <= DBL_MAX) || !(fabs(P) <= DBL_MAX) || !(fabs(L) <= DBL_MAX))
@@ -1006,24 +1032,31 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	ps->P = P * LN2_16;
 	ps->L = L * LN2_16;
 	ps->Wbig = hsum8(a.WB, b.WB);
-	a.nv += b.nv;
-	a.nbig += b.nbig;
-	a.nlo += b.nlo;
-	ps->nsmall = (double)(a.nv - a.nbig);
-	ps->band = (double)(a.nv - a.nbig - a.nlo);
+	/* every element but the sink went through one lane of a block */
+	uint64_t cnt[2][4], nv = n - 1, nbig = 0, nlo = 0;
+	_mm256_storeu_si256((__m256i *)(void *)cnt[0], _mm256_add_epi64(a.nbig, b.nbig));
+	_mm256_storeu_si256((__m256i *)(void *)cnt[1], _mm256_add_epi64(a.nlo, b.nlo));
+	for (int j = 0; j < 4; j++)
+		nbig += cnt[0][j], nlo += cnt[1][j];
+	ps->nsmall = (double)(nv - nbig);
+	ps->band = (double)(nv - nbig - nlo);
 	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ? 1.0 : 0.0;
 	ps->nonfin = 0;
 	return ps->neg > 0 ? -1 : 0;
 }
+#undef XO
+#undef VO
 
-F256 int p256_f32(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_F32, n, k, thr, blo, bhi, ps); }
-F256 int p256_f16(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_F16, n, k, thr, blo, bhi, ps); }
-F256 int p256_bf16(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_BF16, n, k, thr, blo, bhi, ps); }
-F256 int p256_f64(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p256_row(x, SWM_F64, n, k, thr, blo, bhi, ps); }
+#define P256(name, DT) F256 int name(const void *x, size_t n, size_t k, double thr, \
+    double blo, double bhi, struct swm_psum *ps) \
+    { return p256_row(x, DT, n, k, thr, blo, bhi, ps, NULL, NULL); } \
+    F256 int name##_out(const void *x, size_t n, size_t k, double thr, double blo, \
+    double bhi, struct swm_psum *ps, double *xo, double *vo) \
+    { return p256_row(x, DT, n, k, thr, blo, bhi, ps, xo, vo); }
+P256(p256_f32, SWM_F32)
+P256(p256_f16, SWM_F16)
+P256(p256_bf16, SWM_BF16)
+P256(p256_f64, SWM_F64)
 
 struct l256acc {
 	__m256d E, EY, Y;
@@ -1175,9 +1208,104 @@ ex256_array(const double *y, double *e, size_t n)
 	}
 }
 
-/* as pair512, two sets of 4 lanes */
+/*
+ * ln of 8 floats x > 0 as an exponent e (x = 2^e z, z in [sqrt(1/2),
+ * sqrt(2))), f = z - 1 (exact) and y = ln z - f in single precision
+ * (Cephes logf: y = -f^2/2 + f^3 P(f), |y| <= 0.09, about one ulp of y).
+ * The exponent stays an integer and f exact, so e ln2 + f + y is summed in
+ * double by the caller, the rounding only that of y.
+ * Zero and subnormal inputs give finite values (their weight is below
+ * 1e-37 wherever they are used).
+ */
+A256 __m256
+lnz8(__m256 x, __m256i *e, __m256 *fo)
+{
+	__m256i u = _mm256_sub_epi32(_mm256_castps_si256(x), _mm256_set1_epi32(0x3f3504f3));
+	*e = _mm256_srai_epi32(u, 23);
+	__m256 z = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(u,
+	    _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f3504f3)));
+	__m256 f = _mm256_sub_ps(z, _mm256_set1_ps(1.0f));
+	__m256 f2 = _mm256_mul_ps(f, f);
+	__m256 p = _mm256_fmadd_ps(_mm256_set1_ps(7.0376836292e-2f), f, _mm256_set1_ps(-1.1514610310e-1f));
+	p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.1676998740e-1f));
+	p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.2420140846e-1f));
+	p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.4249322787e-1f));
+	p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.6668057665e-1f));
+	p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.0000714765e-1f));
+	p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-2.4999993993e-1f));
+	p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(3.3333331174e-1f));
+	p = _mm256_fmsub_ps(p, f, _mm256_set1_ps(0.5f));
+	*fo = f;
+	return _mm256_mul_ps(p, f2);
+}
+
+/*
+ * Accumulates sum m ln m over 8 doubles m (two vectors, m >= 0) with
+ * single-precision logarithms and double sums: m ln m = m e ln2 + m ln z'
+ * + m ln(m / m'), m' = m rounded to float, whose log is taken; the last
+ * term is m - m' to 1e-15 of it. acc[0] += m e, acc[1] += m (f + y),
+ * acc[2] += m - m'.
+ */
+A256 void
+mlnm8(__m256d m0, __m256d m1, __m256d acc[3][2])
+{
+	__m128 h0 = _mm256_cvtpd_ps(m0), h1 = _mm256_cvtpd_ps(m1);
+	__m256i e;
+	__m256 f;
+	__m256 y = lnz8(_mm256_insertf128_ps(_mm256_castps128_ps256(h0), h1, 1), &e, &f);
+	acc[0][0] = _mm256_fmadd_pd(m0, _mm256_cvtepi32_pd(_mm256_castsi256_si128(e)), acc[0][0]);
+	acc[0][1] = _mm256_fmadd_pd(m1, _mm256_cvtepi32_pd(_mm256_extracti128_si256(e, 1)), acc[0][1]);
+	acc[1][0] = _mm256_fmadd_pd(m0, _mm256_cvtps_pd(_mm256_castps256_ps128(f)), acc[1][0]);
+	acc[1][1] = _mm256_fmadd_pd(m1, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), acc[1][1]);
+	acc[1][0] = _mm256_fmadd_pd(m0, _mm256_cvtps_pd(_mm256_castps256_ps128(y)), acc[1][0]);
+	acc[1][1] = _mm256_fmadd_pd(m1, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)), acc[1][1]);
+	acc[2][0] = _mm256_add_pd(acc[2][0], _mm256_sub_pd(m0, _mm256_cvtps_pd(h0)));
+	acc[2][1] = _mm256_add_pd(acc[2][1], _mm256_sub_pd(m1, _mm256_cvtps_pd(h1)));
+}
+
+/* the sum m ln m of the accumulators of mlnm8 */
+A256 double
+mlnm_sum(__m256d acc[3][2])
+{
+	return hsum8(acc[0][0], acc[0][1]) * M_LN2 + hsum8(acc[1][0], acc[1][1]) +
+	    hsum8(acc[2][0], acc[2][1]);
+}
+
+/*
+ * Head-pair sums (swm_simd.h, pair) with single-precision logarithms and
+ * double sums (METRICS.md §6, precision budget): 8 elements at a time, the
+ * two mixtures' logs in 8 float lanes, every product and sum in double.
+ */
 F256 void
 pair256(const double *ax, const double *cx, const double *lx, const double *ay,
+    const double *cy, const double *ly, size_t n, double out[4])
+{
+	__m256d hm[3][2], hmc[3][2], dot[2], c2[2];
+	for (int q = 0; q < 3; q++)
+		hm[q][0] = hm[q][1] = hmc[q][0] = hmc[q][1] = _mm256_setzero_pd();
+	dot[0] = dot[1] = c2[0] = c2[1] = _mm256_setzero_pd();
+	for (size_t i = 0; i < n; i += 8) {
+		__m256d a0 = _mm256_loadu_pd(ax + i), a1 = _mm256_loadu_pd(ax + i + 4);
+		__m256d b0 = _mm256_loadu_pd(ay + i), b1 = _mm256_loadu_pd(ay + i + 4);
+		mlnm8(_mm256_add_pd(a0, b0), _mm256_add_pd(a1, b1), hm);
+		mlnm8(_mm256_add_pd(_mm256_loadu_pd(cx + i), _mm256_loadu_pd(cy + i)),
+		    _mm256_add_pd(_mm256_loadu_pd(cx + i + 4), _mm256_loadu_pd(cy + i + 4)), hmc);
+		dot[0] = _mm256_fmadd_pd(a0, b0, dot[0]);
+		dot[1] = _mm256_fmadd_pd(a1, b1, dot[1]);
+		__m256d d0 = _mm256_sub_pd(_mm256_loadu_pd(lx + i), _mm256_loadu_pd(ly + i));
+		__m256d d1 = _mm256_sub_pd(_mm256_loadu_pd(lx + i + 4), _mm256_loadu_pd(ly + i + 4));
+		c2[0] = _mm256_fmadd_pd(d0, d0, c2[0]);
+		c2[1] = _mm256_fmadd_pd(d1, d1, c2[1]);
+	}
+	out[0] = mlnm_sum(hm);
+	out[1] = mlnm_sum(hmc);
+	out[2] = hsum8(dot[0], dot[1]);
+	out[3] = hsum8(c2[0], c2[1]);
+}
+
+/* the same sums with double logarithms (ln256): the float64 reference of tests */
+F256 void
+pair256d(const double *ax, const double *cx, const double *lx, const double *ay,
     const double *cy, const double *ly, size_t n, double out[4])
 {
 	__m256d acc[2][4];
@@ -1202,6 +1330,104 @@ pair256(const double *ax, const double *cx, const double *lx, const double *ay,
 	out[3] = hsum8(acc[0][3], acc[1][3]);
 }
 
+/* the second half of pair.c's prep_row: c = a iw / 2, a /= 2, l -= mean */
+A256 void
+prep256_scale(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
+    double iw, double mean)
+{
+	/* 0.5 a iw: 0.5 iw is exact, one rounding as in the generic loop */
+	__m256d h = S1(0.5 * iw), vm = S1(mean);
+	for (size_t i = 0; i < keys8; i += 4) {
+		__m256d x = _mm256_loadu_pd(a + i);
+		_mm256_storeu_pd(c + i, _mm256_mul_pd(x, h));
+		_mm256_storeu_pd(a + i, _mm256_mul_pd(x, S1(0.5)));
+		_mm256_storeu_pd(l + i, _mm256_sub_pd(_mm256_loadu_pd(l + i), vm));
+	}
+	l[k] = 0;
+	for (size_t i = n; i < keys8; i++)
+		l[i] = 0;
+}
+
+/*
+ * The entropies of a prepared row with the logarithms of pair256: ent[0] =
+ * sum p ln p and ent[1] = sum c ln c over the content (p = 2a, c = 2c as
+ * stored, both exact), so that two equal rows give a JS of 0, not the
+ * difference of two roundings (pair.c).
+ */
+A256 void
+prep256_ent(const double *a, const double *c, size_t keys8, double ent[2])
+{
+	__m256d hp[3][2], hc[3][2];
+	for (int q = 0; q < 3; q++)
+		hp[q][0] = hp[q][1] = hc[q][0] = hc[q][1] = _mm256_setzero_pd();
+	for (size_t i = 0; i < keys8; i += 8) {
+		mlnm8(_mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(a + i)),
+		    _mm256_add_pd(_mm256_loadu_pd(a + i + 4), _mm256_loadu_pd(a + i + 4)), hp);
+		mlnm8(_mm256_add_pd(_mm256_loadu_pd(c + i), _mm256_loadu_pd(c + i)),
+		    _mm256_add_pd(_mm256_loadu_pd(c + i + 4), _mm256_loadu_pd(c + i + 4)), hc);
+	}
+	ent[0] = mlnm_sum(hp);
+	ent[1] = mlnm_sum(hc);
+}
+
+/* pair.c's prep_row in vector lanes (swm_simd.h, prep) */
+F256 double
+prep256(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, double iw,
+    double *nx, double ent[2])
+{
+	double pk = a[k];
+	a[k] = 0;
+	l[k] = 0;
+	for (size_t i = n; i < keys8; i++)
+		a[i] = l[i] = 0;
+	__m256d vn[2] = { _mm256_setzero_pd(), _mm256_setzero_pd() }, vs[2] = { vn[0], vn[0] };
+	for (size_t i = 0; i < keys8; i += 8)
+		for (int h = 0; h < 2; h++) {
+			__m256d x = _mm256_loadu_pd(a + i + 4 * h);
+			vn[h] = _mm256_fmadd_pd(x, x, vn[h]);
+			vs[h] = _mm256_add_pd(vs[h], _mm256_loadu_pd(l + i + 4 * h));
+		}
+	prep256_scale(a, c, l, n, k, keys8, iw, hsum8(vs[0], vs[1]) / (double)(n - 1));
+	*nx = hsum8(vn[0], vn[1]);
+	if (ent)
+		prep256_ent(a, c, keys8, ent);
+	return pk;
+}
+
+/*
+ * swm_simd.h, prep_raw: a and l hold a row's values x and their 16 log2 as
+ * the probability kernel left them (probs_out). Puts p = x invS and l = ln x
+ * + lnscale, or lndelta where x < thr (swm_row_expand(), the same
+ * operations as e256_row), l to ln_out as floats when it is not NULL, then
+ * prepares the row as prep256.
+ */
+F256 double
+prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
+    const struct swm_fix *fx, double *nx, float *ln_out, double ent[2])
+{
+	__m256d vis = S1(fx->invS), vthr = S1(fx->thr), vsc = S1(fx->lnscale);
+	__m256d vld = S1(fx->lndelta);
+	size_t i = 0;
+	for (size_t j = n; j < keys8; j++)
+		a[j] = l[j] = 0;
+	for (; i < n; i += 4) {
+		__m256d v = _mm256_loadu_pd(a + i);
+		__m256d lv = _mm256_fmadd_pd(_mm256_loadu_pd(l + i), S1(LN2_16), vsc);
+		__m256d small = _mm256_cmp_pd(v, vthr, _CMP_LT_OQ);
+		lv = _mm256_blendv_pd(lv, vld, small);
+		_mm256_storeu_pd(a + i, _mm256_mul_pd(v, vis));
+		_mm256_storeu_pd(l + i, lv);
+		if (ln_out && i + 4 <= n) {
+			_mm_storeu_ps(ln_out + i, _mm256_cvtpd_ps(lv));
+		} else if (ln_out) {
+			float fb[4];
+			_mm_storeu_ps(fb, _mm256_cvtpd_ps(lv));
+			memcpy(ln_out + i, fb, (n - i) * sizeof(float));
+		}
+	}
+	/* i may pass n by up to 3 (within keys8): those lanes are zeroed below */
+	return prep256(a, c, l, n, k, keys8, fx->iw, nx, ent);
+}
 
 const struct swm_kernels swm_kernels_avx2 = {
 	"avx2",
@@ -1209,5 +1435,9 @@ const struct swm_kernels swm_kernels_avx2 = {
 	{ l256_f32, l256_f16, l256_bf16, l256_f64 },
 	ln256_array, ex256_array, pair256,
 	{ e256_f32, e256_f16, e256_bf16, e256_f64 },
-	NULL	/* prep: the generic loop */
+	prep256,
+	{ p256_f32_out, p256_f16_out, p256_bf16_out, p256_f64_out },
+	prep256_raw,
+	pair256d,
+	"f32"
 };

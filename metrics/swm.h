@@ -69,6 +69,15 @@ typedef struct swm_opts {
  */
 const char *swm_isa(void);
 /*
+ * The precision of the per-element logarithms of the kernels in use
+ * (METRICS.md §6, precision budget): "float32-pair" when the head-pair
+ * kernel takes its logarithms in single precision (every sum in double;
+ * the row statistics, and the pairs whose JS would miss the budget, with
+ * double logarithms), "float64" when every logarithm is double. Recorded
+ * in each run file (log_precision) beside swm_isa() (kernel_isa).
+ */
+const char *swm_precision(void);
+/*
  * Forces the kernels of an instruction set (tests, benchmarks), for every
  * thread; "auto" restores the automatic choice. Returns 0, or -1 when the
  * name is unknown or the CPU lacks the instruction set (nothing changes).

@@ -57,7 +57,21 @@ typedef void (*swm_expand_fn)(const void *x, size_t n, double invS, double thr,
     double lnscale, double lndelta, double *p, double *l);
 
 typedef double (*swm_prep_fn)(double *a, double *c, double *l, size_t n, size_t k,
-    size_t keys8, double iw, double *nx);
+    size_t keys8, double iw, double *nx, double ent[2]);
+
+/* The numbers that turn a row's raw values and logs into p and ln parts. */
+struct swm_fix {
+	double invS, thr, lnscale, lndelta;	/* as in swm_row */
+	double iw;				/* 1 / w, 0 when w = 0 */
+};
+
+/* probs with the values and their 16 log2 (the kernel's unit) kept */
+typedef int (*swm_probs_out_fn)(const void *x, size_t n, size_t k, double thr,
+    double blo, double bhi, struct swm_psum *ps, double *xo, double *vo);
+
+typedef double (*swm_prep_raw_fn)(double *a, double *c, double *l, size_t n,
+    size_t k, size_t keys8, const struct swm_fix *fx, double *nx, float *ln_out,
+    double ent[2]);
 
 struct swm_kernels {
 	const char *name;	/* "avx512", "avx2", "generic" */
@@ -90,13 +104,43 @@ struct swm_kernels {
 	 * a = p / 2 and c = a iw, zero at the sink k and past n, and l the
 	 * content clr (l minus its mean over the n - 1 content keys), zero at
 	 * k and past n. Returns p_k; *nx = sum of p^2 over the content keys.
+	 * When pair_logs is "f32" and ent is not NULL, ent = { sum p ln p,
+	 * sum c ln c } over the content keys with pair's logarithms (c = 2 c
+	 * as stored = p / w), for JS values that are 0 between equal rows.
 	 * NULL: the generic loop.
 	 */
 	swm_prep_fn prep;
+	/*
+	 * One pass per head (pair.c, swm_block_add): probs as above that also
+	 * store each element as a double to xo[0 .. n) and its 16 log2 x to
+	 * vo[0 .. n) (the sink's too); when it returns 0 they are valid.
+	 * NULL: the row is read again by swm_row_expand().
+	 */
+	swm_probs_out_fn probs_out[SWM_DTYPE__N];
+	/*
+	 * Pair preparation from those buffers, in place (a = xo, l = vo):
+	 * p = x invS, l = ln x + lnscale or lndelta below thr, exactly as
+	 * expand[]; l to ln_out (floats, n of them) when not NULL; then as
+	 * prep with iw (and ent). Returns p_k.
+	 */
+	swm_prep_raw_fn prep_raw;
+	/* pair with double logarithms: the reference the tests compare with */
+	swm_pair_fn pair_f64;
+	/* the precision of pair's logarithms: "f32" or "f64" (sums: double) */
+	const char *pair_logs;
 };
 
 extern const struct swm_kernels swm_kernels_avx512;
 extern const struct swm_kernels swm_kernels_avx2;
+
+/*
+ * swm_row_stats() that, for a probability row whose kernel has probs_out,
+ * keeps the row's values and their 16 log2 in xo[0 .. n) and vo[0 .. n)
+ * (one read of the data for the statistics and the pair and drift work)
+ * and sets *raw to 1; else *raw is 0 and the row must be expanded.
+ */
+swm_status swm_row_stats_keep(const void *x, swm_dtype dt, swm_kind kind, size_t n,
+    size_t k, const swm_opts *o, swm_row *out, double *xo, double *vo, int *raw);
 
 /* The kernels of an instruction set by name, NULL if this CPU lacks it. */
 const struct swm_kernels *swm_kernels_get(const char *name);

@@ -510,8 +510,9 @@ write_root_attrs(hid_t file, const sw_runmeta *m, char *err, size_t errlen)
 	    attr_u32(file, "generation", gen) < 0 ||
 	    attr_write(file, "row_stats", H5T_STD_U8LE, H5T_NATIVE_UINT8, &rowstats) < 0 ||
 	    attr_write(file, "cross_layer_pairs", H5T_STD_U8LE, H5T_NATIVE_UINT8, &cross) < 0 ||
-	    /* every logarithm and sum in double (METRICS.md §6) */
-	    attr_str(file, "log_precision", "float64") < 0 ||
+	    /* the logarithms' precision and the kernels that took them (METRICS.md §6) */
+	    attr_str(file, "log_precision", swm_precision()) < 0 ||
+	    attr_str(file, "kernel_isa", swm_isa()) < 0 ||
 	    attr_str(file, "sender_fields", SW_SENDER_FIELD_LIST) < 0) {
 		sw_h5_fail(err, errlen, "writing the file attributes failed");
 		return -1;
