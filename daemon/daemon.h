@@ -128,6 +128,7 @@ typedef struct swd_wstats {
 	atomic_llong write_drops;	/* messages of steps not stored: the file failed */
 	atomic_llong items;		/* items taken off the queue (the watchdog's progress) */
 	atomic_llong bytes_written;	/* how much the run files grew, at flushes */
+	atomic_llong drift_ns;	/* the writer's CPU time in drift distances */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;
@@ -139,6 +140,8 @@ void swd_writer_push(swd_writer *w, swd_witem *it);
 /* Writes everything queued, closes every file, joins the thread. */
 void swd_writer_stop(swd_writer **w);
 const swd_wstats *swd_writer_stats(const swd_writer *w);
+/* The writer thread's CPU seconds so far (its thread clock). */
+double swd_writer_cpu_s(const swd_writer *w);
 
 void swd_layer_free(swd_layer *l, atomic_llong *inflight);
 
