@@ -259,6 +259,123 @@ def bench_e2e(tmp, res, transport, reps=3):
         "raw_runs_messages_per_s": raw_runs, "runs": runs}
 
 
+STAGES = ("receive", "zmq_io", "decode", "assemble", "kernel", "drift", "write")
+
+
+def start_default(tmp, listen):
+    """sinkwatchd on its default options (the harness's --flush-ms 100 left out)."""
+    d = Daemon(tmp=tmp)
+    d.listen = listen
+    args = [os.environ["SINKWATCHD"], "--listen", d.listen, "--control", d.control,
+            "--data-dir", d.data]
+    d.logf = open(d.log, "ab")
+    d.proc = subprocess.Popen(args, stderr=d.logf, stdout=d.logf)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            if "pong" in d.ctl("ping", timeout_ms=200):
+                return d
+        except TimeoutError:
+            pass
+    raise RuntimeError("sinkwatchd did not answer")
+
+
+def paced_trial(d, ep, name, dt, rate, seconds):
+    """One paced send of about `seconds` at `rate` 4 MiB messages/s. Kept up:
+    no message dropped (client or daemon), the sender kept its pace, and the
+    daemon had every message processed and written within LAG_S of the last
+    send (a backlog that only the budget hides shows as lag: with a trial of
+    T s, passing bounds the daemon's capacity below by rate * T / (T + LAG_S))."""
+    L, H, R = 24, 16, 64
+    K = 2048 if dt == "f16" else 1024
+    steps = max(2, int(np.ceil(rate * seconds / L)))
+    n = steps * L
+    base = d.status()
+    c0 = cpu_s(d.proc.pid)
+    fl = run_json([BENCH, "paced", ep, name, steps, L, H, R, K, dt, "%.3f" % rate],
+                  timeout=seconds * 10 + 120)
+    t_sent = time.time()
+    want = base["traffic"]["messages"] + n + 1
+    st = d.wait(lambda s: (s["traffic"]["messages"] >= want and s["queue"]["jobs_in_flight"] == 0
+                           and s["queue"]["writer_queue"] == 0), timeout=600, what=name)
+    lag = time.time() - t_sent
+    drops = {k: v - base["drops"].get(k, 0) for k, v in st["drops"].items() if isinstance(v, int)}
+    drops = {k: v for k, v in drops.items() if v}
+    cpu = {k: st["cpu"][k + "_s"] - base["cpu"][k + "_s"] for k in STAGES + ("stages", "process")}
+    proc = cpu_s(d.proc.pid) - c0
+    ok = (not drops and fl["dropped"] == 0 and fl["achieved"] >= 0.97 * rate and lag <= LAG_S)
+    return {"rate": rate, "ok": bool(ok), "messages": n, "elements_per_message": fl["elements"],
+            "done_messages_per_s": n / (fl["send_s"] + lag),
+            "achieved": fl["achieved"], "max_late_s": fl["max_late_s"], "lag_s": lag,
+            "drops": drops, "client_dropped": fl["dropped"],
+            "cpu_ms_per_message": {k: 1e3 * v / (n + 1) for k, v in cpu.items()},
+            "proc_cpu_ms_per_message": 1e3 * proc / (n + 1)}
+
+
+LAG_S = 0.5
+
+
+def bench_ingest(tmp, res, transport, seconds=10.0, max_trials=7):
+    """The highest paced rate of 4 MiB messages ([16, 64, 2048] f16, [16, 64,
+    1024] f32) the daemon on its default options takes with zero loss: a
+    search on the rate (up by 1.5x from a start until a trial fails, down
+    likewise until one passes, then bisection), each trial a fresh run of
+    about `seconds`. The daemon's CPU per message by stage comes from its
+    own counters (status cpu) over the best passing trial."""
+    if transport == "ipc":
+        ep = "ipc://%s/swi-%d.sock" % (tmp, free_port())
+    else:
+        ep = "tcp://127.0.0.1:%d" % free_port()
+    d = start_default(tmp, ep)
+    out = {}
+    try:
+        # the daemon's heap grows to its working size (a fault per fresh page)
+        paced_trial(d, ep, "paced-warm-" + transport, "f16", 20.0, 3.0)
+        for dt in ("f16", "f32"):
+            trials = []
+            flood = res["e2e"].get(transport, {}).get("messages_per_s")
+            r = max(10.0, flood if flood else 60.0)
+            k = 0
+
+            def trial(rate):
+                t = paced_trial(d, ep, "paced-%s-%s-%d" % (transport, dt, len(trials)), dt, rate,
+                                seconds)
+                trials.append(t)
+                return t["ok"]
+            lo, hi = (r / 2, None) if trial(r / 2) else (None, r / 2)
+            while lo is None and len(trials) < max_trials:
+                hi_try = hi / 1.5
+                if trial(hi_try):
+                    lo = hi_try
+                else:
+                    hi = hi_try
+            while hi is None and len(trials) < max_trials:
+                up = lo * 1.5 if k else r
+                k += 1
+                if trial(up):
+                    lo = up
+                else:
+                    hi = up
+            while lo and hi and (hi - lo) / lo > 0.08 and len(trials) < max_trials:
+                mid = (lo + hi) / 2
+                if trial(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            best = max((t for t in trials if t["ok"]), key=lambda t: t["rate"], default=None)
+            epm = trials[0]["elements_per_message"]
+            out[dt] = {"zero_loss_messages_per_s": lo or 0.0,
+                       "zero_loss_elems_per_s": (lo or 0.0) * epm,
+                       "first_failing_rate": hi, "elements_per_message": epm,
+                       "trial_s": seconds, "lag_s": LAG_S,
+                       "cpu_ms_per_message": best["cpu_ms_per_message"] if best else None,
+                       "proc_cpu_ms_per_message": best["proc_cpu_ms_per_message"] if best else None,
+                       "trials": trials}
+    finally:
+        d.stop()
+    res.setdefault("ingest", {})[transport] = out
+
+
 def bench_allpairs(tmp, res):
     """One 1.4B snapshot with every pair metric on every row."""
     res["pairs"]["snapshot_default_s"] = 24 * (res["pairs"]["rows_only_s_c"] +
@@ -377,6 +494,14 @@ def bench_memory(tmp, res):
 
 def targets(res):
     t = []
+    for tr, o in res.get("ingest", {}).items():
+        fl = res["e2e"].get(tr, {}).get("messages_per_s")
+        if "f16" in o and fl:
+            x = o["f16"]["zero_loss_messages_per_s"] / fl
+            t.append(("ingest_%s_f16_zero_loss_vs_flood_processed" % tr, x, 2.0, x >= 2))
+        if tr == "tcp" and o.get("f16", {}).get("cpu_ms_per_message"):
+            x = o["f16"]["cpu_ms_per_message"]["stages"]
+            t.append(("daemon_cpu_ms_per_4mib_f16_message", x, 10.0, x <= 10))
     if "bandwidth" not in res or "f32" not in res["rows"] or "pairs" not in res:
         return t
     bw = res["bandwidth"]["f32_per_s"]
@@ -417,6 +542,8 @@ def main():
              ("allpairs", lambda: bench_allpairs(tmp, res)),
              ("e2e_tcp", lambda: bench_e2e(tmp, res, "tcp")),
              ("e2e_ipc", lambda: bench_e2e(tmp, res, "ipc")),
+             ("ingest_tcp", lambda: bench_ingest(tmp, res, "tcp")),
+             ("ingest_ipc", lambda: bench_ingest(tmp, res, "ipc")),
              ("client", lambda: bench_client(tmp, res)),
              ("visibility", lambda: bench_visibility(tmp, res)),
              ("memory", lambda: bench_memory(tmp, res))]
@@ -450,12 +577,26 @@ def main():
               (p["layer_s_c"], p["layer_s_numpy"], p["ratio_vs_numpy"],
                p["snapshot_all_pairs_s"], p.get("snapshot_default_s", float("nan"))))
     for tr, e in res["e2e"].items():
-        print("e2e %s: %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f); "
+        print("e2e %s (flood, the baseline: processed messages while the budget drops the rest): %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f); "
               "daemon CPU %.2f ms per 4 MiB message; per run: raw %s msg/s, daemon %s msg/s" %
               (tr, e["snapshots_per_s"], e["elems_per_s"], e["messages_per_s"],
                e["raw_zmq_messages_per_s"], e["ratio_vs_raw_zmq"], e["daemon_cpu_ms_per_message"],
                " ".join("%.0f" % x for x in e["raw_runs_messages_per_s"]),
                " ".join("%.0f" % r["messages_per_s"] for r in e["runs"])))
+    for tr, o in res.get("ingest", {}).items():
+        for dt, v in o.items():
+            c = v["cpu_ms_per_message"] or {}
+            print("ingest %s %s, zero loss (paced 4 MiB messages, default options, %g s trials, "
+                  "done within %g s of the last send): %.1f msg/s, %.3g elem/s (first failing "
+                  "rate %s); daemon CPU %.2f ms per message by its own counters (/proc %.2f): %s; "
+                  "trials %s" %
+                  (tr, dt, v["trial_s"], v["lag_s"], v["zero_loss_messages_per_s"],
+                   v["zero_loss_elems_per_s"],
+                   "%.1f" % v["first_failing_rate"] if v["first_failing_rate"] else "none",
+                   c.get("stages", float("nan")), v["proc_cpu_ms_per_message"] or float("nan"),
+                   " ".join("%s %.2f" % (k, c[k]) for k in STAGES if k in c),
+                   " ".join("%.1f:%s" % (t["rate"], "ok" if t["ok"] else "fail")
+                            for t in v["trials"])))
     if "client" in res:
         for k, v in res["client"].items():
             print("client send of 4 MiB, %s: zero-copy p50 %.1f us p99 %.1f us; copy p50 %.1f us p99 %.1f us; "
