@@ -376,6 +376,59 @@ def bench_ingest(tmp, res, transport, seconds=10.0, max_trials=7):
     res.setdefault("ingest", {})[transport] = out
 
 
+def bench_training(tmp, res, steps=100):
+    """The probe's cost inside training: contrib/examples/train_tiny_gpt.py on
+    CPU (its defaults: 2 layers x 4 heads, d_model 64, context 64, batch 16,
+    a probe batch of 2, one torch thread), streaming to a daemon on its
+    default options, with a probe every 1, 10 and 100 steps, the rowstats
+    path beside the rows at every 10, and no probe. The share is the probe's
+    cost over the training loop's without it, measured in the training
+    thread's CPU time (time.thread_time: other processes on the machine do
+    not inflate it) and by the wall clock, split into the forward pass with
+    attention weights (with saving the model's flags and generators), the
+    copy (row selection, cast or rowstats, copy to host) and the send."""
+    ep = "tcp://127.0.0.1:%d" % free_port()
+    d = start_default(tmp, ep)
+    ex = os.path.join(SRC, "contrib", "examples", "train_tiny_gpt.py")
+    runs = {}
+    try:
+        for name, args in (("none", ["--no-probe"]), ("every1", ["--every", "1"]),
+                           ("every10", ["--every", "10"]), ("every100", ["--every", "100"]),
+                           ("every10_rowstats", ["--every", "10", "--rowstats"])):
+            p = subprocess.run([sys.executable, ex, "--connect", ep, "--steps", str(steps),
+                                "--log-every", "0", "--threads", "1", "--seed", "1",
+                                "--run", "train-" + name] + args,
+                               capture_output=True, text=True, timeout=3600)
+            if p.returncode != 0:
+                raise RuntimeError("%s: %s" % (name, p.stderr[-2000:]))
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("probe stats: ")][-1]
+            runs[name] = json.loads(line[len("probe stats: "):])
+    finally:
+        d.stop()
+    out = {"steps": steps, "runs": runs}
+    for name, r in runs.items():
+        if not r["probes"]:
+            continue
+        n = r["probes"]
+        train_cpu = (r["loop_cpu_s"] * 1e3 - r["cpu_ms_total"]) / r["steps"]     # ms a step
+        train_wall = (r["loop_s"] * 1e3 - r["ms_total"]) / r["steps"]
+        every = r["every"]
+        part = {k: r["cpu_ms_%s_total" % k] / n for k in ("capture", "copy", "send")}
+        part["rest"] = r["cpu_ms_total"] / n - sum(part.values())
+        out[name] = {"every": every, "probes": n, "kind": r["kind"], "dtype": r["dtype"],
+                     "bytes_per_probe": r["bytes_mean"],
+                     "train_step_cpu_ms": train_cpu, "train_step_wall_ms": train_wall,
+                     "probe_cpu_ms": r["cpu_ms_total"] / n, "probe_wall_ms": r["ms_total"] / n,
+                     "share_cpu": r["cpu_ms_total"] / n / (every * train_cpu),
+                     "share_wall": r["ms_total"] / n / (every * train_wall),
+                     "share_cpu_by_part": {k: v / (every * train_cpu) for k, v in part.items()},
+                     "probe_cpu_ms_by_part": part}
+    if "none" in runs:
+        out["no_probe_step_cpu_ms"] = runs["none"]["loop_cpu_s"] * 1e3 / steps
+        out["no_probe_step_wall_ms"] = runs["none"]["loop_s"] * 1e3 / steps
+    res["training"] = out
+
+
 def bench_allpairs(tmp, res):
     """One 1.4B snapshot with every pair metric on every row."""
     res["pairs"]["snapshot_default_s"] = 24 * (res["pairs"]["rows_only_s_c"] +
@@ -502,6 +555,9 @@ def targets(res):
         if tr == "tcp" and o.get("f16", {}).get("cpu_ms_per_message"):
             x = o["f16"]["cpu_ms_per_message"]["stages"]
             t.append(("daemon_cpu_ms_per_4mib_f16_message", x, 10.0, x <= 10))
+    if res.get("training", {}).get("every10"):
+        x = res["training"]["every10"]["share_cpu"]
+        t.append(("probe_share_of_training_every10", x, 0.01, x <= 0.01))
     if "bandwidth" not in res or "f32" not in res["rows"] or "pairs" not in res:
         return t
     bw = res["bandwidth"]["f32_per_s"]
@@ -544,6 +600,7 @@ def main():
              ("e2e_ipc", lambda: bench_e2e(tmp, res, "ipc")),
              ("ingest_tcp", lambda: bench_ingest(tmp, res, "tcp")),
              ("ingest_ipc", lambda: bench_ingest(tmp, res, "ipc")),
+             ("training", lambda: bench_training(tmp, res)),
              ("client", lambda: bench_client(tmp, res)),
              ("visibility", lambda: bench_visibility(tmp, res)),
              ("memory", lambda: bench_memory(tmp, res))]
@@ -597,6 +654,22 @@ def main():
                    " ".join("%s %.2f" % (k, c[k]) for k in STAGES if k in c),
                    " ".join("%.1f:%s" % (t["rate"], "ok" if t["ok"] else "fail")
                             for t in v["trials"])))
+    if "training" in res:
+        tr = res["training"]
+        print("training (tiny GPT on CPU, %d steps a run): a step %.1f ms CPU / %.1f ms wall "
+              "without the probe" % (tr["steps"], tr.get("no_probe_step_cpu_ms", float("nan")),
+                                     tr.get("no_probe_step_wall_ms", float("nan"))))
+        for name in ("every1", "every10", "every100", "every10_rowstats"):
+            v = tr.get(name)
+            if not v:
+                continue
+            b = v["share_cpu_by_part"]
+            print("  probe every %d (%s %s, %d B): %.2f ms CPU a probe, %.2f%% of training by CPU "
+                  "(forward %.2f%%, copy %.2f%%, send %.2f%%, the rest %.2f%%), %.2f%% by wall "
+                  "clock; %d probes" %
+                  (v["every"], v["kind"], v["dtype"], v["bytes_per_probe"], v["probe_cpu_ms"],
+                   100 * v["share_cpu"], 100 * b["capture"], 100 * b["copy"], 100 * b["send"],
+                   100 * b["rest"], 100 * v["share_wall"], v["probes"]))
     if "client" in res:
         for k, v in res["client"].items():
             print("client send of 4 MiB, %s: zero-copy p50 %.1f us p99 %.1f us; copy p50 %.1f us p99 %.1f us; "
