@@ -211,7 +211,7 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 		put(&b, "sinkwatch_messages_dropped_total{reason=\"bad_%s\"} %lld\n",
 		    swp_errname(-i), (long long)st->decode_errors[i]);
 	metric(&b, "sinkwatch_stage_cpu_seconds_total", "counter",
-	    "CPU seconds of the daemon's threads by stage (sinkwatchd(8), STATUS).");
+	    "CPU seconds of the daemon's threads by stage (sinkwatchd(8), CPU BY STAGE).");
 	for (int i = 0; i < SWD_STAGES_N; i++)
 		put(&b, "sinkwatch_stage_cpu_seconds_total{stage=\"%s\"} %.9g\n", swd_stage_names[i],
 		    st->stage_cpu_s[i]);
