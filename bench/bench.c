@@ -12,6 +12,8 @@
  *   bench pairlogs REPS                  the pair kernel with single and double
  *                                        logarithms, side by side
  *   bench flood ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS [zc|copy] [blocking]
+ *   bench paced ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS f16|f32 RATE
+ *                                        the same, one message every 1/RATE s
  *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages
  *   bench sendcost ENDPOINT N BYTES GAP_US   p50/p99 of one non-blocking send,
  *                                        and of a floor operation beside it
@@ -468,6 +470,89 @@ flood(int argc, char **argv)
 	return 0;
 }
 
+/* A binary16's value (finite inputs). */
+static float
+f32_of(uint16_t h)
+{
+	int e = (h >> 10) & 31, m = h & 1023;
+	float v = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
+	return h & 0x8000 ? -v : v;
+}
+
+/* The rows of f16_layer() as f32. */
+static float *
+f32_layer(size_t H, size_t R, size_t K)
+{
+	uint16_t *h = f16_layer(H, R, K);
+	float *x = h ? malloc(H * R * K * sizeof(float)) : NULL;
+	for (size_t i = 0; x && i < H * R * K; i++)
+		x[i] = f32_of(h[i]);
+	free(h);
+	return x;
+}
+
+/*
+ * Sends at a fixed rate: message i (step-major) is due at t0 + i / RATE
+ * (absolute deadlines: a late send does not push the later ones back),
+ * zero-copy, blocking mode. Prints how far behind its schedule the sender
+ * fell, so a rate the sender itself could not keep is not taken for one
+ * the daemon kept up with.
+ */
+static int
+paced(int argc, char **argv)
+{
+	if (argc < 11)
+		return 2;
+	const char *ep = argv[2], *run = argv[3];
+	long steps = atol(argv[4]), L = atol(argv[5]), H = atol(argv[6]), R = atol(argv[7]),
+	    K = atol(argv[8]);
+	int f32 = !strcmp(argv[9], "f32");
+	double rate = atof(argv[10]);
+	size_t n = (size_t)H * R * K, bytes = n * (f32 ? 4 : 2);
+	void *x = f32 ? (void *)f32_layer((size_t)H, (size_t)R, (size_t)K) :
+	    (void *)f16_layer((size_t)H, (size_t)R, (size_t)K);
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.blocking = 1;
+	o.block_timeout_ms = 60000;
+	o.linger_ms = 10000;
+	sw_run_info ri = { run, "bench", 1400000000ull, (uint32_t)L, (uint32_t)H, 0, 1 };
+	sw_client *c;
+	if (!x || rate <= 0 || sw_client_new(&o, &ri, &c))
+		return 1;
+	sw_client_flush(c, 3000);
+	struct timespec ts0;
+	clock_gettime(CLOCK_MONOTONIC, &ts0);
+	double t0 = (double)ts0.tv_sec + (double)ts0.tv_nsec * 1e-9, late = 0;
+	long i = 0;
+	for (long s = 0; s < steps; s++)
+		for (long l = 0; l < L; l++, i++) {
+			double due = t0 + (double)i / rate;
+			struct timespec d = { (time_t)due, (long)((due - floor(due)) * 1e9) };
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &d, NULL) != 0)
+				;
+			double t = now();
+			if (t - due > late)
+				late = t - due;
+			sw_snapshot sn = { s, (uint32_t)l, SW_KIND_PROBS,
+			    f32 ? SW_DTYPE_F32 : SW_DTYPE_F16, (uint32_t)R, (uint32_t)K, NULL, x, bytes };
+			sw_client_send_zc(c, &sn, noop_release, NULL);
+		}
+	double t1 = now();
+	sw_client_end(c);
+	sw_client_flush(c, 30000);
+	sw_client_stats st;
+	sw_client_get_stats(c, &st);
+	sw_client_destroy(&c);
+	printf("{\"send_s\": %.6g, \"rate\": %.6g, \"achieved\": %.6g, \"max_late_s\": %.6g, "
+	    "\"sent\": %llu, \"dropped\": %llu, \"bytes\": %zu, \"elements\": %zu}\n", t1 - t0,
+	    rate, i > 1 ? (double)(i - 1) / (t1 - t0) : 0.0, late, (unsigned long long)st.sent,
+	    (unsigned long long)st.dropped, bytes, n);
+	free(x);
+	return 0;
+}
+
 /* A bare subscriber: the most ZeroMQ delivers with no processing. */
 static int
 rawrecv(const char *ep, long count)
@@ -653,6 +738,8 @@ main(int argc, char **argv)
 		return pairlogs_bench(atoi(argv[2]));
 	if (!strcmp(argv[1], "flood"))
 		return flood(argc, argv);
+	if (!strcmp(argv[1], "paced"))
+		return paced(argc, argv);
 	if (!strcmp(argv[1], "rawrecv") && argc > 3)
 		return rawrecv(argv[2], atol(argv[3]));
 	if (!strcmp(argv[1], "sendcost") && argc > 5)

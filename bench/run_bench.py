@@ -260,6 +260,176 @@ def bench_e2e(tmp, res, transport, reps=3):
         "raw_runs_messages_per_s": raw_runs, "runs": runs}
 
 
+STAGES = ("receive", "zmq_io", "decode", "assemble", "kernel", "drift", "write")
+
+
+def start_default(tmp, listen):
+    """sinkwatchd on its default options (the harness's --flush-ms 100 left out)."""
+    d = Daemon(tmp=tmp)
+    d.listen = listen
+    args = [os.environ["SINKWATCHD"], "--listen", d.listen, "--control", d.control,
+            "--data-dir", d.data]
+    d.logf = open(d.log, "ab")
+    d.proc = subprocess.Popen(args, stderr=d.logf, stdout=d.logf)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            if "pong" in d.ctl("ping", timeout_ms=200):
+                return d
+        except TimeoutError:
+            pass
+    raise RuntimeError("sinkwatchd did not answer")
+
+
+def paced_trial(d, ep, name, dt, rate, seconds):
+    """One paced send of about `seconds` at `rate` 4 MiB messages/s. Kept up:
+    no message dropped (client or daemon), the sender kept its pace, and the
+    daemon had every message processed and written within LAG_S of the last
+    send (a backlog that only the budget hides shows as lag: with a trial of
+    T s, passing bounds the daemon's capacity below by rate * T / (T + LAG_S))."""
+    L, H, R = 24, 16, 64
+    K = 2048 if dt == "f16" else 1024
+    steps = max(2, int(np.ceil(rate * seconds / L)))
+    n = steps * L
+    base = d.status()
+    c0 = cpu_s(d.proc.pid)
+    fl = run_json([BENCH, "paced", ep, name, steps, L, H, R, K, dt, "%.3f" % rate],
+                  timeout=seconds * 10 + 120)
+    t_sent = time.time()
+    want = base["traffic"]["messages"] + n + 1
+    st = d.wait(lambda s: (s["traffic"]["messages"] >= want and s["queue"]["jobs_in_flight"] == 0
+                           and s["queue"]["writer_queue"] == 0), timeout=600, what=name)
+    lag = time.time() - t_sent
+    drops = {k: v - base["drops"].get(k, 0) for k, v in st["drops"].items() if isinstance(v, int)}
+    drops = {k: v for k, v in drops.items() if v}
+    cpu = {k: st["cpu"][k + "_s"] - base["cpu"][k + "_s"] for k in STAGES + ("stages", "process")}
+    proc = cpu_s(d.proc.pid) - c0
+    ok = (not drops and fl["dropped"] == 0 and fl["achieved"] >= 0.97 * rate and lag <= LAG_S)
+    return {"rate": rate, "ok": bool(ok), "messages": n, "elements_per_message": fl["elements"],
+            "done_messages_per_s": n / (fl["send_s"] + lag),
+            "achieved": fl["achieved"], "max_late_s": fl["max_late_s"], "lag_s": lag,
+            "drops": drops, "client_dropped": fl["dropped"],
+            "cpu_ms_per_message": {k: 1e3 * v / (n + 1) for k, v in cpu.items()},
+            "proc_cpu_ms_per_message": 1e3 * proc / (n + 1)}
+
+
+LAG_S = 0.5
+
+
+def bench_ingest(tmp, res, transport, seconds=10.0, max_trials=7):
+    """The highest paced rate of 4 MiB messages ([16, 64, 2048] f16, [16, 64,
+    1024] f32) the daemon on its default options takes with zero loss: a
+    search on the rate (up by 1.5x from a start until a trial fails, down
+    likewise until one passes, then bisection), each trial a fresh run of
+    about `seconds`. The daemon's CPU per message by stage comes from its
+    own counters (status cpu) over the best passing trial."""
+    if transport == "ipc":
+        ep = "ipc://%s/swi-%d.sock" % (tmp, free_port())
+    else:
+        ep = "tcp://127.0.0.1:%d" % free_port()
+    d = start_default(tmp, ep)
+    out = {}
+    try:
+        # the daemon's heap grows to its working size (a fault per fresh page)
+        paced_trial(d, ep, "paced-warm-" + transport, "f16", 20.0, 3.0)
+        for dt in ("f16", "f32"):
+            trials = []
+            flood = res["e2e"].get(transport, {}).get("messages_per_s")
+            r = max(10.0, flood if flood else 60.0)
+            k = 0
+
+            def trial(rate):
+                t = paced_trial(d, ep, "paced-%s-%s-%d" % (transport, dt, len(trials)), dt, rate,
+                                seconds)
+                trials.append(t)
+                return t["ok"]
+            lo, hi = (r / 2, None) if trial(r / 2) else (None, r / 2)
+            while lo is None and len(trials) < max_trials:
+                hi_try = hi / 1.5
+                if trial(hi_try):
+                    lo = hi_try
+                else:
+                    hi = hi_try
+            while hi is None and len(trials) < max_trials:
+                up = lo * 1.5 if k else r
+                k += 1
+                if trial(up):
+                    lo = up
+                else:
+                    hi = up
+            while lo and hi and (hi - lo) / lo > 0.08 and len(trials) < max_trials:
+                mid = (lo + hi) / 2
+                if trial(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            best = max((t for t in trials if t["ok"]), key=lambda t: t["rate"], default=None)
+            epm = trials[0]["elements_per_message"]
+            out[dt] = {"zero_loss_messages_per_s": lo or 0.0,
+                       "zero_loss_elems_per_s": (lo or 0.0) * epm,
+                       "first_failing_rate": hi, "elements_per_message": epm,
+                       "trial_s": seconds, "lag_s": LAG_S,
+                       "cpu_ms_per_message": best["cpu_ms_per_message"] if best else None,
+                       "proc_cpu_ms_per_message": best["proc_cpu_ms_per_message"] if best else None,
+                       "trials": trials}
+    finally:
+        d.stop()
+    res.setdefault("ingest", {})[transport] = out
+
+
+def bench_training(tmp, res, steps=100):
+    """The probe's cost inside training: contrib/examples/train_tiny_gpt.py on
+    CPU (its defaults: 2 layers x 4 heads, d_model 64, context 64, batch 16,
+    a probe batch of 2, one torch thread), streaming to a daemon on its
+    default options, with a probe every 1, 10 and 100 steps, the rowstats
+    path beside the rows at every 10, and no probe. The share is the probe's
+    cost over the training loop's without it, measured in the training
+    thread's CPU time (time.thread_time: other processes on the machine do
+    not inflate it) and by the wall clock, split into the forward pass with
+    attention weights (with saving the model's flags and generators), the
+    copy (row selection, cast or rowstats, copy to host) and the send."""
+    ep = "tcp://127.0.0.1:%d" % free_port()
+    d = start_default(tmp, ep)
+    ex = os.path.join(SRC, "contrib", "examples", "train_tiny_gpt.py")
+    runs = {}
+    try:
+        for name, args in (("none", ["--no-probe"]), ("every1", ["--every", "1"]),
+                           ("every10", ["--every", "10"]), ("every100", ["--every", "100"]),
+                           ("every10_rowstats", ["--every", "10", "--rowstats"])):
+            p = subprocess.run([sys.executable, ex, "--connect", ep, "--steps", str(steps),
+                                "--log-every", "0", "--threads", "1", "--seed", "1",
+                                "--run", "train-" + name] + args,
+                               capture_output=True, text=True, timeout=3600)
+            if p.returncode != 0:
+                raise RuntimeError("%s: %s" % (name, p.stderr[-2000:]))
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("probe stats: ")][-1]
+            runs[name] = json.loads(line[len("probe stats: "):])
+    finally:
+        d.stop()
+    out = {"steps": steps, "runs": runs}
+    for name, r in runs.items():
+        if not r["probes"]:
+            continue
+        n = r["probes"]
+        train_cpu = (r["loop_cpu_s"] * 1e3 - r["cpu_ms_total"]) / r["steps"]     # ms a step
+        train_wall = (r["loop_s"] * 1e3 - r["ms_total"]) / r["steps"]
+        every = r["every"]
+        part = {k: r["cpu_ms_%s_total" % k] / n for k in ("capture", "copy", "send")}
+        part["rest"] = r["cpu_ms_total"] / n - sum(part.values())
+        out[name] = {"every": every, "probes": n, "kind": r["kind"], "dtype": r["dtype"],
+                     "bytes_per_probe": r["bytes_mean"],
+                     "train_step_cpu_ms": train_cpu, "train_step_wall_ms": train_wall,
+                     "probe_cpu_ms": r["cpu_ms_total"] / n, "probe_wall_ms": r["ms_total"] / n,
+                     "share_cpu": r["cpu_ms_total"] / n / (every * train_cpu),
+                     "share_wall": r["ms_total"] / n / (every * train_wall),
+                     "share_cpu_by_part": {k: v / (every * train_cpu) for k, v in part.items()},
+                     "probe_cpu_ms_by_part": part}
+    if "none" in runs:
+        out["no_probe_step_cpu_ms"] = runs["none"]["loop_cpu_s"] * 1e3 / steps
+        out["no_probe_step_wall_ms"] = runs["none"]["loop_s"] * 1e3 / steps
+    res["training"] = out
+
+
 def bench_allpairs(tmp, res):
     """One 1.4B snapshot with every pair metric on every row."""
     res["pairs"]["snapshot_default_s"] = 24 * (res["pairs"]["rows_only_s_c"] +
@@ -386,6 +556,17 @@ def targets(res):
                 r = e["daemon_cpu_ms_per_message"] / k
                 t.append(("e2e_%s_daemon_cpu_vs_kernels[%s]" % (tr, res["message"]["isa"]), r, 1.3,
                           r <= 1.3))
+    for tr, o in res.get("ingest", {}).items():
+        fl = res["e2e"].get(tr, {}).get("messages_per_s")
+        if "f16" in o and fl:
+            x = o["f16"]["zero_loss_messages_per_s"] / fl
+            t.append(("ingest_%s_f16_zero_loss_vs_flood_processed" % tr, x, 2.0, x >= 2))
+        if tr == "tcp" and o.get("f16", {}).get("cpu_ms_per_message"):
+            x = o["f16"]["cpu_ms_per_message"]["stages"]
+            t.append(("daemon_cpu_ms_per_4mib_f16_message", x, 10.0, x <= 10))
+    if res.get("training", {}).get("every10"):
+        x = res["training"]["every10"]["share_cpu"]
+        t.append(("probe_share_of_training_every10", x, 0.01, x <= 0.01))
     if "bandwidth" not in res or "f32" not in res["rows"] or "pairs" not in res:
         return t
     bw = res["bandwidth"]["f32_per_s"]
@@ -432,6 +613,9 @@ def main():
              ("allpairs", lambda: bench_allpairs(tmp, res)),
              ("e2e_tcp", lambda: bench_e2e(tmp, res, "tcp")),
              ("e2e_ipc", lambda: bench_e2e(tmp, res, "ipc")),
+             ("ingest_tcp", lambda: bench_ingest(tmp, res, "tcp")),
+             ("ingest_ipc", lambda: bench_ingest(tmp, res, "ipc")),
+             ("training", lambda: bench_training(tmp, res)),
              ("client", lambda: bench_client(tmp, res)),
              ("visibility", lambda: bench_visibility(tmp, res)),
              ("memory", lambda: bench_memory(tmp, res))]
@@ -479,12 +663,42 @@ def main():
                                                                p["f64_elems_per_s"], p["ratio"],
                                                                p["largest_rel_diff"]))
     for tr, e in res["e2e"].items():
-        print("e2e %s: %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f); "
+        print("e2e %s (flood, the baseline: processed messages while the budget drops the rest): %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f); "
               "daemon CPU %.2f ms per 4 MiB message; per run: raw %s msg/s, daemon %s msg/s" %
               (tr, e["snapshots_per_s"], e["elems_per_s"], e["messages_per_s"],
                e["raw_zmq_messages_per_s"], e["ratio_vs_raw_zmq"], e["daemon_cpu_ms_per_message"],
                " ".join("%.0f" % x for x in e["raw_runs_messages_per_s"]),
                " ".join("%.0f" % r["messages_per_s"] for r in e["runs"])))
+    for tr, o in res.get("ingest", {}).items():
+        for dt, v in o.items():
+            c = v["cpu_ms_per_message"] or {}
+            print("ingest %s %s, zero loss (paced 4 MiB messages, default options, %g s trials, "
+                  "done within %g s of the last send): %.1f msg/s, %.3g elem/s (first failing "
+                  "rate %s); daemon CPU %.2f ms per message by its own counters (/proc %.2f): %s; "
+                  "trials %s" %
+                  (tr, dt, v["trial_s"], v["lag_s"], v["zero_loss_messages_per_s"],
+                   v["zero_loss_elems_per_s"],
+                   "%.1f" % v["first_failing_rate"] if v["first_failing_rate"] else "none",
+                   c.get("stages", float("nan")), v["proc_cpu_ms_per_message"] or float("nan"),
+                   " ".join("%s %.2f" % (k, c[k]) for k in STAGES if k in c),
+                   " ".join("%.1f:%s" % (t["rate"], "ok" if t["ok"] else "fail")
+                            for t in v["trials"])))
+    if "training" in res:
+        tr = res["training"]
+        print("training (tiny GPT on CPU, %d steps a run): a step %.1f ms CPU / %.1f ms wall "
+              "without the probe" % (tr["steps"], tr.get("no_probe_step_cpu_ms", float("nan")),
+                                     tr.get("no_probe_step_wall_ms", float("nan"))))
+        for name in ("every1", "every10", "every100", "every10_rowstats"):
+            v = tr.get(name)
+            if not v:
+                continue
+            b = v["share_cpu_by_part"]
+            print("  probe every %d (%s %s, %d B): %.2f ms CPU a probe, %.2f%% of training by CPU "
+                  "(forward %.2f%%, copy %.2f%%, send %.2f%%, the rest %.2f%%), %.2f%% by wall "
+                  "clock; %d probes" %
+                  (v["every"], v["kind"], v["dtype"], v["bytes_per_probe"], v["probe_cpu_ms"],
+                   100 * v["share_cpu"], 100 * b["capture"], 100 * b["copy"], 100 * b["send"],
+                   100 * b["rest"], 100 * v["share_wall"], v["probes"]))
     if "client" in res:
         for k, v in res["client"].items():
             print("client send of 4 MiB, %s: zero-copy p50 %.1f us p99 %.1f us; copy p50 %.1f us p99 %.1f us; "

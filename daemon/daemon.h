@@ -135,6 +135,7 @@ typedef struct swd_wstats {
 	atomic_llong bytes_written;	/* how much the run files grew, at flushes */
 	atomic_llong locked_drops;	/* messages of runs another process holds the lock of */
 	atomic_llong runs_locked;	/* runs refused: another process holds their lock */
+	atomic_llong drift_ns;	/* the writer's CPU time in drift distances */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;
@@ -146,6 +147,8 @@ void swd_writer_push(swd_writer *w, swd_witem *it);
 /* Writes everything queued, closes every file, joins the thread. */
 void swd_writer_stop(swd_writer **w);
 const swd_wstats *swd_writer_stats(const swd_writer *w);
+/* The writer thread's CPU seconds so far (its thread clock). */
+double swd_writer_cpu_s(const swd_writer *w);
 
 void swd_layer_free(swd_layer *l, atomic_llong *inflight);
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -83,6 +84,9 @@ static struct {
 	char **argv;
 	/* rate-limited logging of bad messages */
 	int64_t log_window_ms, log_count;
+	/* CPU by stage (status.h SWD_STAGES): the loop's own, the workers' summed */
+	int64_t recv_ns, decode_ns;
+	atomic_llong kernel_ns;
 } D;
 
 #ifdef __GNUC__
@@ -123,6 +127,15 @@ drop(int reason, const char *run, const char *why)
 	if (may_log())
 		log_warn("dropped a message%s%s: %s: %s", run ? " of run " : "", run ? run : "",
 		    swd_drop_names[reason], why);
+}
+
+/* This thread's CPU time, ns (cheap: one clock read). */
+static int64_t
+thread_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* The assembly's steps and ends go to the writer. */
@@ -283,6 +296,15 @@ work_cb(uv_work_t *req)
 	j->out = ly;
 }
 
+/* work_cb, its CPU time counted (the kernel stage). */
+static void
+timed_work_cb(uv_work_t *req)
+{
+	int64_t t0 = thread_ns();
+	work_cb(req);
+	atomic_fetch_add(&D.kernel_ns, thread_ns() - t0);
+}
+
 static void
 after_work_cb(uv_work_t *req, int status)
 {
@@ -345,7 +367,9 @@ handle(zmq_msg_t *frames, size_t n)
 	}
 	D.messages++;
 	detail[0] = '\0';
+	int64_t t0 = thread_ns();
 	int rc = swp_decode(ptrs, sizes, n, &lim, &m, detail, sizeof(detail));
+	D.decode_ns += thread_ns() - t0;
 	if (rc < 0) {
 		int idx = -rc < SWD_DECODE_ERRORS ? -rc : 0;
 		D.decode_errors[idx]++;
@@ -400,7 +424,7 @@ handle(zmq_msg_t *frames, size_t n)
 	j->reserved = need;
 	j->req.data = j;
 	atomic_fetch_add(&D.inflight, (long long)need);
-	if (uv_queue_work(D.loop, &j->req, work_cb, after_work_cb) != 0) {
+	if (uv_queue_work(D.loop, &j->req, timed_work_cb, after_work_cb) != 0) {
 		/* cannot happen with a valid loop; undo */
 		swd_asm_cancel(D.as, &t);
 		atomic_fetch_sub(&D.inflight, (long long)need);
@@ -444,7 +468,7 @@ start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size
 	j->data_bytes = bytes;
 	j->miss = miss;
 	atomic_fetch_add(&D.inflight, (long long)need);
-	if (uv_queue_work(D.loop, &j->req, work_cb, after_work_cb) != 0) {
+	if (uv_queue_work(D.loop, &j->req, timed_work_cb, after_work_cb) != 0) {
 		/* cannot happen with a valid loop: the assembly keeps what it passed */
 		atomic_fetch_sub(&D.inflight, (long long)need);
 		zmq_msg_close(&j->tensor);
@@ -462,6 +486,7 @@ recv_one(void)
 	zmq_msg_t frames[MAX_FRAMES];
 	size_t n = 0;
 	int more = 1;
+	int64_t t0 = thread_ns();
 	while (more) {
 		zmq_msg_t f;
 		zmq_msg_init(&f);
@@ -479,6 +504,7 @@ recv_one(void)
 		n++;
 		zmq_msg_close(&f);
 	}
+	D.recv_ns += thread_ns() - t0;
 	handle(frames, n < MAX_FRAMES ? n : MAX_FRAMES + (n > MAX_FRAMES));
 	for (size_t i = 0; i < n && i < MAX_FRAMES; i++)
 		zmq_msg_close(&frames[i]);
@@ -546,6 +572,61 @@ sub_poll_cb(uv_poll_t *h, int status, int events)
 }
 
 /* ---- control ------------------------------------------------------------------ */
+
+/*
+ * CPU seconds of ZeroMQ's own threads (named ZMQbg/...), from
+ * /proc/self/task: they are not ours to time around a call.
+ */
+static double
+zmq_threads_cpu_s(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	double s = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char path[300], buf[512];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		/* pid (comm) state ...: utime and stime are fields 14 and 15 */
+		char *l = strchr(buf, '('), *r = strrchr(buf, ')');
+		unsigned long long ut, st;
+		if (!l || !r || strncmp(l + 1, "ZMQbg", 5) != 0 ||
+		    sscanf(r + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+		    &st) != 2)
+			continue;
+		s += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	}
+	if (d)
+		closedir(d);
+	return s;
+}
+
+/* The cpu section: the loop's stages, the workers', the writer's, ZeroMQ's. */
+static void
+fill_cpu(swd_status *st)
+{
+	double *c = st->stage_cpu_s;
+	struct timespec ts;
+	c[SWD_STAGE_RECEIVE] = (double)D.recv_ns * 1e-9;
+	c[SWD_STAGE_DECODE] = (double)D.decode_ns * 1e-9;
+	/* fill_status runs on the loop thread: its clock is the loop's */
+	c[SWD_STAGE_ASSEMBLE] = (double)(thread_ns() - D.recv_ns - D.decode_ns) * 1e-9;
+	c[SWD_STAGE_KERNEL] = (double)atomic_load(&D.kernel_ns) * 1e-9;
+	c[SWD_STAGE_ZMQ_IO] = zmq_threads_cpu_s();
+	double wr = swd_writer_cpu_s(D.writer),
+	    dr = (double)atomic_load(&swd_writer_stats(D.writer)->drift_ns) * 1e-9;
+	c[SWD_STAGE_DRIFT] = dr;
+	c[SWD_STAGE_WRITE] = wr > dr ? wr - dr : 0;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	st->process_cpu_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void
 fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
@@ -646,6 +727,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->max_batch = D.max_batch;
 	st->batch_limit_hits = D.batch_limit_hits;
 	st->loop_idle_s = (double)uv_metrics_idle_time(D.loop) * 1e-9;
+	fill_cpu(st);
 }
 
 static void

@@ -11,6 +11,18 @@ const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"senders_mismatch", "overlap", "part_mismatch", "locked", "run_rate"
 };
 
+const char *const swd_stage_names[SWD_STAGES_N] = {
+#define SWD_STAGE_NAME(id, name, help) #name,
+	SWD_STAGES(SWD_STAGE_NAME)
+#undef SWD_STAGE_NAME
+};
+
+const char *const swd_stage_help[SWD_STAGES_N] = {
+#define SWD_STAGE_HELP(id, name, help) help,
+	SWD_STAGES(SWD_STAGE_HELP)
+#undef SWD_STAGE_HELP
+};
+
 struct buf {
 	char *p;
 	size_t len, cap;
@@ -27,6 +39,21 @@ put(struct buf *b, const char *fmt, ...)
 	va_end(ap);
 	if (n > 0)
 		b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
+/* CPU seconds by stage, and per message received (ms). */
+static void
+cpu_section(struct buf *b, const swd_status *st)
+{
+	double sum = 0, per = st->messages > 0 ? 1e3 / (double)st->messages : 0;
+	put(b, "# cpu\n");
+	for (int i = 0; i < SWD_STAGES_N; i++) {
+		sum += st->stage_cpu_s[i];
+		put(b, "%s_s: %.6f\n%s_ms_per_message: %.4f\n", swd_stage_names[i],
+		    st->stage_cpu_s[i], swd_stage_names[i], st->stage_cpu_s[i] * per);
+	}
+	put(b, "stages_s: %.6f\nstages_ms_per_message: %.4f\nprocess_s: %.6f\n", sum, sum * per,
+	    st->process_cpu_s);
 }
 
 static void
@@ -125,12 +152,14 @@ section(struct buf *b, const char *name, const swd_status *st)
 		    "batch_limit_hits: %lld\nidle_s: %.3f\n", (long long)st->loop_turns,
 		    (long long)st->drain_rounds, (long long)st->max_batch,
 		    (long long)st->batch_limit_hits, st->loop_idle_s);
+	} else if (!strcmp(name, "cpu")) {
+		cpu_section(b, st);
 	}
 }
 
 static const char *const sections[] = {
 	"server", "auth", "runs", "senders", "refused", "traffic", "drops", "rejects", "queue",
-	"writer", "loop"
+	"writer", "loop", "cpu"
 };
 
 size_t
@@ -213,6 +242,13 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	for (int i = 1; i < SWD_DECODE_ERRORS; i++)
 		put(&b, "sinkwatch_messages_dropped_total{reason=\"bad_%s\"} %lld\n",
 		    swp_errname(-i), (long long)st->decode_errors[i]);
+	metric(&b, "sinkwatch_stage_cpu_seconds_total", "counter",
+	    "CPU seconds of the daemon's threads by stage (sinkwatchd(8), CPU BY STAGE).");
+	for (int i = 0; i < SWD_STAGES_N; i++)
+		put(&b, "sinkwatch_stage_cpu_seconds_total{stage=\"%s\"} %.9g\n", swd_stage_names[i],
+		    st->stage_cpu_s[i]);
+	one(&b, "sinkwatch_process_cpu_seconds_total", "counter",
+	    "CPU seconds of the whole process, user and system.", st->process_cpu_s);
 	one(&b, "sinkwatch_rows_total", "counter", "Attention rows computed.", (double)st->rows);
 	metric(&b, "sinkwatch_rows_rejected_total", "counter",
 	    "Attention rows rejected, by reason (METRICS.md 6).");

@@ -25,6 +25,30 @@ enum {
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */
 
+/*
+ * The stages the daemon's CPU time is counted by (the status cpu section,
+ * sinkwatch_stage_cpu_seconds_total): each thread's CPU clock
+ * (CLOCK_THREAD_CPUTIME_ID) read around the stage, summed. Name, where.
+ */
+#define SWD_STAGES(X) \
+	X(RECEIVE, receive, "the event loop taking frames off the SUB socket (zmq_msg_recv)") \
+	X(ZMQ_IO, zmq_io, "ZeroMQ's own threads (I/O, reaper): reading the sockets into frames") \
+	X(DECODE, decode, "the event loop decoding and validating messages (swp_decode)") \
+	X(ASSEMBLE, assemble, "the rest of the event loop: admission, budget, step assembly, " \
+	    "control, timers") \
+	X(KERNEL, kernel, "worker threads: a layer's metric work, one call (swm_block_add: " \
+	    "row statistics, head-pair sums, drift rows) with its allocations") \
+	X(DRIFT, drift, "the writer: drift distances between consecutive fixed-probe steps") \
+	X(WRITE, write, "the rest of the writer: pair matrices, splits, HDF5 appends and flushes")
+enum {
+#define SWD_STAGE_ENUM(id, name, help) SWD_STAGE_##id,
+	SWD_STAGES(SWD_STAGE_ENUM)
+#undef SWD_STAGE_ENUM
+	SWD_STAGES_N
+};
+extern const char *const swd_stage_names[SWD_STAGES_N];
+extern const char *const swd_stage_help[SWD_STAGES_N];
+
 typedef struct swd_status_run {
 	const char *run, *model, *split_form;
 	uint32_t layers, heads;
@@ -78,12 +102,14 @@ typedef struct swd_status {
 	int64_t runs_live, senders_live;	/* all of them (runs, senders: those listed) */
 	int64_t loop_turns, drain_rounds, max_batch, batch_limit_hits;
 	double loop_idle_s;
+	double stage_cpu_s[SWD_STAGES_N];	/* CPU seconds by stage (SWD_STAGES) */
+	double process_cpu_s;	/* the whole process (user + system), for comparison */
 } swd_status;
 
 /*
  * Answers one control request (a command line: "status", "status SECTION",
  * "ping", "help") into out. Sections: server, auth, runs, senders, refused,
- * traffic, drops, rejects, queue, writer, loop. Returns the reply length (truncated to
+ * traffic, drops, rejects, queue, writer, loop, cpu. Returns the reply length (truncated to
  * outlen - 1, always NUL-terminated).
  */
 size_t swd_control_reply(const char *req, size_t reqlen, const swd_status *st,

@@ -783,9 +783,15 @@ write_step(swd_writer *w, swd_witem *it)
 			hv[SW_F_DH_SINK][i] = sp.sink;
 			hv[SW_F_DH_CONTENT][i] = sp.content;
 			hv[SW_F_DRIFT_SINK][i] = hv[SW_F_DRIFT_CONTENT][i] = NAN;
-			if (adjacent)
+			if (adjacent) {
+				struct timespec t0, t1;	/* the drift stage (status cpu) */
+				clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
 				drift(ly, py, h, m->sink, &hv[SW_F_DRIFT_SINK][i],
 				    &hv[SW_F_DRIFT_CONTENT][i]);
+				clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+				atomic_fetch_add(&w->st.drift_ns, (t1.tv_sec - t0.tv_sec) * 1000000000LL +
+				    (t1.tv_nsec - t0.tv_nsec));
+			}
 		}
 	}
 	sw_step st;
@@ -1086,4 +1092,14 @@ const swd_wstats *
 swd_writer_stats(const swd_writer *w)
 {
 	return &w->st;
+}
+
+double
+swd_writer_cpu_s(const swd_writer *w)
+{
+	clockid_t c;
+	struct timespec ts;
+	if (pthread_getcpuclockid(w->th, &c) != 0 || clock_gettime(c, &ts) != 0)
+		return 0;
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -88,7 +88,7 @@ def case_scrape():
         # no label that grows with the runs: every label value is from a fixed set
         for f in fams.values():
             for s in f.samples:
-                assert set(s.labels) <= {"reason", "version", "protocol", "socket"}, \
+                assert set(s.labels) <= {"reason", "version", "protocol", "socket", "stage"}, \
                     (s.name, s.labels)
                 assert s.labels.get("socket", "data") in ("data", "control"), s.labels
                 assert not any(v.startswith("m") and v[1:].isdigit() for v in s.labels.values())

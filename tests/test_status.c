@@ -60,7 +60,7 @@ START_TEST(test_reply)
 	size_t n = swd_control_reply("status", 6, &st, out, sizeof(out));
 	ck_assert_uint_eq(n, strlen(out));
 	const char *secs[] = { "# server", "# auth", "# runs", "# senders", "# refused", "# traffic", "# drops", "# rejects",
-	    "# queue", "# writer", "# loop" };
+	    "# queue", "# writer", "# loop", "# cpu" };
 	const char *prev = out;
 	for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
 		const char *p = strstr(out, secs[i]);
@@ -95,7 +95,7 @@ START_TEST(test_reply)
 	ck_assert_str_eq(out, "pong\n");
 	swd_control_reply("help", 4, &st, out, sizeof(out));
 	ck_assert(strstr(out, "sections: server auth runs senders refused traffic drops rejects "
-	    "queue writer loop"));
+	    "queue writer loop cpu"));
 	swd_control_reply("reboot now", 10, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "error: unknown command 'reboot' (try help)\n");
 	/* untrusted bytes: no NUL, longer than the command buffer */
@@ -137,6 +137,36 @@ START_TEST(test_reply)
 	ck_assert(strstr(mt, "sinkwatch_curve_enabled 1\n"));
 	ck_assert(strstr(mt, "sinkwatch_messages_dropped_total{reason=\"run_rate\"} 5\n"));
 	ck_assert(strstr(mt, "sinkwatch_messages_dropped_total{reason=\"too_many_runs\"} 0\n"));
+}
+END_TEST
+
+/* The cpu section: every stage, its seconds and ms per message received. */
+START_TEST(test_cpu)
+{
+	swd_status_run runs[1];
+	swd_status st = sample(runs);
+	char out[8192];
+	st.messages = 200;
+	for (int i = 0; i < SWD_STAGES_N; i++)
+		st.stage_cpu_s[i] = 0.5 * (i + 1);
+	st.process_cpu_s = 15.0;
+	swd_control_reply("status cpu", 10, &st, out, sizeof(out));
+	ck_assert_msg(!strncmp(out, "# cpu\n", 6), "%s", out);
+	ck_assert(strstr(out, "\nreceive_s: 0.500000\nreceive_ms_per_message: 2.5000\n"));
+	ck_assert(strstr(out, "\nkernel_s: 2.500000\nkernel_ms_per_message: 12.5000\n"));
+	ck_assert(strstr(out, "\nwrite_s: 3.500000\nwrite_ms_per_message: 17.5000\n"));
+	ck_assert(strstr(out, "\nstages_s: 14.000000\nstages_ms_per_message: 70.0000\n"
+	    "process_s: 15.000000\n"));
+	/* no message yet: per message 0, not a division by zero */
+	st.messages = 0;
+	swd_control_reply("status cpu", 10, &st, out, sizeof(out));
+	ck_assert(strstr(out, "\nkernel_ms_per_message: 0.0000\n"));
+	/* Prometheus: one counter family, a sample per stage */
+	st.messages = 200;
+	swd_metrics_text(&st, out, sizeof(out));
+	ck_assert(strstr(out, "# TYPE sinkwatch_stage_cpu_seconds_total counter\n"));
+	ck_assert(strstr(out, "sinkwatch_stage_cpu_seconds_total{stage=\"drift\"} 3\n"));
+	ck_assert(strstr(out, "sinkwatch_process_cpu_seconds_total 15\n"));
 }
 END_TEST
 
@@ -364,6 +394,7 @@ main(void)
 	Suite *s = suite_create("status");
 	TCase *tc = tcase_create("status");
 	tcase_add_test(tc, test_reply);
+	tcase_add_test(tc, test_cpu);
 	tcase_add_test(tc, test_config);
 	tcase_add_test(tc, test_log);
 	tcase_add_test(tc, test_subscribe);

@@ -469,7 +469,10 @@ class AttentionProbe:
         self._st = {"probes": 0, "errors": 0, "last_error": None,
                     "messages": 0, "send_false": 0, "bytes_total": 0,
                     "bytes_last": 0, "ms_total": 0.0, "ms_last": 0.0,
-                    "ms_max": 0.0, "ms_capture_total": 0.0, "layers": 0, "rows": 0, "keys": 0,
+                    "ms_max": 0.0, "ms_capture_total": 0.0, "ms_copy_total": 0.0,
+                    "ms_send_total": 0.0, "cpu_ms_total": 0.0, "cpu_ms_capture_total": 0.0,
+                    "cpu_ms_copy_total": 0.0, "cpu_ms_send_total": 0.0,
+                    "layers": 0, "rows": 0, "keys": 0,
                     "rows_skipped": 0, "kind": "rowstats" if rowstats else "probs",
                     "dtype": None, "parts": []}
 
@@ -480,13 +483,23 @@ class AttentionProbe:
         """Counters and the probe's cost: ms_mean / bytes_mean per probe
         (tensor-frame bytes: what crossed from device to the client), and
         ms_capture_mean, the part of ms_mean spent saving state and running
-        the probe forward (the rest: reduction, copy to host, send)."""
+        the probe forward (the rest: reduction, copy to host, send);
+        ms_copy_mean, the rows' selection, cast or rowstats and the copy to
+        host (_payload); ms_send_mean, the client's send calls. The same
+        as this thread's CPU time (time.thread_time), which a busy machine
+        does not inflate: cpu_ms_mean, cpu_ms_capture_mean, cpu_ms_copy_mean,
+        cpu_ms_send_mean (the client's I/O thread, which moves the bytes
+        after send returns, is not in them)."""
         st = dict(self._st)
         n = st["probes"]
         st["ms_mean"] = st["ms_total"] / n if n else 0.0
         st["bytes_mean"] = st["bytes_total"] / n if n else 0.0
         # the forward pass (with state saving) vs reduction, copy and send
         st["ms_capture_mean"] = st["ms_capture_total"] / n if n else 0.0
+        st["ms_copy_mean"] = st["ms_copy_total"] / n if n else 0.0
+        st["ms_send_mean"] = st["ms_send_total"] / n if n else 0.0
+        for k in ("", "capture_", "copy_", "send_"):
+            st["cpu_ms_%smean" % k] = st["cpu_ms_%stotal" % k] / n if n else 0.0
         return st
 
     def due(self, step):
@@ -521,6 +534,7 @@ class AttentionProbe:
         that does not send (probe.sends is False) it does nothing and
         returns False."""
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         ok = False
         sent_bytes = 0
         try:
@@ -537,6 +551,7 @@ class AttentionProbe:
                 layers, sources = self._capture()
                 t1 = time.perf_counter()
                 self._st["ms_capture_total"] += (t1 - t0) * 1e3
+                self._st["cpu_ms_capture_total"] += (time.thread_time() - c0) * 1e3
                 sent_bytes, ok = self._send(step, layers, sources)
             del layers, sources
         except Exception as e:  # noqa: BLE001
@@ -551,6 +566,7 @@ class AttentionProbe:
                 self._error(e)
         ms = (time.perf_counter() - t0) * 1e3
         st = self._st
+        st["cpu_ms_total"] += (time.thread_time() - c0) * 1e3
         st["probes"] += 1
         st["ms_last"] = ms
         st["ms_total"] += ms
@@ -868,7 +884,11 @@ class AttentionProbe:
         keep = {"step": step, "attention": [], "sent": [], "layers": [], "head0": []} \
             if self.keep else None
         for (li, h0, h), a in zip(plan, layers):
+            t0, c0 = time.perf_counter(), time.thread_time()
             arr, kind, dtype, qpos, host = self._payload(a)
+            t1, c1 = time.perf_counter(), time.thread_time()
+            self._st["ms_copy_total"] += (t1 - t0) * 1e3
+            self._st["cpu_ms_copy_total"] += (c1 - c0) * 1e3
             if self.keep:
                 keep["attention"].append(host)
                 keep["sent"].append(arr)
@@ -878,7 +898,10 @@ class AttentionProbe:
                 keep["kind"], keep["dtype"] = kind, dtype or str(arr.dtype)
             total += arr.nbytes
             part = {"head0": h0} if (h0 != 0 or (isinstance(nh, int) and h != nh)) else {}
+            t2, c2 = time.perf_counter(), time.thread_time()
             r = self.client.send(step, li, arr, kind=kind, qpos=qpos, dtype=dtype, **part)
+            self._st["ms_send_total"] += (time.perf_counter() - t2) * 1e3
+            self._st["cpu_ms_send_total"] += (time.thread_time() - c2) * 1e3
             self._st["messages"] += 1
             if r is False:
                 self._st["send_false"] += 1
