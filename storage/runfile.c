@@ -541,6 +541,10 @@ chunk_dims(int rank, const hsize_t *dims, size_t esize, size_t chunk_steps,
 	for (int i = 1; i < rank && row > CHUNK_CAP; i++) {
 		uint64_t inner = row / ch[i];	/* bytes per index of axis i */
 		uint64_t k = inner < CHUNK_CAP ? CHUNK_CAP / inner : 1;
+		/* chunks of equal size: the last one not mostly empty (every
+		 * chunk of a step is allocated whole) */
+		uint64_t n = (dims[i] + k - 1) / k;
+		k = (dims[i] + n - 1) / n;
 		ch[i] = k;
 		row = inner * k;
 	}
