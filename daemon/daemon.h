@@ -139,6 +139,7 @@ typedef struct swd_wstats {
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;
+#define SWD_ENDED_LOCKS 1024	/* runs ended whose lock the writer keeps */
 
 /* Starts the writer thread. 0 or -1. */
 int swd_writer_start(swd_writer **w, const swd_config *cfg, atomic_llong *inflight);

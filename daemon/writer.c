@@ -86,6 +86,14 @@ struct swd_writer {
 	swd_wstats st;
 	struct wrun *runs;
 	int64_t last_flush_ms;
+	/*
+	 * The locks of the last runs this writer ended, still held: another
+	 * daemon that takes the same runs (overlapping prefixes) but lags
+	 * behind would otherwise find the lock free once we closed the file,
+	 * and store the run again (as a new generation of an ended run).
+	 */
+	sw_runlock *ended_locks[SWD_ENDED_LOCKS];
+	size_t ended_next;
 };
 
 static int64_t
@@ -954,6 +962,12 @@ end_run(swd_writer *w, swd_witem *it)
 	if (r->f && sw_runfile_mark_ended(r->f, err, sizeof(err)) != 0)
 		log_err("run %s: marking the end failed: %s", r->meta.run, err);
 	log_info("run %s: ended, file closed", r->meta.run);
+	if (r->lock) {	/* kept a while (ended_locks), the oldest let go */
+		size_t k = w->ended_next++ % SWD_ENDED_LOCKS;
+		sw_runlock_release(&w->ended_locks[k]);
+		w->ended_locks[k] = r->lock;
+		r->lock = NULL;
+	}
 	wrun_remove(w, r);
 }
 
@@ -1034,6 +1048,8 @@ writer_main(void *arg)
 	}
 	while (w->runs)
 		wrun_remove(w, w->runs);
+	for (size_t k = 0; k < SWD_ENDED_LOCKS; k++)
+		sw_runlock_release(&w->ended_locks[k]);
 	return NULL;
 }
 

@@ -20,8 +20,10 @@ the runs of their prefixes (--subscribe, repeatable).
 """
 import os
 import re
+import signal
 import sys
 import tempfile
+import time
 
 import h5py
 import numpy as np
@@ -197,11 +199,19 @@ def case_lock():
         solo, m = send_run(fw.inp, "solo/x", rng, list(range(3)))
         path = c.wait_ended("lock/a1")
         d.wait_ended("solo/x")
-        sc = c.wait(lambda s: s["traffic"]["messages"] == n, what="c: every message")
-        sd = d.wait(lambda s: s["traffic"]["messages"] == n + m, what="d: every message")
+        c.wait(lambda s: s["traffic"]["messages"] == n, what="c: every message")
+        d.wait(lambda s: s["traffic"]["messages"] == n + m, what="d: every message")
         # one of the two took the run: the other counts every layer it computed
-        # (n - 1: the end is no step) as locked, and nothing else
-        locked = sorted([sc["drops"]["locked"], sd["drops"]["locked"]])
+        # (n - 1: the end is no step) as locked, and nothing else; the writer
+        # of the one behind may still be at work: wait for it. The lock of an
+        # ended run stays held, so even a daemon far behind cannot take it.
+        deadline = time.time() + 30
+        while True:
+            sc, sd = c.status(), d.status()
+            locked = sorted([sc["drops"]["locked"], sd["drops"]["locked"]])
+            if locked == [0, n - 1] or time.time() > deadline:
+                break
+            time.sleep(0.05)
         assert locked == [0, n - 1], (sc["drops"], sd["drops"])
         for s in (sc, sd):
             assert s["drops"]["write_error"] == 0 and s["writer"]["write_errors"] == 0, s
@@ -212,6 +222,23 @@ def case_lock():
         check_file(d.run_file("solo/x"), solo)
         with h5py.File(path, "r") as f:
             assert len(f["step"]) == 8, "the run was written twice"
+        assert sorted(os.listdir(data)) == [".sinkwatchd.lock", "lock%2Fa1.h5", "solo%2Fx.h5"], \
+            os.listdir(data)
+        # one daemon far behind (stopped while the run streams; the forwarder
+        # queues for it): the other stores and ends the run and keeps its lock,
+        # so the late one refuses it instead of storing it again (as a new
+        # generation of an ended run)
+        before = d.status()["drops"]["locked"]
+        d.proc.send_signal(signal.SIGSTOP)
+        try:
+            sent2, n2 = send_run(fw.inp, "lock/a2", rng, list(range(5)))
+            path2 = c.wait_ended("lock/a2")
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        d.wait(lambda s: s["traffic"]["messages"] == n + m + n2 and
+               s["drops"]["locked"] == before + n2 - 1, what="d: the late run refused")
+        check_file(path2, sent2)
+        assert "lock%2Fa2@2.h5" not in os.listdir(data), os.listdir(data)
     finally:
         assert c.stop() == 0, c.read_log()
         assert d.stop() == 0, d.read_log()
