@@ -620,10 +620,22 @@ fill_cpu(swd_status *st)
 	c[SWD_STAGE_ASSEMBLE] = (double)(thread_ns() - D.recv_ns - D.decode_ns) * 1e-9;
 	c[SWD_STAGE_KERNEL] = (double)atomic_load(&D.kernel_ns) * 1e-9;
 	c[SWD_STAGE_ZMQ_IO] = zmq_threads_cpu_s();
-	double wr = swd_writer_cpu_s(D.writer),
-	    dr = (double)atomic_load(&swd_writer_stats(D.writer)->drift_ns) * 1e-9;
+	/* drift first: the writer's clock, read after, has all of it */
+	double dr = (double)atomic_load(&swd_writer_stats(D.writer)->drift_ns) * 1e-9,
+	    wr = swd_writer_cpu_s(D.writer);
 	c[SWD_STAGE_DRIFT] = dr;
 	c[SWD_STAGE_WRITE] = wr > dr ? wr - dr : 0;
+	/*
+	 * Counters never go back: a drift call that ends between the two reads
+	 * moves its time from write to drift at the next reading (microseconds).
+	 * Only the loop thread calls this.
+	 */
+	static double last[SWD_STAGES_N];
+	for (int i = 0; i < SWD_STAGES_N; i++) {
+		if (c[i] < last[i])
+			c[i] = last[i];
+		last[i] = c[i];
+	}
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	st->process_cpu_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

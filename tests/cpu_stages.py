@@ -3,8 +3,10 @@ every stage of the fixed set is shown, the counters only grow while a run
 streams, and after the run their sum is the process's CPU time as the
 kernel counts it (/proc/PID/stat utime + stime, an independent clock)
 within TOL_REL of it plus TOL_ABS: what no stage counts (libuv's pool
-threads between jobs, signal and HTTP threads) is small. The /metrics
-text parses with prometheus_client's parser and carries the same figures."""
+threads between jobs, signal and HTTP threads) is small: the sums agreed
+to 0.01 s in every run seen, and leaving out ZeroMQ's thread (about 10% of
+this run) or the kernel stage fails the test. The /metrics text parses
+with prometheus_client's parser and carries the same figures."""
 import os
 import sys
 import time
@@ -16,7 +18,7 @@ from swharness import SINKWATCHD, Daemon, Results, Sender, free_port, random_pro
 import numpy as np  # noqa: E402
 
 STAGES = ("receive", "zmq_io", "decode", "assemble", "kernel", "drift", "write")
-TOL_REL, TOL_ABS = 0.10, 0.10    # of the process's CPU seconds; seconds (clock ticks of 10 ms)
+TOL_REL, TOL_ABS = 0.03, 0.03    # of the process's CPU seconds; seconds (/proc counts 10 ms ticks)
 res = Results()
 
 
