@@ -390,20 +390,22 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 }
 
 int
-sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
-    size_t errlen)
+sw_reader_row_stats_range(sw_reader *r, int64_t t0, int64_t t1, swm_row *out, size_t n,
+    char *err, size_t errlen)
 {
-	size_t m = (size_t)r->layers * r->heads * r->rows;
+	size_t m = (size_t)r->layers * r->heads * r->rows, tn = t1 > t0 ? (size_t)(t1 - t0) : 0;
 
 	quiet();
 	if (!r->rows) {
 		snprintf(err, errlen, "%s: the file has no per-row statistics", r->path);
 		return -1;
 	}
-	if (n < m) {
-		snprintf(err, errlen, "%s: %zu row slots, the file has %zu", r->path, n, m);
+	if (t1 <= t0 || n / tn < m) {
+		snprintf(err, errlen, "%s: %zu row slots for %zu steps, the file has %zu a step",
+		    r->path, n, tn, m);
 		return -1;
 	}
+	m *= tn;
 	double *v = malloc(m * sizeof(double) + 1);
 	uint8_t *st = malloc(m + 1);
 	int rc = -1;
@@ -411,7 +413,7 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	if (read_range(r, (size_t)IDX_ROW_STATUS, t, t + 1, r->committed, H5T_NATIVE_UINT8, st, m,
+	if (read_range(r, (size_t)IDX_ROW_STATUS, t0, t1, r->committed, H5T_NATIVE_UINT8, st, m,
 	    err, errlen) < 0)
 		goto out;
 	for (size_t i = 0; i < m; i++) {
@@ -419,7 +421,7 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 		out[i].status = (swm_status)st[i];
 	}
 	for (int k = 0; k < SW_ROWSTAT_FIELDS; k++) {
-		if (read_range(r, (size_t)IDX_ROWSTAT0 + (size_t)k, t, t + 1, r->committed,
+		if (read_range(r, (size_t)IDX_ROWSTAT0 + (size_t)k, t0, t1, r->committed,
 		    H5T_NATIVE_DOUBLE, v, m, err, errlen) < 0)
 			goto out;
 		for (size_t i = 0; i < m; i++)
@@ -436,6 +438,13 @@ out:
 	free(v);
 	free(st);
 	return rc;
+}
+
+int
+sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
+    size_t errlen)
+{
+	return sw_reader_row_stats_range(r, t, t + 1, out, n, err, errlen);
 }
 
 int64_t
