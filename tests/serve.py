@@ -12,11 +12,9 @@ import sys
 import time
 import urllib.parse
 
-import h5py
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", "."), "tests"))
-from servelib import Daemon, Server, SINKWATCH, run_cmd, sim  # noqa: E402
+from servelib import (Daemon, Server, SINKWATCH, drift_flip_want, run_cmd,  # noqa: E402
+                      same_series, sim)
 from swharness import Results  # noqa: E402
 
 SRC = os.environ.get("SW_SRCDIR", ".")
@@ -46,67 +44,15 @@ def same(a, b, where):
         assert a == b, (where, a, b)
 
 
-def view_rows(f):
-    """The view of storage/LAYOUT.md computed here from the datasets: rows of
-    an incarnation that a later one's resume record supersedes drop out, and
-    of each step the newest incarnation's last row wins. [(step, row)]."""
-    step, inc = f["step"][:], f["inc"][:]
-    res_inc = f["resume_inc"][:] if "resume_inc" in f else []
-    res_step = f["resume_step"][:] if "resume_step" in f else []
-    best = {}
-    for t, (s_, i) in enumerate(zip(step, inc)):
-        if any(ri > i and s_ > rs for ri, rs in zip(res_inc, res_step)):
-            continue
-        if s_ not in best or inc[best[s_]] <= i:
-            best[s_] = t
-    return sorted(best.items())
-
-
-def finite_mean(a, axis):
-    """Mean of the finite values along axis; NaN where there are none."""
-    ok = np.isfinite(a)
-    n = ok.sum(axis=axis)
-    s = np.where(ok, a, 0).sum(axis=axis)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, s / np.maximum(n, 1), np.nan)
-
-
 def check_drift_flip(srv, rid, path):
-    """The series' drift and flip rate against the stored values, read with
-    h5py: per layer the mean over heads of the finite drift values (the
-    model: over every head), the layer's flip rates (the model: the mean of
-    the layers' finite ones). Returns how many finite values were compared."""
-    with h5py.File(path, "r") as f:
-        view = view_rows(f)
-        rows = [t for _, t in view]
-        ds, dc = f["drift_sink"][:][rows], f["drift_content"][:][rows]   # [n, L, H]
-        fl = f["flip_rate"][:][rows]                                      # [n, L, 3]
-    L = ds.shape[1]
+    """The series' drift and flip rate against the stored values (h5py, see
+    servelib.drift_flip_want). Returns how many finite values were compared."""
+    steps, want = drift_flip_want(path)
     compared = 0
-    for layer in ["model"] + [str(x) for x in range(L)]:
+    for layer, w in want.items():
         got = srv.json("/api/series?id=%s&layer=%s" % (q(rid), layer))
-        assert got["step"] == [int(s_) for s_, _ in view], (got["step"], view)
-        if layer == "model":
-            want = {"drift_sink": finite_mean(ds.reshape(len(rows), -1), 1),
-                    "drift_content": finite_mean(dc.reshape(len(rows), -1), 1)}
-            fm = finite_mean(fl, 1)
-        else:
-            li = int(layer)
-            want = {"drift_sink": finite_mean(ds[:, li, :], 1),
-                    "drift_content": finite_mean(dc[:, li, :], 1)}
-            fm = fl[:, li, :]
-        for m, k in enumerate(("flip_cosine", "flip_js", "flip_entropy")):
-            want[k] = fm[:, m]
-        for k, w in want.items():
-            g = got[k]
-            assert len(g) == len(w), (k, len(g), len(w))
-            for i, (a, b) in enumerate(zip(g, w)):
-                if not np.isfinite(b):
-                    assert a is None, (layer, k, i, a, b)
-                else:
-                    assert a is not None and math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), \
-                        (layer, k, i, a, b)
-                    compared += 1
+        assert got["step"] == steps, (got["step"], steps)
+        compared += same_series(got, w, layer)
     return compared
 
 

@@ -391,13 +391,16 @@
           colors: ["#2f9e44", "#1c7ed6", "#868e96"], ylabel: "nats" })),
         new Dygraph(c3.plot, data3(), opts({ labels: ["step", "sink part", "content part"],
           labelsDiv: c3.legend, stackedGraph: true, fillGraph: true, fillAlpha: 0.45,
-          includeZero: true,
+          /* padded: with zero on the plot's edge, dygraphs 2.2 leaves the lower
+           * series' first segment unfilled (the fill seemed to start a step late) */
+          includeZero: true, yRangePad: 8,
           colors: ["#d9480f", "#1c7ed6"], ylabel: "nats" })),
         new Dygraph(c4.plot, data4(), opts({ labels: ["step", "drift sink", "drift content"],
           labelsDiv: c4.legend, colors: ["#d9480f", "#1c7ed6"], ylabel: "log-ratio" })),
         new Dygraph(c5.plot, data5(), opts({ labels: ["step", "cosine", "JS", "entropy"],
           labelsDiv: c5.legend, colors: ["#7048e8", "#2f9e44", "#868e96"],
           ylabel: "fraction", valueRange: [0, 1.05] }))];
+      st.charts = charts;	/* for tests */
     }
     var modelSeries = null;
     function lname() { return layer === "model" ? "model mean" : "layer " + layer; }
@@ -424,9 +427,10 @@
     function data5() { return rows([series.flip_cosine, series.flip_js, series.flip_entropy]); }
     function titles() {
       var f = series.step.length ? series.step[0] : "–";
-      c3.title.textContent = "cumulative entropy change of " + lname() + " from step " + f +
-        " (the run's first stored step): sink part + content part, stacked. The shares " +
-        "of the range shown are the report's, below";
+      c3.title.textContent = "cumulative entropy change of " + lname() + " since step " + f +
+        " (the run's start), stacked: sink part + content part";
+      c3.title.title = "Summed from the run's first stored step whatever the zoom: the " +
+        "shares of the range shown are the report's, below.";
       c4.title.textContent = "drift of " + lname() + " from the previous stored step " +
         "(RMS over rows; fixed probe only)";
       c5.title.textContent = "flip rate of " + lname() + (layer === "model" ?
@@ -439,6 +443,7 @@
       return Promise.all([p1, p2]).then(function (r) {
         if (my !== gen) return;
         series = r[0]; modelSeries = r[1];
+        st.series = series;	/* what the charts show, for tests */
         st.lastStep = series.last_step; st.rows = series.rows;
         title.textContent = series.run;
         meta.textContent = "";
