@@ -300,11 +300,13 @@ read_range(sw_reader *r, size_t i, int64_t t0, int64_t t1, int64_t limit, hid_t 
 	memcpy(count, dims, sizeof(dims));
 	start[0] = (hsize_t)t0;
 	count[0] = (hsize_t)(t1 - t0);
-	hsize_t n = total;
 	int64_t rc = -1;
+	/* the memory space of the selection's own shape (the same bytes, C
+	 * order): a flat one of another rank makes HDF5 map every element of
+	 * every chunk one by one, most of the time of a long read */
 	if ((fsp = H5Dget_space(ds)) >= 0 &&
 	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-	    (msp = H5Screate_simple(1, &n, NULL)) >= 0 &&
+	    (msp = H5Screate_simple(rank, count, NULL)) >= 0 &&
 	    H5Dread(ds, mtype, msp, fsp, H5P_DEFAULT, buf) >= 0)
 		rc = (int64_t)total;
 	else

@@ -227,12 +227,12 @@ def main():
             rc, _, err = run_cmd([SINKWATCH, "serve", gdir, "--export", gout])
             assert rc == 0, err
             drv.get("file://" + urllib.parse.quote(gout) + "/index.html#/run?id=0%2Fgolden.h5")
-            wait(lambda: drv.execute_script("return window.swState.charts && "
-                                            "window.swState.charts.length") == 5, 20, "charts")
+            wait(lambda: drv.execute_script("return window.swCharts && "
+                                            "window.swCharts.length") == 5, 20, "charts")
             # a point inside the first segment of the content part's fill (the
             # lower series, from 0 down to the content part): its colour
             px = drv.execute_script("""
-                var g = window.swState.charts[2], s = window.swState.series;
+                var g = window.swCharts[2], s = window.swState.series;
                 var x = (s.step[0] + s.step[1]) / 2, y = s.cum_content[1] / 4;
                 var p = g.toDomCoords(x, y), cv = g.hidden_, r = cv.width / cv.clientWidth;
                 var d = cv.getContext('2d').getImageData(Math.round(p[0] * r),

@@ -554,6 +554,20 @@ sw_srv_pick(sw_srv *s, char **names, size_t nnames, char ***ids, size_t *nids, c
 	return 0;
 }
 
+static void
+warm_one(void *ctx, sw_srv *s, struct entry *e)
+{
+	(void)ctx;
+	(void)s;
+	(void)e;	/* scan polled it: its reader is open */
+}
+
+void
+sw_srv_warm(sw_srv *s)
+{
+	scan(s, warm_one, NULL);
+}
+
 long
 sw_srv_layers(sw_srv *s, const char *id)
 {

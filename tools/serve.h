@@ -50,6 +50,10 @@ int sw_srv_api(sw_srv *s, const char *path, sw_arg_fn arg, void *ctx, sw_reply *
 int sw_srv_pick(sw_srv *s, char **names, size_t nnames, char ***ids, size_t *nids,
     char *err, size_t errlen);
 
+/* Opens the reader of every run file the run list shows (what its first
+ * request would do), so that the first answers from open readers. */
+void sw_srv_warm(sw_srv *s);
+
 /* The layer count of run id, -1 when it cannot be read. */
 long sw_srv_layers(sw_srv *s, const char *id);
 

@@ -523,6 +523,9 @@ sw_serve_main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* the run list's readers opened before the first request (and before
+	 * MHD's thread exists: HDF5 is used by one thread at a time) */
+	sw_srv_warm(sv.srv);
 	/* one internal thread: every request, hence every HDF5 call, runs in it */
 	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
 	    MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, &sv,

@@ -400,7 +400,7 @@
         new Dygraph(c5.plot, data5(), opts({ labels: ["step", "cosine", "JS", "entropy"],
           labelsDiv: c5.legend, colors: ["#7048e8", "#2f9e44", "#868e96"],
           ylabel: "fraction", valueRange: [0, 1.05] }))];
-      st.charts = charts;	/* for tests */
+      window.swCharts = charts;	/* for tests (not in swState: it is returned whole) */
     }
     var modelSeries = null;
     function lname() { return layer === "model" ? "model mean" : "layer " + layer; }
