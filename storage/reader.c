@@ -308,11 +308,13 @@ read_range(sw_reader *r, size_t i, int64_t t0, int64_t t1, int64_t limit, hid_t 
 	memcpy(count, dims, sizeof(dims));
 	start[0] = (hsize_t)t0;
 	count[0] = (hsize_t)(t1 - t0);
-	hsize_t n = total;
 	int64_t rc = -1;
+	/* the memory space of the selection's own shape (the same bytes, C
+	 * order): a flat one of another rank makes HDF5 map every element of
+	 * every chunk one by one, most of the time of a long read */
 	if ((fsp = H5Dget_space(ds)) >= 0 &&
 	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-	    (msp = H5Screate_simple(1, &n, NULL)) >= 0 &&
+	    (msp = H5Screate_simple(rank, count, NULL)) >= 0 &&
 	    H5Dread(ds, mtype, msp, fsp, H5P_DEFAULT, buf) >= 0)
 		rc = (int64_t)total;
 	else
@@ -398,20 +400,22 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 }
 
 int
-sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
-    size_t errlen)
+sw_reader_row_stats_range(sw_reader *r, int64_t t0, int64_t t1, swm_row *out, size_t n,
+    char *err, size_t errlen)
 {
-	size_t m = (size_t)r->layers * r->heads * r->rows;
+	size_t m = (size_t)r->layers * r->heads * r->rows, tn = t1 > t0 ? (size_t)(t1 - t0) : 0;
 
 	quiet();
 	if (!r->rows) {
 		snprintf(err, errlen, "%s: the file has no per-row statistics", r->path);
 		return -1;
 	}
-	if (n < m) {
-		snprintf(err, errlen, "%s: %zu row slots, the file has %zu", r->path, n, m);
+	if (t1 <= t0 || n / tn < m) {
+		snprintf(err, errlen, "%s: %zu row slots for %zu steps, the file has %zu a step",
+		    r->path, n, tn, m);
 		return -1;
 	}
+	m *= tn;
 	double *v = malloc(m * sizeof(double) + 1);
 	uint8_t *st = malloc(m + 1);
 	int rc = -1;
@@ -419,7 +423,7 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	if (read_range(r, (size_t)IDX_ROW_STATUS, t, t + 1, r->committed, H5T_NATIVE_UINT8, st, m,
+	if (read_range(r, (size_t)IDX_ROW_STATUS, t0, t1, r->committed, H5T_NATIVE_UINT8, st, m,
 	    err, errlen) < 0)
 		goto out;
 	for (size_t i = 0; i < m; i++) {
@@ -427,7 +431,7 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 		out[i].status = (swm_status)st[i];
 	}
 	for (int k = 0; k < SW_ROWSTAT_FIELDS; k++) {
-		if (read_range(r, (size_t)IDX_ROWSTAT0 + (size_t)k, t, t + 1, r->committed,
+		if (read_range(r, (size_t)IDX_ROWSTAT0 + (size_t)k, t0, t1, r->committed,
 		    H5T_NATIVE_DOUBLE, v, m, err, errlen) < 0)
 			goto out;
 		for (size_t i = 0; i < m; i++)
@@ -444,6 +448,13 @@ out:
 	free(v);
 	free(st);
 	return rc;
+}
+
+int
+sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
+    size_t errlen)
+{
+	return sw_reader_row_stats_range(r, t, t + 1, out, n, err, errlen);
 }
 
 int64_t

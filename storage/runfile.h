@@ -384,6 +384,14 @@ int sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errl
 int sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n,
     char *err, size_t errlen);
 
+/*
+ * The same for committed rows t0 .. t1 - 1 at once (one read of each
+ * dataset: a reader of many steps reads them in blocks), into out[(t1 -
+ * t0) * layers * heads * rows], row t0 first.
+ */
+int sw_reader_row_stats_range(sw_reader *r, int64_t t0, int64_t t1, swm_row *out, size_t n,
+    char *err, size_t errlen);
+
 /* ---- the view: what a run is, whatever the order its rows arrived in ---- */
 
 /*

@@ -87,13 +87,17 @@ def main():
 
         def run_list():
             drv.get(base + "#/")
-            rows = wait(lambda: drv.find_elements(By.CSS_SELECTOR, "#runs-body tr")
-                        if len(drv.find_elements(By.CSS_SELECTOR, "#runs-body tr")) == 5
-                        else None, 10, "5 runs")
-            names = [r.find_element(By.CSS_SELECTOR, "a.run-link").text for r in rows]
+            # the rows read in one turn of the page's script: the list is
+            # drawn again every 2 s, so rows found one by one may go stale
+            rows = wait(lambda: drv.execute_script(
+                "return Array.from(document.querySelectorAll('#runs-body tr'))"
+                ".map(function (r) { return [r.querySelector('a.run-link').textContent, "
+                "r.querySelector('.state').textContent]; });")
+                if len(drv.find_elements(By.CSS_SELECTOR, "#runs-body tr")) == 5
+                else None, 10, "5 runs")
+            names = [n for n, _ in rows]
             assert "live-run" in names and EVIL in names, names
-            states = {r.find_element(By.CSS_SELECTOR, "a.run-link").text:
-                      r.find_element(By.CSS_SELECTOR, ".state").text for r in rows}
+            states = dict(rows)
             assert states["live-run"] == "live" and states["pythia-70m"] == "ended", states
             assert drv.execute_script("return window.pwned === undefined"), "script ran"
             assert not drv.find_elements(By.CSS_SELECTOR, "#runs-body script, #runs-body img")

@@ -13,7 +13,8 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", "."), "tests"))
-from servelib import Daemon, Server, SINKWATCH, run_cmd, sim  # noqa: E402
+from servelib import (Daemon, Server, SINKWATCH, drift_flip_want, run_cmd,  # noqa: E402
+                      same_series, sim)
 from swharness import Results  # noqa: E402
 
 SRC = os.environ.get("SW_SRCDIR", ".")
@@ -41,6 +42,18 @@ def same(a, b, where):
         assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), (where, a, b)
     else:
         assert a == b, (where, a, b)
+
+
+def check_drift_flip(srv, rid, path):
+    """The series' drift and flip rate against the stored values (h5py, see
+    servelib.drift_flip_want). Returns how many finite values were compared."""
+    steps, want = drift_flip_want(path)
+    compared = 0
+    for layer, w in want.items():
+        got = srv.json("/api/series?id=%s&layer=%s" % (q(rid), layer))
+        assert got["step"] == steps, (got["step"], steps)
+        compared += same_series(got, w, layer)
+    return compared
 
 
 def report_cli(path, *args):
@@ -140,6 +153,14 @@ def main():
             st, _, _ = srv.raw("/api/series?id=0%2Fgolden.h5&layer=7")
             assert st == 400, st
         res.check("series equal report --series; CSV of a range", series)
+
+        def drift_flip():
+            n = check_drift_flip(srv, "0/golden.h5", os.path.join(data, "golden.h5"))
+            for _, name in FAMILY:
+                n += check_drift_flip(srv, "0/%s.h5" % name, os.path.join(data, name + ".h5"))
+            assert n > 100, n   # not all NaN: the values were compared
+        res.check("drift and flip rate of the series equal the stored values (h5py), "
+                  "per layer and the model", drift_flip)
 
         def compare():
             ids = ",".join("0/%s.h5" % n for _, n in FAMILY)

@@ -6,10 +6,81 @@ import os
 import signal
 import subprocess
 import sys
+import math
 import time
+
+import h5py
+import numpy as np
 
 sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", "."), "tests"))
 from swharness import Daemon, SINKWATCH, run_cmd  # noqa: E402,F401
+
+
+def view_rows(f):
+    """The view of storage/LAYOUT.md computed here from the datasets: rows of
+    an incarnation that a later one's resume record supersedes drop out, and
+    of each step the newest incarnation's last row wins. [(step, row)]."""
+    step, inc = f["step"][:], f["inc"][:]
+    res_inc = f["resume_inc"][:] if "resume_inc" in f else []
+    res_step = f["resume_step"][:] if "resume_step" in f else []
+    best = {}
+    for t, (s_, i) in enumerate(zip(step, inc)):
+        if any(ri > i and s_ > rs for ri, rs in zip(res_inc, res_step)):
+            continue
+        if s_ not in best or inc[best[s_]] <= i:
+            best[s_] = t
+    return sorted(best.items())
+
+
+def finite_mean(a, axis):
+    """Mean of the finite values along axis; NaN where there are none."""
+    ok = np.isfinite(a)
+    n = ok.sum(axis=axis)
+    s = np.where(ok, a, 0).sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, s / np.maximum(n, 1), np.nan)
+
+
+def drift_flip_want(path):
+    """What a run's series must hold for drift and flip rate, from the
+    stored values read with h5py over view_rows: per layer the mean over
+    heads of the finite drift values (the model: over every head), the
+    layer's flip rates (the model: the mean of the layers' finite ones).
+    (steps, {"model" | "0".. : {key: array}})."""
+    with h5py.File(path, "r") as f:
+        view = view_rows(f)
+        rows = [t for _, t in view]
+        ds, dc = f["drift_sink"][:][rows], f["drift_content"][:][rows]   # [n, L, H]
+        fl = f["flip_rate"][:][rows]                                      # [n, L, 3]
+    n, L = ds.shape[0], ds.shape[1]
+    out = {"model": {"drift_sink": finite_mean(ds.reshape(n, -1), 1),
+                     "drift_content": finite_mean(dc.reshape(n, -1), 1),
+                     "flip": finite_mean(fl, 1)}}
+    for li in range(L):
+        out[str(li)] = {"drift_sink": finite_mean(ds[:, li, :], 1),
+                        "drift_content": finite_mean(dc[:, li, :], 1), "flip": fl[:, li, :]}
+    for w in out.values():
+        fm = w.pop("flip")
+        for m, k in enumerate(("flip_cosine", "flip_js", "flip_entropy")):
+            w[k] = fm[:, m]
+    return [int(s_) for s_, _ in view], out
+
+
+def same_series(got, want, where):
+    """got[k] (JSON: None for NaN) equal to want[k] to 1e-12; the count of
+    finite values compared."""
+    compared = 0
+    for k, w in want.items():
+        g = got[k]
+        assert len(g) == len(w), (where, k, len(g), len(w))
+        for i, (a, b) in enumerate(zip(g, w)):
+            if not np.isfinite(b):
+                assert a is None, (where, k, i, a, b)
+            else:
+                assert a is not None and math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), \
+                    (where, k, i, a, b)
+                compared += 1
+    return compared
 
 
 def sim(d, run, *args, wait=True):

@@ -1227,6 +1227,70 @@ END_TEST
 
 /* ---- h5py, as a dashboard would (skipped without it) --------------------- */
 
+/* sw_reader_row_stats_range over the golden run (row statistics, 11
+ * rows): every block of rows equals the stored datasets read by name,
+ * field by field, at the right offsets; refusals named. */
+START_TEST(test_row_stats_range)
+{
+	const char *src = getenv("SW_SRCDIR");
+	char path[1024], err[512];
+	sw_reader *r = NULL;
+	sw_runmeta m;
+
+	snprintf(path, sizeof(path), "%s/tests/data/golden_run/golden.h5", src ? src : ".");
+	ck_assert_msg(sw_reader_open(path, &r, &m, err, sizeof(err)) == 0, "%s", err);
+	int64_t T = sw_reader_refresh(r, err, sizeof(err));
+	ck_assert_int_eq(T, 11);
+	ck_assert(m.row_stats);
+	size_t per = (size_t)m.layers * m.heads * m.rows, all = (size_t)T * per;
+	double *f[SW_ROWSTAT_FIELDS];
+	for (int k = 0; k < SW_ROWSTAT_FIELDS; k++) {
+		f[k] = malloc(all * sizeof(double));
+		ck_assert_msg(sw_reader_read(r, sw_rowstat_field_names[k], 0, T, f[k], all, err,
+		    sizeof(err)) == (int64_t)all, "%s", err);
+	}
+	double *st = malloc(all * sizeof(double));
+	ck_assert_msg(sw_reader_read(r, "row_status", 0, T, st, all, err, sizeof(err)) ==
+	    (int64_t)all, "%s", err);
+	swm_row *out = malloc(all * sizeof(swm_row));
+	/* blocks of 1, 3 and all rows, from several starts */
+	const int64_t spans[][2] = { { 0, 1 }, { 4, 7 }, { 10, 11 }, { 0, 11 }, { 2, 11 } };
+	for (size_t b = 0; b < sizeof(spans) / sizeof(spans[0]); b++) {
+		int64_t t0 = spans[b][0], t1 = spans[b][1];
+		ck_assert_msg(sw_reader_row_stats_range(r, t0, t1, out, all, err, sizeof(err)) == 0,
+		    "%s", err);
+		for (size_t i = 0; i < (size_t)(t1 - t0) * per; i++) {
+			size_t g = (size_t)t0 * per + i;
+			const double got[SW_ROWSTAT_FIELDS] = { out[i].s, out[i].w, out[i].H, out[i].hb,
+				out[i].Hc };
+			for (int k = 0; k < SW_ROWSTAT_FIELDS; k++)
+				ck_assert_msg((isnan(got[k]) && isnan(f[k][g])) || got[k] == f[k][g],
+				    "[%lld, %lld) slot %zu field %d: %g vs %g", (long long)t0,
+				    (long long)t1, i, k, got[k], f[k][g]);
+			ck_assert_int_eq((int)out[i].status, (int)st[g]);
+		}
+	}
+	/* the one-row call is the same as a block of one */
+	swm_row one[200];
+	ck_assert(per <= 200);
+	ck_assert_int_eq(sw_reader_row_stats(r, 9, one, per, err, sizeof(err)), 0);
+	ck_assert_int_eq(sw_reader_row_stats_range(r, 9, 10, out, all, err, sizeof(err)), 0);
+	for (size_t i = 0; i < per; i++)
+		ck_assert(memcmp(&one[i].s, &out[i].s, sizeof(double)) == 0);
+	/* refusals: an empty block, a buffer too small, rows not committed */
+	ck_assert_int_eq(sw_reader_row_stats_range(r, 3, 3, out, all, err, sizeof(err)), -1);
+	ck_assert_int_eq(sw_reader_row_stats_range(r, 0, 2, out, 2 * per - 1, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "row slots"), "%s", err);
+	ck_assert_int_eq(sw_reader_row_stats_range(r, 5, 12, out, 20 * per, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "committed"), "%s", err);
+	for (int k = 0; k < SW_ROWSTAT_FIELDS; k++)
+		free(f[k]);
+	free(st);
+	free(out);
+	sw_reader_close(&r);
+}
+END_TEST
+
 START_TEST(test_h5py)
 {
 	const char *py = getenv("PYTHON");
@@ -1402,6 +1466,7 @@ runfile_suite(void)
 	tcase_add_test(tc, test_resume_while_tailed);
 	tcase_add_test(tc, test_h5py);
 	tcase_add_test(tc, test_runlock);
+	tcase_add_test(tc, test_row_stats_range);
 	suite_add_tcase(s, tc);
 	return s;
 }

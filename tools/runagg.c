@@ -21,6 +21,8 @@ static const char *const col_names[SW_RUN_COLS] = {
 	[SW_RC_CONTENT_ENTROPY] = "content_entropy", [SW_RC_ROWS] = "rows",
 	[SW_RC_MISSING_RANK] = "missing_rank", [SW_RC_MISSING] = "missing",
 	[SW_RC_LOST] = "lost", [SW_RC_INCOMPLETE] = "incomplete",
+	[SW_RC_DRIFT_SINK] = "drift_sink", [SW_RC_DRIFT_CONTENT] = "drift_content",
+	[SW_RC_FLIP] = "flip_rate",
 };
 
 /* Values per committed row of column c. */
@@ -31,6 +33,8 @@ col_width(const sw_run *run, int c)
 		return 1;
 	if (c == SW_RC_MISSING)
 		return run->L;
+	if (c == SW_RC_FLIP)
+		return run->L * SW_FLIP_METRICS;
 	return run->LH;
 }
 
@@ -289,28 +293,85 @@ split_rows(const sw_run *run, size_t R, const swm_row *ra, const swm_row *rb, in
 	swm_split_aggregate(&a, &b, out);
 }
 
+/*
+ * The row statistics of committed rows, read a block of rows at a time:
+ * one read per dataset for many steps (a read per step costs a refresh of
+ * each dataset, which dominated a long run's report). At most
+ * ROWBLOCK_BYTES held, and at least one row.
+ */
+#define ROWBLOCK_BYTES (4u << 20)
+struct rowblock {
+	swm_row *buf;
+	size_t m, cap;		/* rows a step, steps the buffer holds */
+	int64_t t0, t1;		/* the rows held: t0 .. t1 - 1 */
+	int64_t tmax;		/* no row past this one is wanted */
+};
+
+static int
+rowblock_init(struct rowblock *b, const sw_run *run, int64_t tmax, char *err, size_t errlen)
+{
+	memset(b, 0, sizeof(*b));
+	b->m = run->LH * run->meta.rows;
+	b->cap = ROWBLOCK_BYTES / (b->m * sizeof(swm_row) + 1);
+	if (b->cap < 1)
+		b->cap = 1;
+	b->tmax = tmax;
+	if (!(b->buf = malloc(b->cap * b->m * sizeof(swm_row) + 1))) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* The statistics of committed row t (t <= tmax), NULL with err. */
+static const swm_row *
+rowblock_get(sw_run *run, struct rowblock *b, int64_t t, char *err, size_t errlen)
+{
+	if (t < b->t0 || t >= b->t1) {
+		int64_t t1 = t + (int64_t)b->cap;
+		if (t1 > b->tmax + 1)
+			t1 = b->tmax + 1;
+		if (sw_reader_row_stats_range(run->reader, t, t1, b->buf, b->cap * b->m, err,
+		    errlen) != 0)
+			return NULL;
+		b->t0 = t;
+		b->t1 = t1;
+	}
+	return b->buf + (size_t)(t - b->t0) * b->m;
+}
+
 /* Path sums over the range and the endpoint split, per head. */
 static int
 attribute(sw_run *run, sw_agg *a, char *err, size_t errlen)
 {
 	size_t LH = run->LH, R = a->paired ? run->meta.rows : 0, n = LH * R;
 	const sw_view *v = &run->view;
-	int64_t k0 = a->range.k0, k1 = a->range.k1;
+	int64_t k0 = a->range.k0, k1 = a->range.k1, tmax = 0;
 	swm_row *first = NULL, *prev = NULL, *cur = NULL;
+	struct rowblock blk = { 0 };
+	const swm_row *got;
 	int rc = -1;
 
-	if (a->paired && (!(first = malloc(n * sizeof(*first) + 1)) ||
+	for (int64_t k = k0; k <= k1; k++)
+		tmax = v->row[k] > tmax ? v->row[k] : tmax;
+	if (a->paired && (rowblock_init(&blk, run, tmax, err, errlen) != 0 ||
+	    !(first = malloc(n * sizeof(*first) + 1)) ||
 	    !(prev = malloc(n * sizeof(*prev) + 1)) || !(cur = malloc(n * sizeof(*cur) + 1)))) {
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	if (a->paired && sw_reader_row_stats(run->reader, v->row[k0], first, n, err, errlen) != 0)
-		goto out;
-	if (a->paired)
-		memcpy(prev, first, n * sizeof(*prev));
-	for (int64_t k = k0 + 1; k <= k1; k++) {
-		if (a->paired && sw_reader_row_stats(run->reader, v->row[k], cur, n, err, errlen) != 0)
+	if (a->paired) {
+		if (!(got = rowblock_get(run, &blk, v->row[k0], err, errlen)))
 			goto out;
+		memcpy(first, got, n * sizeof(*first));
+		memcpy(prev, first, n * sizeof(*prev));
+	}
+	for (int64_t k = k0 + 1; k <= k1; k++) {
+		if (a->paired) {
+			if (!(got = rowblock_get(run, &blk, v->row[k], err, errlen)))
+				goto out;
+			memcpy(cur, got, n * sizeof(*cur));
+		}
 		for (size_t i = 0; i < LH; i++) {
 			swm_split sp;
 			split_rows(run, R, prev, cur, v->row[k - 1], v->row[k], i, &sp);
@@ -331,6 +392,7 @@ attribute(sw_run *run, sw_agg *a, char *err, size_t errlen)
 		split_rows(run, R, first, prev, v->row[k0], v->row[k1], i, &a->head[i].endpoint);
 	rc = 0;
 out:
+	free(blk.buf);
 	free(first);
 	free(prev);
 	free(cur);
@@ -674,6 +736,39 @@ finite_mean(const double *v, size_t n)
 	return k ? s / (double)k : NAN;
 }
 
+/* The mean of the finite values of column c at [i, i + n); NaN where the
+ * file's layout lacks the column. */
+static double
+col_mean(const sw_run *run, int c, size_t i, size_t n)
+{
+	return run->col[c] ? finite_mean(run->col[c] + i, n) : NAN;
+}
+
+/* The flip rates of layer l at committed row t (l == L: the mean of the
+ * layers' finite ones, per metric). */
+static void
+flip_at(const sw_run *run, size_t t, size_t l, double *out)
+{
+	const double *f = run->col[SW_RC_FLIP] ? run->col[SW_RC_FLIP] + t * run->L * SW_FLIP_METRICS :
+	    NULL;
+	for (size_t m = 0; m < SW_FLIP_METRICS; m++) {
+		if (!f)
+			out[m] = NAN;
+		else if (l < run->L)
+			out[m] = f[l * SW_FLIP_METRICS + m];
+		else {
+			double s = 0;
+			size_t k = 0;
+			for (size_t x = 0; x < run->L; x++)
+				if (isfinite(f[x * SW_FLIP_METRICS + m])) {
+					s += f[x * SW_FLIP_METRICS + m];
+					k++;
+				}
+			out[m] = k ? s / (double)k : NAN;
+		}
+	}
+}
+
 void
 sw_series_free(sw_series *s)
 {
@@ -683,6 +778,9 @@ sw_series_free(sw_series *s)
 	free(s->cum_sink);
 	free(s->cum_content);
 	free(s->content_entropy);
+	free(s->drift_sink);
+	free(s->drift_content);
+	free(s->flip);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -701,8 +799,12 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 	out->cum_sink = malloc(m * sizeof(double) + 1);
 	out->cum_content = malloc(m * sizeof(double) + 1);
 	out->content_entropy = malloc(m * sizeof(double) + 1);
+	out->drift_sink = malloc(m * sizeof(double) + 1);
+	out->drift_content = malloc(m * sizeof(double) + 1);
+	out->flip = malloc(m * SW_FLIP_METRICS * sizeof(double) + 1);
 	if (!a->parts || !hs || !out->step || !out->sink_mass || !out->entropy ||
-	    !out->cum_sink || !out->cum_content || !out->content_entropy) {
+	    !out->cum_sink || !out->cum_content || !out->content_entropy ||
+	    !out->drift_sink || !out->drift_content || !out->flip) {
 		free(hs);
 		sw_series_free(out);
 		snprintf(err, errlen, a->parts ? "out of memory" : "no series computed");
@@ -716,8 +818,10 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 			size_t t = (size_t)run->view.row[a->range.k0 + (int64_t)j], o = l * n + j;
 			out->sink_mass[o] = finite_mean(run->col[SW_RC_SINK_MASS] + t * LH + h0, nh);
 			out->entropy[o] = finite_mean(run->col[SW_RC_ENTROPY] + t * LH + h0, nh);
-			out->content_entropy[o] = run->col[SW_RC_CONTENT_ENTROPY] ?
-			    finite_mean(run->col[SW_RC_CONTENT_ENTROPY] + t * LH + h0, nh) : NAN;
+			out->content_entropy[o] = col_mean(run, SW_RC_CONTENT_ENTROPY, t * LH + h0, nh);
+			out->drift_sink[o] = col_mean(run, SW_RC_DRIFT_SINK, t * LH + h0, nh);
+			out->drift_content[o] = col_mean(run, SW_RC_DRIFT_CONTENT, t * LH + h0, nh);
+			flip_at(run, t, l, out->flip + o * SW_FLIP_METRICS);
 			double s = 0, c = 0;
 			for (size_t i = h0; i < h0 + nh; i++) {
 				double x = a->parts[(j * LH + i) * 2], y = a->parts[(j * LH + i) * 2 + 1];

@@ -30,6 +30,8 @@ enum sw_run_col {
 	SW_RC_MISSING_RANK,	/* [T * L * H], layout 3; NULL before */
 	SW_RC_MISSING,		/* [T * L] */
 	SW_RC_LOST, SW_RC_INCOMPLETE,	/* [T] */
+	SW_RC_DRIFT_SINK, SW_RC_DRIFT_CONTENT,	/* [T * L * H] */
+	SW_RC_FLIP,		/* [T * L * 3]: cosine, js, entropy (flip_fields) */
 	SW_RUN_COLS
 };
 
@@ -190,15 +192,22 @@ int sw_agg_interval_incomplete(const sw_agg *a, int64_t j);
 /*
  * The series a chart plots, per range step: for each layer and the model
  * (index L, over all heads) the head means of sink_mass and entropy
- * (finite values; NaN if none), the same of content_entropy, and the running sums of the interval parts
- * (an interval without a value counting as 0, mean over the heads).
- * Each array is [(L + 1) * steps], layer-major. Needs want_series.
+ * (finite values; NaN if none), the same of content_entropy, drift_sink
+ * and drift_content (METRICS.md §4), and the running sums of the interval
+ * parts from the range's first step (an interval without a value counting
+ * as 0, mean over the heads). Each array is [(L + 1) * steps],
+ * layer-major. flip: the stored flip rates of §5, [(L + 1) * steps * 3]
+ * (cosine, js, entropy), the model's the mean of the layers' finite ones.
+ * Needs want_series.
  */
+#define SW_FLIP_METRICS 3
 typedef struct sw_series {
 	size_t n, layers;	/* steps, L */
 	int64_t *step;		/* [n] */
 	double *sink_mass, *entropy, *cum_sink, *cum_content;
 	double *content_entropy;	/* head means of H̄c (NaN before layout 2) */
+	double *drift_sink, *drift_content;
+	double *flip;
 } sw_series;
 int sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err,
     size_t errlen);

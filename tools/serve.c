@@ -43,6 +43,8 @@ struct sw_srv {
 	double stale_s;
 	struct entry **ent;
 	size_t nent;
+	char **only;		/* sw_srv_pick's ids: the run list holds these alone */
+	size_t nonly;
 };
 
 static double
@@ -103,6 +105,9 @@ sw_srv_free(sw_srv **sp)
 	for (size_t i = 0; i < s->ndirs; i++)
 		free(s->dirs[i]);
 	free(s->dirs);
+	for (size_t i = 0; i < s->nonly; i++)
+		free(s->only[i]);
+	free(s->only);
 	free(s);
 	*sp = NULL;
 }
@@ -378,19 +383,26 @@ name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* GET /api/runs: every run file of the directories, in directory order
- * then by name. */
+/* Whether the run list shows e: every run, or those sw_srv_pick chose. */
 static int
-api_runs(sw_srv *s, sw_reply *r)
+listed(const sw_srv *s, const struct entry *e)
 {
-	out_t o;
-	double now = now_s();
-	if (out_open(&o) != 0)
-		return -1;
-	sw_json_begin_obj(&o.j, NULL);
-	sw_json_num(&o.j, "now", now);
-	sw_json_num(&o.j, "stale_s", s->stale_s);
-	sw_json_begin_arr(&o.j, "runs");
+	if (!s->only)
+		return 1;
+	for (size_t i = 0; i < s->nonly; i++)
+		if (!strcmp(s->only[i], e->id))
+			return 1;
+	return 0;
+}
+
+/*
+ * Every run file of the directories, in directory order then by name,
+ * polled: fn(ctx, e) for each. A name that is not a regular file is
+ * skipped.
+ */
+static void
+scan(sw_srv *s, void (*fn)(void *ctx, sw_srv *s, struct entry *e), void *ctx)
+{
 	for (size_t d = 0; d < s->ndirs; d++) {
 		DIR *dp = opendir(s->dirs[d]);
 		struct dirent *de;
@@ -416,16 +428,153 @@ api_runs(sw_srv *s, sw_reply *r)
 			if (!e)	/* not a regular file */
 				continue;
 			entry_poll(e);
-			sw_json_begin_obj(&o.j, NULL);
-			json_entry(s, &o.j, e, now);
-			sw_json_end_obj(&o.j);
+			fn(ctx, s, e);
 		}
 		free(names);
 	}
+}
+
+struct runs_ctx {
+	sw_json *j;
+	double now;
+};
+
+static void
+runs_one(void *ctx, sw_srv *s, struct entry *e)
+{
+	struct runs_ctx *c = ctx;
+	if (!listed(s, e))
+		return;
+	sw_json_begin_obj(c->j, NULL);
+	json_entry(s, c->j, e, c->now);
+	sw_json_end_obj(c->j);
+}
+
+/* GET /api/runs: every run file of the directories (or those chosen), in
+ * directory order then by name. */
+static int
+api_runs(sw_srv *s, sw_reply *r)
+{
+	out_t o;
+	struct runs_ctx c;
+	if (out_open(&o) != 0)
+		return -1;
+	c.j = &o.j;
+	c.now = now_s();
+	sw_json_begin_obj(&o.j, NULL);
+	sw_json_num(&o.j, "now", c.now);
+	sw_json_num(&o.j, "stale_s", s->stale_s);
+	sw_json_begin_arr(&o.j, "runs");
+	scan(s, runs_one, &c);
 	sw_json_end_arr(&o.j);
 	sw_json_end_obj(&o.j);
 	sw_json_finish(&o.j);
 	return out_reply(&o, 200, "application/json", r);
+}
+
+struct pick_ctx {
+	char **names;
+	size_t nnames;
+	int *found;
+	char **ids;
+	size_t nids;
+	int oom;
+};
+
+static void
+pick_one(void *ctx, sw_srv *s, struct entry *e)
+{
+	struct pick_ctx *c = ctx;
+	const char *file = strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path;
+	int want = c->nnames == 0;
+	(void)s;
+	for (size_t i = 0; i < c->nnames; i++)
+		if (!strcmp(c->names[i], e->id) || !strcmp(c->names[i], file) ||
+		    (!e->err[0] && !strcmp(c->names[i], e->meta.run))) {
+			c->found[i] = 1;
+			want = 1;
+		}
+	if (!want)
+		return;
+	char **g = realloc(c->ids, (c->nids + 1) * sizeof(*g));
+	if (!g || !(g[c->nids] = strdup(e->id))) {
+		if (g)
+			c->ids = g;
+		c->oom = 1;
+		return;
+	}
+	c->ids = g;
+	c->nids++;
+}
+
+int
+sw_srv_pick(sw_srv *s, char **names, size_t nnames, char ***ids, size_t *nids, char *err,
+    size_t errlen)
+{
+	struct pick_ctx c;
+	memset(&c, 0, sizeof(c));
+	c.names = names;
+	c.nnames = nnames;
+	*ids = NULL;
+	*nids = 0;
+	if (!(c.found = calloc(nnames + 1, sizeof(int)))) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	scan(s, pick_one, &c);
+	int rc = 0;
+	if (c.oom) {
+		snprintf(err, errlen, "out of memory");
+		rc = -1;
+	}
+	for (size_t i = 0; rc == 0 && i < nnames; i++)
+		if (!c.found[i]) {
+			snprintf(err, errlen, "%s: no such run in the data directories (a run name, "
+			    "a file name, or an id D/FILE)", names[i]);
+			rc = -1;
+		}
+	if (rc == 0 && c.nids == 0) {
+		snprintf(err, errlen, "no run file in the data directories");
+		rc = -1;
+	}
+	free(c.found);
+	if (rc != 0) {
+		for (size_t i = 0; i < c.nids; i++)
+			free(c.ids[i]);
+		free(c.ids);
+		return -1;
+	}
+	for (size_t i = 0; i < s->nonly; i++)
+		free(s->only[i]);
+	free(s->only);
+	s->only = c.ids;
+	s->nonly = c.nids;
+	*ids = c.ids;
+	*nids = c.nids;
+	return 0;
+}
+
+static void
+warm_one(void *ctx, sw_srv *s, struct entry *e)
+{
+	(void)ctx;
+	(void)s;
+	(void)e;	/* scan polled it: its reader is open */
+}
+
+void
+sw_srv_warm(sw_srv *s)
+{
+	scan(s, warm_one, NULL);
+}
+
+long
+sw_srv_layers(sw_srv *s, const char *id)
+{
+	struct entry *e = entry_get(s, id);
+	if (!e || entry_poll(e) != 0)
+		return -1;
+	return (long)e->meta.layers;
 }
 
 /* The run an API call names by ?id=, refreshed; NULL after a reply. */
@@ -512,6 +661,16 @@ api_series(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 	json_nums(&o.j, "content_entropy", ser->content_entropy + o0, n);
 	json_nums(&o.j, "cum_sink", ser->cum_sink + o0, n);
 	json_nums(&o.j, "cum_content", ser->cum_content + o0, n);
+	json_nums(&o.j, "drift_sink", ser->drift_sink + o0, n);
+	json_nums(&o.j, "drift_content", ser->drift_content + o0, n);
+	static const char *const flip_key[SW_FLIP_METRICS] = { "flip_cosine", "flip_js",
+		"flip_entropy" };
+	for (size_t m = 0; m < SW_FLIP_METRICS; m++) {
+		sw_json_begin_arr(&o.j, flip_key[m]);
+		for (size_t k = 0; k < n; k++)
+			sw_json_num(&o.j, NULL, ser->flip[(o0 + k) * SW_FLIP_METRICS + m]);
+		sw_json_end_arr(&o.j);
+	}
 	sw_json_end_obj(&o.j);
 	sw_json_finish(&o.j);
 	return out_reply(&o, 200, "application/json", r);
@@ -587,17 +746,30 @@ api_report(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 	if (sw_run_span(e->run, from, to, &k0, &k1) != 0)
 		return reply_error(r, 409, "no stored step in the range");
 	sw_range rg = { k0, k1 };
-	sw_agg a;
+	sw_agg mine, *ap = &mine;
 	sw_ranking rk;
-	if (sw_agg_compute(e->run, &rg, 0, &a, err, sizeof(err)) != 0)
-		return reply_error(r, 500, err);
+	/* the whole view's is the one the charts' series came from: cached */
+	if (k0 == 0 && k1 == e->run->view.n - 1 && entry_agg(e) == 0 &&
+	    e->agg.range.k0 == k0 && e->agg.range.k1 == k1)
+		ap = &e->agg;	/* (a refresh in between grows the view: not this) */
+	else if (sw_run_span(e->run, from, to, &k0, &k1) != 0)
+		return reply_error(r, 409, "no stored step in the range");
+	else {
+		rg.k0 = k0;
+		rg.k1 = k1;
+		if (sw_agg_compute(e->run, &rg, 0, &mine, err, sizeof(err)) != 0)
+			return reply_error(r, 500, err);
+	}
+	sw_agg a = *ap;
 	if (sw_agg_rank(&a, &rk) != 0) {
-		sw_agg_free(&a);
+		if (ap == &mine)
+			sw_agg_free(&mine);
 		return -1;
 	}
 	out_t o;
 	if (out_open(&o) != 0) {
-		sw_agg_free(&a);
+		if (ap == &mine)
+			sw_agg_free(&mine);
 		sw_ranking_free(&rk);
 		return -1;
 	}
@@ -656,7 +828,8 @@ api_report(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 	sw_json_end_obj(j);
 	sw_json_end_obj(j);
 	sw_json_finish(j);
-	sw_agg_free(&a);
+	if (ap == &mine)
+		sw_agg_free(&mine);
 	sw_ranking_free(&rk);
 	return out_reply(&o, 200, "application/json", r);
 }

@@ -41,6 +41,38 @@ typedef const char *(*sw_arg_fn)(void *ctx, const char *key);
  */
 int sw_srv_api(sw_srv *s, const char *path, sw_arg_fn arg, void *ctx, sw_reply *out);
 
+/*
+ * The ids of the runs named (a run name, a file name or an id; every run
+ * when nnames is 0), in the run list's order; from then on the run list
+ * (/api/runs) holds these alone. 0, or -1 with err naming a name that
+ * matches no run. *ids belongs to s (freed by sw_srv_free).
+ */
+int sw_srv_pick(sw_srv *s, char **names, size_t nnames, char ***ids, size_t *nids,
+    char *err, size_t errlen);
+
+/* Opens the reader of every run file the run list shows (what its first
+ * request would do), so that the first answers from open readers. */
+void sw_srv_warm(sw_srv *s);
+
+/* The layer count of run id, -1 when it cannot be read. */
+long sw_srv_layers(sw_srv *s, const char *id);
+
+/* The page's files beside the embedded ones: the dygraphs library. */
+typedef struct sw_page_lib {
+	const char *js, *css;
+	size_t js_len, css_len;
+} sw_page_lib;
+
+/*
+ * Writes a static copy of the runs ids (sw_srv_pick's) to directory dir
+ * (made when missing): the page, the library, and under static/ the JSON
+ * the server would answer (the run list, the compare table of all of them,
+ * each run's series per layer and its whole-run report) as scripts the
+ * page loads from file://. 0, or -1 with err naming the file that failed.
+ */
+int sw_srv_export(sw_srv *s, const char *dir, char **ids, size_t nids, const sw_page_lib *lib,
+    char *err, size_t errlen);
+
 int sw_serve_main(int argc, char **argv);
 
 #endif

@@ -50,11 +50,15 @@ usage(FILE *f)
 {
 	fputs("usage: sinkwatch serve [DATA_DIR...] [--listen HOST:PORT] [--allow-remote]\n"
 	    "        [--host NAME]... [--token-file FILE] [--stale SECONDS]\n"
+	    "       sinkwatch serve [DATA_DIR...] --export DIR [--run NAME]...\n"
 	    "\n"
 	    "A read-only web dashboard over the run files of DATA_DIR (default\n"
 	    "sinkwatch-data). --listen defaults to 127.0.0.1:8710; an address that is\n"
 	    "not loopback needs --allow-remote and an access token (SINKWATCH_TOKEN,\n"
-	    "--token-file, or one made and printed at start).\n", f);
+	    "--token-file, or one made and printed at start).\n"
+	    "--export DIR writes a static copy of the runs (each --run NAME: a run\n"
+	    "name, a file name or an id; all when none) that opens from file://\n"
+	    "with no server, then exits.\n", f);
 }
 
 /* Reads a whole file (at most 16 MiB); NULL on failure. */
@@ -381,12 +385,29 @@ read_token(const char *path, char *buf, size_t len)
 	return k >= 16 ? 0 : -1;
 }
 
+/* --export DIR: the static copy of the runs named (all when none). */
+static int
+serve_export(struct served *sv, const char *dir, char **runs, size_t nruns)
+{
+	char err[1024], **ids;
+	size_t nids;
+	sw_page_lib lib = { sv->dyg_js, sv->dyg_css, sv->dyg_js_len, sv->dyg_css_len };
+
+	if (sw_srv_pick(sv->srv, runs, nruns, &ids, &nids, err, sizeof(err)) != 0)
+		return sw_tool_fail("serve", "%s%s", nruns ? "--run " : "", err);
+	if (sw_srv_export(sv->srv, dir, ids, nids, &lib, err, sizeof(err)) != 0)
+		return sw_tool_fail("serve", "--export: %s", err);
+	printf("sinkwatch serve: %zu run%s exported: file://%s/index.html\n", nids,
+	    nids == 1 ? "" : "s", dir);
+	return 0;
+}
+
 int
 sw_serve_main(int argc, char **argv)
 {
-	const char *listen_spec = "127.0.0.1:8710", *token_file = NULL;
-	char *dirs[64], *names[SERVE_HOSTS];
-	size_t ndirs = 0, nnames = 0;
+	const char *listen_spec = "127.0.0.1:8710", *token_file = NULL, *export_dir = NULL;
+	char *dirs[64], *names[SERVE_HOSTS], *runs[256];
+	size_t ndirs = 0, nnames = 0, nruns = 0;
 	int allow_remote = 0, rc = 2;
 	double stale = 60;
 	struct served sv;
@@ -407,6 +428,13 @@ sw_serve_main(int argc, char **argv)
 			names[nnames++] = argv[++i];
 		else if (!strcmp(a, "--token-file") && more)
 			token_file = argv[++i];
+		else if (!strcmp(a, "--export") && more)
+			export_dir = argv[++i];
+		else if (!strcmp(a, "--run") && more) {
+			if (nruns == sizeof(runs) / sizeof(runs[0]))
+				return sw_tool_fail("serve", "at most %zu --run", nruns);
+			runs[nruns++] = argv[++i];
+		}
 		else if (!strcmp(a, "--stale") && more) {
 			char *end;
 			stale = strtod(argv[++i], &end);
@@ -420,6 +448,9 @@ sw_serve_main(int argc, char **argv)
 		else
 			return sw_tool_fail("serve", "at most 64 data directories");
 	}
+	if (nruns && !export_dir)
+		return sw_tool_fail("serve", "--run chooses the runs of --export; the server "
+		    "shows every run");
 	if (ndirs == 0)
 		dirs[ndirs++] = "sinkwatch-data";
 	for (size_t i = 0; i < ndirs; i++)
@@ -431,6 +462,10 @@ sw_serve_main(int argc, char **argv)
 	    !(sv.dyg_css = slurp(SW_DYGRAPHS_DIR "/dygraph.min.css", &sv.dyg_css_len))) {
 		sw_tool_fail("serve", "%s/dygraph.min.js: %s (Debian: libjs-dygraphs)",
 		    SW_DYGRAPHS_DIR, strerror(errno));
+		goto out;
+	}
+	if (export_dir) {
+		rc = serve_export(&sv, export_dir, runs, nruns);
 		goto out;
 	}
 	const char *env_token = getenv("SINKWATCH_TOKEN");
@@ -488,6 +523,9 @@ sw_serve_main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* the run list's readers opened before the first request (and before
+	 * MHD's thread exists: HDF5 is used by one thread at a time) */
+	sw_srv_warm(sv.srv);
 	/* one internal thread: every request, hence every HDF5 call, runs in it */
 	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
 	    MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, &sv,

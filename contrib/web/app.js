@@ -58,11 +58,49 @@
       return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]);
     }).join("&");
   }
-  function api(path, params) {
-    if (STATIC) {
-      var d = STATIC[path + "?" + qs(params || {})] || STATIC[path + "?" + qs({ id: (params || {}).id })];
-      return d ? Promise.resolve(d) : Promise.reject(new Error("not in this static copy"));
+  /* ---- a static copy (sinkwatch serve --export): the server's replies,
+   * written by it into scripts; a run's loaded when first shown ---- */
+  var loaded = { run: {}, compare: null }, loading = {};
+  window.SW_STATIC_ADD = function (key, data) {
+    if (key.compare) loaded.compare = data;
+    else loaded.run[key.run] = data;
+  };
+  function need(file) {
+    if (!loading[file]) loading[file] = new Promise(function (ok, no) {
+      var s = document.createElement("script");
+      s.src = file;
+      s.onload = ok;
+      s.onerror = function () { no(new Error(file + ": not in this static copy")); };
+      document.body.appendChild(s);
+    });
+    return loading[file];
+  }
+  function replied(d) {
+    return d && d.error ? Promise.reject(new Error(d.error)) : Promise.resolve(d);
+  }
+  function staticApi(path, params) {
+    if (path === "runs") return replied(STATIC.runs);
+    if (path === "compare") return need("static/compare.js").then(function () {
+      var want = (params.ids || "").split(","), c = loaded.compare;
+      if (c.error) return replied(c);
+      /* the server's table of every exported run, in its order: those asked */
+      return { order: c.order, runs: c.runs.filter(function (r) {
+        return want.indexOf(r.id) >= 0; }) };
+    });
+    if (path === "series" || path === "report") {
+      var f = STATIC.files.filter(function (x) { return x.id === params.id; })[0];
+      if (!f) return Promise.reject(new Error("this static copy does not hold that run"));
+      if (path === "report" && (params.from !== undefined || params.to !== undefined))
+        return Promise.reject(new Error("the report of a zoomed range needs the server"));
+      return need(f.file).then(function () {
+        var d = loaded.run[params.id];
+        return replied(path === "report" ? d.report : d.series[params.layer || "model"]);
+      });
     }
+    return Promise.reject(new Error(path + ": needs the server (sinkwatch serve)"));
+  }
+  function api(path, params) {
+    if (STATIC) return staticApi(path, params || {});
     return fetch("api/" + path + "?" + qs(params || {}), { credentials: "same-origin" })
       .then(function (r) {
         return r.json().then(function (j) {
@@ -150,7 +188,7 @@
         if (my !== gen) return;
         last = j;
         draw();
-        liveEl.textContent = "updated " + new Date().toLocaleTimeString();
+        if (!STATIC) liveEl.textContent = "updated " + new Date().toLocaleTimeString();
       });
     }
     load().catch(fail);
@@ -161,8 +199,9 @@
   function chartBox(id, title) {
     var plot = el("div", { cls: "plot", id: id });
     var legend = el("div", { cls: "legend", id: id + "-legend" });
-    return { box: el("div", { cls: "chart" }, [el("h3", { text: title }), plot, legend]),
-      plot: plot, legend: legend };
+    var h = el("h3", { text: title, id: id + "-title" });
+    return { box: el("div", { cls: "chart" }, [h, plot, legend]),
+      plot: plot, legend: legend, title: h };
   }
 
   function attribRows(tbody, label, a, keyp) {
@@ -232,7 +271,9 @@
     var title = el("h1", { id: "run-title" });
     var meta = el("div", { cls: "muted", id: "run-meta" });
     var layerSel = el("select", { id: "layer" });
-    var csv = el("a", { id: "csv", text: "CSV of the charts" });
+    var csv = STATIC ? el("span", { id: "csv", cls: "muted",
+      text: "CSV: with the server (sinkwatch serve)" }) :
+      el("a", { id: "csv", text: "CSV of the charts" });
     var reset = el("button", { text: "whole run", id: "reset" });
     var metricSel = el("select", { id: "heads-metric" }, [
       el("option", { value: "share", text: "path sink share" }),
@@ -242,11 +283,16 @@
     main.appendChild(meta);
     main.appendChild(el("div", { cls: "toolbar" }, [txt("layer "), layerSel, reset, csv]));
     var c1 = chartBox("c-sink", "sink mass"), c2 = chartBox("c-ent", "entropy (whole row, content)"),
-      c3 = chartBox("c-cum", "cumulative entropy change: sink part + content part (stacked)");
-    main.appendChild(el("div", { cls: "charts" }, [c1.box, c2.box, c3.box]));
+      c3 = chartBox("c-cum", "cumulative entropy change: sink part + content part (stacked)"),
+      c4 = chartBox("c-drift", "drift from the previous stored step (RMS over rows)"),
+      c5 = chartBox("c-flip", "flip rate");
+    main.appendChild(el("div", { cls: "charts" }, [c1.box, c2.box, c3.box, c4.box, c5.box]));
     var repTitle = el("h2", { id: "report-range" });
+    var staticNote = el("p", { cls: "warn", id: "report-static" });
+    staticNote.style.display = "none";
     var repBody = el("tbody", { id: "report-body" });
     main.appendChild(repTitle);
+    main.appendChild(staticNote);
     main.appendChild(el("div", { cls: "report" }, [el("table", { id: "report" }, [
       el("thead", null, [el("tr", null, ["", "split", "dH", "sink", "content", "sink share",
         "content share", ""].map(function (h) { return el("th", { text: h, cls: "num" }); }))]),
@@ -267,18 +313,28 @@
       setHashParams("/run", p);
       var cp = { id: id, layer: layer };
       if (st.win) { cp.from = Math.ceil(st.win[0]); cp.to = Math.floor(st.win[1]); }
-      csv.href = "api/csv?" + qs(cp);
+      if (!STATIC) csv.href = "api/csv?" + qs(cp);
     }
     function loadReport() {
       var seq = ++repSeq, p = { id: id };
-      if (st.win) { p.from = Math.ceil(st.win[0]); p.to = Math.floor(st.win[1]); }
+      /* a static copy holds the whole run's report alone: it says so */
+      var whole = STATIC && st.win;
+      if (st.win && !STATIC) { p.from = Math.ceil(st.win[0]); p.to = Math.floor(st.win[1]); }
       return api("report", p).then(function (rep) {
         if (my !== gen || seq !== repSeq) return;
         st.report = rep;
-        repTitle.textContent = "Report: steps " + rep.first_step + "–" + rep.last_step +
+        repTitle.textContent = "Report: " + (whole ? "the whole run, " : "") + "steps " +
+          rep.first_step + "–" + rep.last_step +
           " (" + rep.steps_used + " stored steps, " + rep.split_form + " split)";
         repTitle.setAttribute("data-from", rep.first_step);
         repTitle.setAttribute("data-to", rep.last_step);
+        repTitle.setAttribute("data-scope", whole ? "whole-run" : "range");
+        staticNote.textContent = whole ? "The charts show steps " + Math.ceil(st.win[0]) +
+          "–" + Math.floor(st.win[1]) + ", but this static copy holds only the whole " +
+          "run's report: the numbers below are those of steps " + rep.first_step + "–" +
+          rep.last_step + ". The report of a zoomed range needs the server (sinkwatch " +
+          "serve)." : "";
+        staticNote.style.display = whole ? "" : "none";
         repBody.textContent = "";
         attribRows(repBody, "model", rep.model_attribution, "model");
         if (layer !== "model")
@@ -335,8 +391,16 @@
           colors: ["#2f9e44", "#1c7ed6", "#868e96"], ylabel: "nats" })),
         new Dygraph(c3.plot, data3(), opts({ labels: ["step", "sink part", "content part"],
           labelsDiv: c3.legend, stackedGraph: true, fillGraph: true, fillAlpha: 0.45,
-          includeZero: true,
-          colors: ["#d9480f", "#1c7ed6"], ylabel: "nats" }))];
+          /* padded: with zero on the plot's edge, dygraphs 2.2 leaves the lower
+           * series' first segment unfilled (the fill seemed to start a step late) */
+          includeZero: true, yRangePad: 8,
+          colors: ["#d9480f", "#1c7ed6"], ylabel: "nats" })),
+        new Dygraph(c4.plot, data4(), opts({ labels: ["step", "drift sink", "drift content"],
+          labelsDiv: c4.legend, colors: ["#d9480f", "#1c7ed6"], ylabel: "log-ratio" })),
+        new Dygraph(c5.plot, data5(), opts({ labels: ["step", "cosine", "JS", "entropy"],
+          labelsDiv: c5.legend, colors: ["#7048e8", "#2f9e44", "#868e96"],
+          ylabel: "fraction", valueRange: [0, 1.05] }))];
+      window.swCharts = charts;	/* for tests (not in swState: it is returned whole) */
     }
     var modelSeries = null;
     function lname() { return layer === "model" ? "model mean" : "layer " + layer; }
@@ -359,6 +423,19 @@
         [series.entropy, series.content_entropy, modelSeries.entropy]);
     }
     function data3() { return rows([series.cum_sink, series.cum_content]); }
+    function data4() { return rows([series.drift_sink, series.drift_content]); }
+    function data5() { return rows([series.flip_cosine, series.flip_js, series.flip_entropy]); }
+    function titles() {
+      var f = series.step.length ? series.step[0] : "–";
+      c3.title.textContent = "cumulative entropy change of " + lname() + " since step " + f +
+        " (the run's start), stacked: sink part + content part";
+      c3.title.title = "Summed from the run's first stored step whatever the zoom: the " +
+        "shares of the range shown are the report's, below.";
+      c4.title.textContent = "drift of " + lname() + " from the previous stored step " +
+        "(RMS over rows; fixed probe only)";
+      c5.title.textContent = "flip rate of " + lname() + (layer === "model" ?
+        " (the layers' mean)" : "");
+    }
 
     function loadSeries() {
       var p1 = api("series", { id: id, layer: layer });
@@ -366,6 +443,7 @@
       return Promise.all([p1, p2]).then(function (r) {
         if (my !== gen) return;
         series = r[0]; modelSeries = r[1];
+        st.series = series;	/* what the charts show, for tests */
         st.lastStep = series.last_step; st.rows = series.rows;
         title.textContent = series.run;
         meta.textContent = "";
@@ -388,10 +466,14 @@
           charts[0].updateOptions({ file: data1(), labels: labels1(), dateWindow: st.win });
           charts[1].updateOptions({ file: data2(), labels: labels2(), dateWindow: st.win });
           charts[2].updateOptions({ file: data3(), dateWindow: st.win });
+          charts[3].updateOptions({ file: data4(), dateWindow: st.win });
+          charts[4].updateOptions({ file: data5(), dateWindow: st.win });
           syncing = false;
         }
+        titles();
         st.updates++;
-        liveEl.textContent = "step " + series.last_step + " · " + new Date().toLocaleTimeString();
+        if (!STATIC)
+          liveEl.textContent = "step " + series.last_step + " · " + new Date().toLocaleTimeString();
       });
     }
     layerSel.onchange = function () {
@@ -486,5 +568,11 @@
     else viewRuns(h.params);
   }
   window.addEventListener("hashchange", route);
+  if (STATIC) {
+    document.body.className = "static";
+    liveEl.textContent = "static copy, exported " + fmtTime(STATIC.exported);
+    liveEl.title = "sinkwatch serve --export: no live updates; the report of a zoomed " +
+      "range needs the server";
+  }
   route();
 })();
