@@ -489,7 +489,9 @@ def main():
         path = live["path"] = d.run_file(RUN)
         follow_png = os.path.join(tmp, "follow.png")
         sim = subprocess.Popen([SINKWATCH, "sim", "--connect", d.listen, "--run", RUN,
-                                "--steps", str(STEPS), "--every-ms", "120", "--layers", str(LAYERS),
+                                # 300 ms a step: on 2 cores at load 17 (CI beside other
+                                # builds) a 120 ms pace ended before --follow rendered twice
+                                "--steps", str(STEPS), "--every-ms", "300", "--layers", str(LAYERS),
                                 "--heads", str(HEADS), "--blocking"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # started before the file exists: it has to wait for it
