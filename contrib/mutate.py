@@ -324,7 +324,7 @@ def main():
     lock = threading.Lock()
     nxt = [0]
     t0 = time.time()
-    log = open(a.log, "a" if a.resume or a.report else "w")
+    log = open(os.devnull if a.report else a.log, "a" if a.resume else "w")
 
     def worker():
         if nxt[0] >= len(todo):

@@ -489,9 +489,9 @@ def main():
         path = live["path"] = d.run_file(RUN)
         follow_png = os.path.join(tmp, "follow.png")
         sim = subprocess.Popen([SINKWATCH, "sim", "--connect", d.listen, "--run", RUN,
-                                # 250 ms a step (15 s): at a load average of 17 the
-                                # follower rendered a 7 s run once only
-                                "--steps", str(STEPS), "--every-ms", "250", "--layers", str(LAYERS),
+                                # 300 ms a step: on 2 cores at load 17 (CI beside other
+                                # builds) a 120 ms pace ended before --follow rendered twice
+                                "--steps", str(STEPS), "--every-ms", "300", "--layers", str(LAYERS),
                                 "--heads", str(HEADS), "--blocking"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # started before the file exists: it has to wait for it

@@ -1240,6 +1240,22 @@ START_TEST(test_admitted_and_failed_layers)
 }
 END_TEST
 
+/* A part refused (budget) on a step it opened leaves no open step behind. */
+START_TEST(test_refused_part_leaves_no_step)
+{
+	atomic_llong inflight = 0;
+	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 1, work, NULL };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_DROP_BUDGET);
+	swd_asm_run ar[1];
+	ck_assert_uint_eq(swd_asm_runs(a, ar, 1), 1);
+	ck_assert_int_eq(ar[0].open_steps, 0);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -1279,6 +1295,7 @@ suite(void)
 	tcase_add_test(tp, test_drop_reasons_named);
 	tcase_add_test(tp, test_gather_edges);
 	tcase_add_test(tp, test_gather_bytes_charged);
+	tcase_add_test(tp, test_refused_part_leaves_no_step);
 	suite_add_tcase(s, tp);
 	return s;
 }
