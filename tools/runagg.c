@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/json.h"
 #include "tools/runagg.h"
 
 /* ---- opening ---------------------------------------------------------------------- */
@@ -861,4 +862,25 @@ sw_mean_sd(const double *v, size_t n, double *mean, double *sd, size_t *used)
 		if (isfinite(v[i]))
 			ss += (v[i] - *mean) * (v[i] - *mean);
 	*sd = sqrt(ss / (double)(k - 1));
+}
+
+/* The keys of `sinkwatch report --format json` for one split (report and serve). */
+void
+sw_json_attrib(sw_json *j, const sw_attrib *a)
+{
+	sw_json_begin_obj(j, "path");
+	sw_json_num(j, "dH", a->path.dH);
+	sw_json_num(j, "sink", a->path.sink);
+	sw_json_num(j, "content", a->path.content);
+	sw_json_num(j, "sink_share", a->path_sink_share);
+	sw_json_num(j, "content_share", a->path_content_share);
+	sw_json_int(j, "intervals", a->intervals);
+	sw_json_end_obj(j);
+	sw_json_begin_obj(j, "endpoint");
+	sw_json_num(j, "dH", a->endpoint.dH);
+	sw_json_num(j, "sink", a->endpoint.sink);
+	sw_json_num(j, "content", a->endpoint.content);
+	sw_json_num(j, "sink_share", a->end_sink_share);
+	sw_json_num(j, "content_share", a->end_content_share);
+	sw_json_end_obj(j);
 }

@@ -240,4 +240,8 @@ void sw_ranking_free(sw_ranking *r);
  * v[0 .. n); *used their count. NaN when none (sd: under two). */
 void sw_mean_sd(const double *v, size_t n, double *mean, double *sd, size_t *used);
 
+/* One split's JSON keys (path, endpoint), as `sinkwatch report --format json` names them. */
+struct sw_json;
+void sw_json_attrib(struct sw_json *j, const sw_attrib *a);
+
 #endif

@@ -447,25 +447,6 @@ rep_compute(struct rep_run *e, sw_run *run, const struct rep_opts *o, const sw_r
 
 /* ---- report: JSON ---- */
 
-static void
-json_attrib(sw_json *j, const sw_attrib *a)
-{
-	sw_json_begin_obj(j, "path");
-	sw_json_num(j, "dH", a->path.dH);
-	sw_json_num(j, "sink", a->path.sink);
-	sw_json_num(j, "content", a->path.content);
-	sw_json_num(j, "sink_share", a->path_sink_share);
-	sw_json_num(j, "content_share", a->path_content_share);
-	sw_json_int(j, "intervals", a->intervals);
-	sw_json_end_obj(j);
-	sw_json_begin_obj(j, "endpoint");
-	sw_json_num(j, "dH", a->endpoint.dH);
-	sw_json_num(j, "sink", a->endpoint.sink);
-	sw_json_num(j, "content", a->endpoint.content);
-	sw_json_num(j, "sink_share", a->end_sink_share);
-	sw_json_num(j, "content_share", a->end_content_share);
-	sw_json_end_obj(j);
-}
 
 /* An integer, or null when not set. */
 static void
@@ -532,7 +513,7 @@ json_layers(sw_json *j, const sw_agg *a)
 	for (size_t l = 0; l < a->L; l++) {
 		sw_json_begin_obj(j, NULL);
 		sw_json_int(j, "layer", (int64_t)l);
-		json_attrib(j, &a->layer[l]);
+		sw_json_attrib(j, &a->layer[l]);
 		sw_json_end_obj(j);
 	}
 	sw_json_end_arr(j);
@@ -560,7 +541,7 @@ json_heads(sw_json *j, const sw_agg *a, const sw_ranking *rk, double eps)
 		sw_json_num(j, "entropy_last", l->H);
 		sw_json_num(j, "content_entropy_first", f->Hc);
 		sw_json_num(j, "content_entropy_last", l->Hc);
-		json_attrib(j, &a->head[i]);
+		sw_json_attrib(j, &a->head[i]);
 		sw_json_str(j, "class", sw_head_class_name(sw_head_classify(&a->head[i], eps)));
 		sw_json_num(j, "rank_entropy", rk->rank_entropy[i]);
 		sw_json_num(j, "rank_content", rk->rank_content[i]);
@@ -648,7 +629,7 @@ json_run_common(sw_json *j, const struct rep_run *e)
 	sw_json_int(j, "incomplete", e->incomplete);
 	json_gaps(j, a);
 	sw_json_begin_obj(j, "model_attribution");
-	json_attrib(j, &a->model);
+	sw_json_attrib(j, &a->model);
 	sw_json_end_obj(j);
 }
 

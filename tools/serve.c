@@ -695,26 +695,6 @@ api_state(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 	return out_reply(&o, 200, "application/json", r);
 }
 
-/* The keys of `sinkwatch report --format json` for one split. */
-static void
-json_attrib(sw_json *j, const sw_attrib *a)
-{
-	sw_json_begin_obj(j, "path");
-	sw_json_num(j, "dH", a->path.dH);
-	sw_json_num(j, "sink", a->path.sink);
-	sw_json_num(j, "content", a->path.content);
-	sw_json_num(j, "sink_share", a->path_sink_share);
-	sw_json_num(j, "content_share", a->path_content_share);
-	sw_json_int(j, "intervals", a->intervals);
-	sw_json_end_obj(j);
-	sw_json_begin_obj(j, "endpoint");
-	sw_json_num(j, "dH", a->endpoint.dH);
-	sw_json_num(j, "sink", a->endpoint.sink);
-	sw_json_num(j, "content", a->endpoint.content);
-	sw_json_num(j, "sink_share", a->end_sink_share);
-	sw_json_num(j, "content_share", a->end_content_share);
-	sw_json_end_obj(j);
-}
 
 /*
  * GET /api/report?id=&from=&to=[&eps=]: the report of the stored steps in
@@ -787,13 +767,13 @@ api_report(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 	sw_json_int(j, "lost", e->run->lost);
 	sw_json_int(j, "incomplete", e->run->incomplete);
 	sw_json_begin_obj(j, "model_attribution");
-	json_attrib(j, &a.model);
+	sw_json_attrib(j, &a.model);
 	sw_json_end_obj(j);
 	sw_json_begin_arr(j, "layer_attribution");
 	for (size_t l = 0; l < a.L; l++) {
 		sw_json_begin_obj(j, NULL);
 		sw_json_int(j, "layer", (int64_t)l);
-		json_attrib(j, &a.layer[l]);
+		sw_json_attrib(j, &a.layer[l]);
 		sw_json_end_obj(j);
 	}
 	sw_json_end_arr(j);
@@ -814,7 +794,7 @@ api_report(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 		sw_json_num(j, "entropy_last", l->H);
 		sw_json_num(j, "content_entropy_first", f->Hc);
 		sw_json_num(j, "content_entropy_last", l->Hc);
-		json_attrib(j, &a.head[i]);
+		sw_json_attrib(j, &a.head[i]);
 		sw_json_str(j, "class", sw_head_class_name(sw_head_classify(&a.head[i], eps)));
 		sw_json_num(j, "rank_entropy", rk.rank_entropy[i]);
 		sw_json_num(j, "rank_content", rk.rank_content[i]);
@@ -894,7 +874,7 @@ api_compare(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 			sw_json_int(j, "first_step", e->agg.first_step);
 			sw_json_int(j, "steps_used", e->agg.steps);
 			sw_json_begin_obj(j, "model_attribution");
-			json_attrib(j, &e->agg.model);
+			sw_json_attrib(j, &e->agg.model);
 			sw_json_end_obj(j);
 			sw_json_begin_arr(j, "step");
 			for (size_t k = 0; k < m; k++)
