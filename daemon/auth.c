@@ -24,22 +24,42 @@
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define ZAP_FRAMES 8
-#define MON_DATA "inproc://sinkwatchd-monitor-data"
-#define MON_CONTROL "inproc://sinkwatchd-monitor-control"
+#define MON_FMT "inproc://sinkwatch-auth-monitor-%s"
+
+enum { DOM_DATA, DOM_CONTROL, DOM_SUBSCRIBERS, DOM_UPSTREAM, NDOM };
+static const char *const dom_name[NDOM] = {
+	SWD_AUTH_DOMAIN_DATA, SWD_AUTH_DOMAIN_CONTROL, SWD_AUTH_DOMAIN_SUBSCRIBERS,
+	SWD_AUTH_DOMAIN_UPSTREAM,
+};
+
+/* An allow list: 0 the data and control domains', 1 the subscribers'. */
+struct list {
+	uint8_t (*keys)[32];	/* the allowed public keys, binary */
+	size_t n;
+	char path[1024];	/* "" none: the domain allows no key */
+};
 
 struct swd_auth {
 	void *sock;
-	void *mon[2];		/* PAIR: the data and control sockets' monitors */
+	void *mon[NDOM];	/* PAIR: the monitors of the watched sockets */
 	pthread_t thr;
-	pthread_mutex_t mu;	/* the list, the logged keys, the counters */
-	uint8_t (*keys)[32];	/* the allowed public keys, binary */
-	size_t nkeys;
-	char path[1024];
+	pthread_mutex_t mu;	/* the lists, the logged keys, the counters */
+	struct list list[2];
 	uint8_t logged[SWD_AUTH_LOGGED_MAX][32];
 	size_t nlogged;
 	int logged_full;
+	int upstream_logged;	/* the first failure with the forwarder was logged */
 	swd_auth_stats st;
 };
+
+static int
+dom_index(const char *domain)
+{
+	for (int i = 0; i < NDOM; i++)
+		if (!strcmp(domain, dom_name[i]))
+			return i;
+	return -1;
+}
 
 /* The allow file's keys, decoded. 0, or -1 with err. */
 static int
@@ -95,18 +115,22 @@ static int
 decide(swd_auth *a, const char *domain, const char *address, const char *mech,
     const uint8_t *key, int keylen)
 {
-	int ok = 0;
+	int ok = 0, d = dom_index(domain);
 	pthread_mutex_lock(&a->mu);
-	if (!strcmp(mech, "CURVE") && keylen == 32)
-		for (size_t i = 0; i < a->nkeys && !ok; i++)
-			ok = !memcmp(a->keys[i], key, 32);
+	const struct list *l = d == DOM_SUBSCRIBERS ? &a->list[1] :
+	    d == DOM_DATA || d == DOM_CONTROL ? &a->list[0] : NULL;
+	if (l && !strcmp(mech, "CURVE") && keylen == 32)
+		for (size_t i = 0; i < l->n && !ok; i++)
+			ok = !memcmp(l->keys[i], key, 32);
 	if (ok) {
 		a->st.allowed++;
 		pthread_mutex_unlock(&a->mu);
 		return 1;
 	}
-	if (!strcmp(domain, SWD_AUTH_DOMAIN_CONTROL))
+	if (d == DOM_CONTROL)
 		a->st.refused_control++;
+	else if (d == DOM_SUBSCRIBERS)
+		a->st.refused_subscribers++;
 	else
 		a->st.refused_data++;
 	int seen = 0;
@@ -119,7 +143,7 @@ decide(swd_auth *a, const char *domain, const char *address, const char *mech,
 		memcpy(a->logged[a->nlogged++], key, 32);
 		log_warn("refused a client on the %s socket from %s: its public key %s is not in "
 		    "%s (logged once per key; sinkwatch status auth counts them)", domain, address,
-		    z, a->path);
+		    z, l && l->path[0] ? l->path : "(no allow list for this socket)");
 	} else if (!seen && keylen == 32 && !a->logged_full) {
 		a->logged_full = 1;
 		log_warn("refused more than %d distinct client keys: the next ones are counted, "
@@ -169,11 +193,11 @@ zap_one(swd_auth *a)
 	return 0;
 }
 
-/* The events of monitor i (0 data, 1 control). -1 at the context's end. */
+/* The events of monitor i (a domain). -1 at the context's end. */
 static int
 mon_one(swd_auth *a, int i)
 {
-	char ev[16], ep[256];
+	char ev[16], ep[256] = "";
 	int more = 0, l = frame(a->mon[i], ev, sizeof(ev), &more);
 	if (l < 0)
 		return zmq_errno() == ETERM ? -1 : 0;
@@ -183,15 +207,34 @@ mon_one(swd_auth *a, int i)
 	uint16_t event = 0;
 	if (l >= 6)
 		memcpy(&event, ev, 2);
-	/* a refusal of ZAP (HANDSHAKE_FAILED_AUTH) is counted by decide() */
-	if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)) {
-		pthread_mutex_lock(&a->mu);
-		if (i)
+	int failed = !!(event & (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+	    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL));
+	pthread_mutex_lock(&a->mu);
+	if (i == DOM_UPSTREAM && (failed || (event & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH))) {
+		/* this daemon is the client: nobody else counts it */
+		int refused = !failed;
+		if (refused)
+			a->st.refused_upstream++;
+		else
+			a->st.failed_upstream++;
+		if (!(a->upstream_logged & (1 << refused))) {
+			a->upstream_logged |= 1 << refused;
+			log_err("the forwarder at %s %s (logged once; sinkwatch status auth counts "
+			    "them; tried again every few seconds)", ep, refused ? "refused this daemon's key: "
+			    "its public key is not in the forwarder's --curve-allow-daemons" :
+			    "failed the CURVE handshake: is connect_server_key the forwarder's "
+			    "public key, and does the forwarder have CURVE on?");
+		}
+	} else if (failed) {
+		/* a refusal of ZAP (HANDSHAKE_FAILED_AUTH) is counted by decide() */
+		if (i == DOM_CONTROL)
 			a->st.failed_control++;
+		else if (i == DOM_SUBSCRIBERS)
+			a->st.failed_subscribers++;
 		else
 			a->st.failed_data++;
-		pthread_mutex_unlock(&a->mu);
 	}
+	pthread_mutex_unlock(&a->mu);
 	return 0;
 }
 
@@ -200,25 +243,24 @@ auth_main(void *arg)
 {
 	swd_auth *a = arg;
 	for (;;) {
-		zmq_pollitem_t it[3] = {
-			{ a->sock, 0, ZMQ_POLLIN, 0 },
-			{ a->mon[0], 0, ZMQ_POLLIN, 0 },
-			{ a->mon[1], 0, ZMQ_POLLIN, 0 },
-		};
-		if (zmq_poll(it, 3, -1) < 0) {
+		zmq_pollitem_t it[1 + NDOM] = { { a->sock, 0, ZMQ_POLLIN, 0 } };
+		for (int i = 0; i < NDOM; i++)
+			it[1 + i] = (zmq_pollitem_t){ a->mon[i], 0, ZMQ_POLLIN, 0 };
+		if (zmq_poll(it, 1 + NDOM, -1) < 0) {
 			if (zmq_errno() == ETERM)
 				break;
 			continue;
 		}
 		if ((it[0].revents & ZMQ_POLLIN) && zap_one(a) < 0)
 			break;
-		if ((it[1].revents & ZMQ_POLLIN) && mon_one(a, 0) < 0)
-			break;
-		if ((it[2].revents & ZMQ_POLLIN) && mon_one(a, 1) < 0)
+		int end = 0;
+		for (int i = 0; i < NDOM && !end; i++)
+			end = (it[1 + i].revents & ZMQ_POLLIN) && mon_one(a, i) < 0;
+		if (end)
 			break;
 	}
-	zmq_close(a->mon[0]);
-	zmq_close(a->mon[1]);
+	for (int i = 0; i < NDOM; i++)
+		zmq_close(a->mon[i]);
 	zmq_close(a->sock);
 	return NULL;
 }
@@ -226,13 +268,38 @@ auth_main(void *arg)
 int
 swd_auth_watch(swd_auth *a, void *sock, const char *domain)
 {
-	return zmq_socket_monitor(sock, strcmp(domain, SWD_AUTH_DOMAIN_CONTROL) ? MON_DATA :
-	    MON_CONTROL, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-	    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0 && a ? 0 : -1;
+	int d = dom_index(domain);
+	char ep[128];
+	if (!a || d < 0)
+		return -1;
+	snprintf(ep, sizeof(ep), MON_FMT, dom_name[d]);
+	return zmq_socket_monitor(sock, ep, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+	    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0 ? 0 : -1;
+}
+
+/* Both lists read into l[2] (the second empty without its file). 0 or -1. */
+static int
+load_lists(struct list l[2], const char *allow_file, const char *subscribers_file, char *err,
+    size_t errlen)
+{
+	memset(l, 0, 2 * sizeof(*l));
+	if (load(allow_file, &l[0].keys, &l[0].n, err, errlen) != 0)
+		return -1;
+	snprintf(l[0].path, sizeof(l[0].path), "%s", allow_file);
+	if (subscribers_file && *subscribers_file) {
+		if (load(subscribers_file, &l[1].keys, &l[1].n, err, errlen) != 0) {
+			free(l[0].keys);
+			l[0].keys = NULL;
+			return -1;
+		}
+		snprintf(l[1].path, sizeof(l[1].path), "%s", subscribers_file);
+	}
+	return 0;
 }
 
 int
-swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err, size_t errlen)
+swd_auth_start(swd_auth **out, void *zctx, const char *allow_file,
+    const char *subscribers_file, char *err, size_t errlen)
 {
 	*out = NULL;
 	swd_auth *a = calloc(1, sizeof(*a));
@@ -240,27 +307,31 @@ swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err, si
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	snprintf(a->path, sizeof(a->path), "%s", allow_file);
-	if (load(allow_file, &a->keys, &a->nkeys, err, errlen) != 0) {
+	if (load_lists(a->list, allow_file, subscribers_file, err, errlen) != 0) {
 		free(a);
 		return -1;
 	}
-	a->st.keys = (int64_t)a->nkeys;
-	int zero = 0;
-	if (!(a->sock = zmq_socket(zctx, ZMQ_REP)) ||
+	a->st.keys = (int64_t)a->list[0].n;
+	a->st.keys_subscribers = (int64_t)a->list[1].n;
+	int zero = 0, bad = !(a->sock = zmq_socket(zctx, ZMQ_REP)) ||
 	    zmq_setsockopt(a->sock, ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    zmq_bind(a->sock, ZAP_ENDPOINT) != 0 ||
-	    !(a->mon[0] = zmq_socket(zctx, ZMQ_PAIR)) || !(a->mon[1] = zmq_socket(zctx, ZMQ_PAIR)) ||
-	    zmq_setsockopt(a->mon[0], ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    zmq_setsockopt(a->mon[1], ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    zmq_connect(a->mon[0], MON_DATA) != 0 || zmq_connect(a->mon[1], MON_CONTROL) != 0) {
+	    zmq_bind(a->sock, ZAP_ENDPOINT) != 0;
+	for (int i = 0; i < NDOM && !bad; i++) {
+		char ep[128];
+		snprintf(ep, sizeof(ep), MON_FMT, dom_name[i]);
+		bad = !(a->mon[i] = zmq_socket(zctx, ZMQ_PAIR)) ||
+		    zmq_setsockopt(a->mon[i], ZMQ_LINGER, &zero, sizeof(zero)) ||
+		    zmq_connect(a->mon[i], ep) != 0;
+	}
+	if (bad) {
 		snprintf(err, errlen, "ZAP handler at %s: %s", ZAP_ENDPOINT, zmq_strerror(zmq_errno()));
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < NDOM; i++)
 			if (a->mon[i])
 				zmq_close(a->mon[i]);
 		if (a->sock)
 			zmq_close(a->sock);
-		free(a->keys);
+		free(a->list[0].keys);
+		free(a->list[1].keys);
 		free(a);
 		return -1;
 	}
@@ -273,11 +344,12 @@ swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err, si
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (trc != 0) {
 		snprintf(err, errlen, "cannot start the ZAP thread");
-		zmq_close(a->mon[0]);
-		zmq_close(a->mon[1]);
+		for (int i = 0; i < NDOM; i++)
+			zmq_close(a->mon[i]);
 		zmq_close(a->sock);
 		pthread_mutex_destroy(&a->mu);
-		free(a->keys);
+		free(a->list[0].keys);
+		free(a->list[1].keys);
 		free(a);
 		return -1;
 	}
@@ -286,20 +358,22 @@ swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err, si
 }
 
 int
-swd_auth_reload(swd_auth *a, const char *allow_file, char *err, size_t errlen)
+swd_auth_reload(swd_auth *a, const char *allow_file, const char *subscribers_file,
+    char *err, size_t errlen)
 {
-	uint8_t (*keys)[32];
-	size_t n;
-	if (load(allow_file, &keys, &n, err, errlen) != 0)
+	struct list l[2];
+	if (load_lists(l, allow_file, subscribers_file, err, errlen) != 0)
 		return -1;
 	pthread_mutex_lock(&a->mu);
-	free(a->keys);
-	a->keys = keys;
-	a->nkeys = n;
-	a->st.keys = (int64_t)n;
-	snprintf(a->path, sizeof(a->path), "%s", allow_file);
+	for (int i = 0; i < 2; i++) {
+		free(a->list[i].keys);
+		a->list[i] = l[i];
+	}
+	a->st.keys = (int64_t)l[0].n;
+	a->st.keys_subscribers = (int64_t)l[1].n;
 	a->nlogged = 0;		/* a key refused again is named again */
 	a->logged_full = 0;
+	a->upstream_logged = 0;
 	pthread_mutex_unlock(&a->mu);
 	return 0;
 }
@@ -323,7 +397,8 @@ swd_auth_join(swd_auth **ap)
 		return;
 	pthread_join(a->thr, NULL);
 	pthread_mutex_destroy(&a->mu);
-	free(a->keys);
+	free(a->list[0].keys);
+	free(a->list[1].keys);
 	free(a);
 	*ap = NULL;
 }

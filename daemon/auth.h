@@ -16,9 +16,18 @@
 #define SWD_AUTH_KEYS_MAX 4096	/* client keys an allow file may hold */
 #define SWD_AUTH_LOGGED_MAX 256	/* refused keys named in the log, once each */
 
-/* The ZAP domains the daemon's sockets carry (status and /metrics name them). */
+/*
+ * The ZAP domains of the sockets (status and /metrics name them): a
+ * daemon's data and control sockets; a forwarder's --in ("data"), its
+ * control socket and --out, where the daemons subscribe ("subscribers",
+ * with a list of its own). "upstream" is no server socket: a daemon's SUB
+ * connected to a forwarder as a CURVE client, watched for handshakes the
+ * forwarder refused or that failed.
+ */
 #define SWD_AUTH_DOMAIN_DATA "data"
 #define SWD_AUTH_DOMAIN_CONTROL "control"
+#define SWD_AUTH_DOMAIN_SUBSCRIBERS "subscribers"
+#define SWD_AUTH_DOMAIN_UPSTREAM "upstream"
 
 typedef struct swd_auth swd_auth;
 
@@ -30,22 +39,33 @@ typedef struct swd_auth_stats {
 	int64_t failed_data;		/* handshakes failed before ZAP: no CURVE, wrong server key */
 	int64_t failed_control;
 	int64_t keys;			/* keys in the allow list */
+	int64_t keys_subscribers;	/* keys in the subscribers' list (a forwarder) */
+	int64_t refused_subscribers;	/* a daemon's key not in it */
+	int64_t failed_subscribers;
+	int64_t refused_upstream;	/* the forwarder refused this daemon's key */
+	int64_t failed_upstream;	/* a handshake with the forwarder failed otherwise */
 } swd_auth_stats;
 
 /*
- * Reads the allow file and starts the handler on zctx; the caller's
+ * Reads the allow file (the keys of the data and control domains) and,
+ * unless NULL, the subscribers' file (the keys of that domain; without it
+ * the domain allows no key), and starts the handler on zctx; the caller's
  * sockets set ZMQ_ZAP_DOMAIN and CURVE after it. 0 and *out, or -1 with
- * err (the file, or ZeroMQ).
+ * err (a file, or ZeroMQ).
  */
-int swd_auth_start(swd_auth **out, void *zctx, const char *allow_file, char *err,
-    size_t errlen);
+int swd_auth_start(swd_auth **out, void *zctx, const char *allow_file,
+    const char *subscribers_file, char *err, size_t errlen);
 /*
- * Watches the handshakes of a server socket of the context (domain: data
- * or control), after its ZMQ_ZAP_DOMAIN and before its bind. 0 or -1.
+ * Watches the handshakes of a socket of the context (domain: one of the
+ * above), after its ZMQ_ZAP_DOMAIN and before its bind or connect. 0 or -1.
  */
 int swd_auth_watch(swd_auth *a, void *sock, const char *domain);
-/* Reads the allow file again (SIGHUP); the old list stays on error. 0 or -1 with err. */
-int swd_auth_reload(swd_auth *a, const char *allow_file, char *err, size_t errlen);
+/*
+ * Reads both files again (SIGHUP; subscribers_file NULL as at the start);
+ * on an error both old lists stay. 0 or -1 with err.
+ */
+int swd_auth_reload(swd_auth *a, const char *allow_file, const char *subscribers_file,
+    char *err, size_t errlen);
 void swd_auth_get_stats(swd_auth *a, swd_auth_stats *st);
 /* Joins the thread and frees; the caller terminated zctx first (the
  * handler ends at ETERM). NULL or *a NULL is fine. */

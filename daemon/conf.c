@@ -7,6 +7,7 @@
 
 #include "daemon/conf.h"
 #include "daemon/log.h"
+#include "proto/swkeys.h"
 #include "proto/swproto.h"
 
 enum otype { O_STR, O_INT, O_LEVEL, O_OCT, O_LIST };
@@ -79,6 +80,9 @@ static const struct opt opts[] = {
 	  "the daemon's CURVE secret key file (sinkwatch keygen): CURVE on both sockets" },
 	{ "curve_allow", O_STR, S(curve_allow), "", 0, 0, 1,
 	  "file of the client public keys allowed, one a line (SIGHUP reads it again)" },
+	{ "connect_server_key", O_STR, S(connect_server_key), "", 0, 0, 0,
+	  "with connect: the forwarder's public key, or a file holding it; the SUB socket is then "
+	  "a CURVE client with the key pair of curve_secret_file" },
 	{ "insecure_off_loopback", O_INT, S(insecure_off_loopback), "0", 0, 1, 0,
 	  "1: listen beyond loopback without CURVE (anyone reaching the port may send)" },
 };
@@ -307,42 +311,11 @@ swd_config_print(const swd_config *c, FILE *f)
 	}
 }
 
-int
-swd_endpoint_local(const char *ep)
+/* Beyond loopback; an endpoint with no transport is left to the bind's error. */
+static int
+beyond(const char *ep)
 {
-	if (!strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9))
-		return 1;
-	const char *h;
-	if (!strncmp(ep, "tcp://", 6))
-		h = ep + 6;
-	else if (!strncmp(ep, "ws://", 5))
-		h = ep + 5;
-	else
-		return 0;
-	if (strchr(h, ';'))	/* a source address: not for a bind */
-		return 0;
-	char host[256];
-	const char *end;
-	if (*h == '[') {
-		end = strchr(h, ']');
-		if (!end || end[1] != ':')
-			return 0;
-		h++;
-	} else if (!(end = strrchr(h, ':'))) {
-		return 0;
-	}
-	size_t n = (size_t)(end - h);
-	if (n == 0 || n >= sizeof(host))
-		return 0;
-	memcpy(host, h, n);
-	host[n] = '\0';
-	if (!strcmp(host, "localhost") || !strcmp(host, "::1"))
-		return 1;
-	/* 127.0.0.0/8, written as four numbers */
-	unsigned a, b, c, d;
-	char tail;
-	return sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && a == 127 &&
-	    b < 256 && c < 256 && d < 256;
+	return strstr(ep, "://") && !swp_endpoint_local(ep);
 }
 
 /* The start refusal of an endpoint beyond loopback without keys. */
@@ -354,10 +327,30 @@ check_curve(const swd_config *c, char *err, size_t errlen)
 		    "secret key and the client keys it allows");
 		return -1;
 	}
-	if (c->curve_secret_file[0] || c->insecure_off_loopback)
+	if (c->connect_server_key[0] && !c->connect[0]) {
+		snprintf(err, errlen, "connect_server_key is the key of a forwarder the daemon "
+		    "connects to: give connect too");
+		return -1;
+	}
+	if (c->connect_server_key[0] && !c->curve_secret_file[0]) {
+		snprintf(err, errlen, "connect_server_key needs curve_secret_file (and curve_allow): "
+		    "the daemon's own key pair, whose public key the forwarder allows "
+		    "(its --curve-allow-daemons)");
+		return -1;
+	}
+	if (c->insecure_off_loopback)
 		return 0;
-	const char *ep = !swd_endpoint_local(c->listen) ? c->listen :
-	    !swd_endpoint_local(c->control) ? c->control : NULL;
+	/* behind a forwarder the SUB connects (listen is not used), with its own keys */
+	const char *ep = c->connect[0] && !c->connect_server_key[0] && beyond(c->connect) ?
+	    c->connect : !c->connect[0] && !c->curve_secret_file[0] && beyond(c->listen) ?
+	    c->listen : !c->curve_secret_file[0] && beyond(c->control) ? c->control : NULL;
+	if (ep && ep == c->connect) {
+		snprintf(err, errlen, "%s is beyond loopback and the hop to it is plain: anyone on "
+		    "the way could read or forge runs. Give --connect-server-key KEY (the "
+		    "forwarder's public key) with --curve-secret-file FILE and --curve-allow FILE, "
+		    "or --insecure-off-loopback 1", ep);
+		return -1;
+	}
 	if (ep) {
 		snprintf(err, errlen, "%s is beyond loopback and CURVE is off: anyone reaching it "
 		    "could send runs and read the status. Give --curve-secret-file FILE and "

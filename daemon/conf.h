@@ -42,6 +42,8 @@ typedef struct swd_config {
 	int64_t new_runs_burst;	/* new runs taken at once before the rate applies */
 	char curve_secret_file[1024];	/* the daemon's CURVE secret key, "" no CURVE */
 	char curve_allow[1024];	/* the client public keys allowed, one a line */
+	char connect_server_key[1024];	/* the forwarder's public key (or its file): the
+					 * SUB is a CURVE client of it; "" plain */
 	int64_t insecure_off_loopback;	/* 1: bind beyond loopback without CURVE */
 } swd_config;
 
@@ -60,13 +62,6 @@ int swd_config_load(swd_config *c, const char *path, char *err, size_t errlen);
 
 /* Writes the effective configuration as a loadable config file. */
 void swd_config_print(const swd_config *c, FILE *f);
-
-/*
- * 1 if a ZeroMQ endpoint stays on this host: ipc, inproc, or tcp/ws on
- * 127.0.0.0/8, ::1 or localhost. Anything else (*, 0.0.0.0, an interface,
- * another address or name) is beyond loopback.
- */
-int swd_endpoint_local(const char *ep);
 
 /*
  * Checks cross-option consistency, and that an endpoint beyond loopback has

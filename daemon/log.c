@@ -30,6 +30,14 @@ log_level_name(int level)
 	return level >= 0 && level < 4 ? names[level] : "?";
 }
 
+static const char *ident = "sinkwatchd";
+
+void
+log_set_ident(const char *name)
+{
+	ident = name;
+}
+
 void
 log_set_level(int level)
 {
@@ -79,7 +87,8 @@ log_msg(int level, const char *fmt, ...)
 	va_list ap;
 	pthread_mutex_lock(&lock);
 	FILE *f = out ? out : stderr;
-	fprintf(f, "%s.%03ldZ sinkwatchd %s: ", when, ts.tv_nsec / 1000000, log_level_name(level));
+	fprintf(f, "%s.%03ldZ %s %s: ", when, ts.tv_nsec / 1000000, ident,
+	    log_level_name(level));
 	va_start(ap, fmt);
 	vfprintf(f, fmt, ap);
 	va_end(ap);

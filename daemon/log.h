@@ -8,6 +8,8 @@ enum { LOG_ERR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 int log_level_parse(const char *s);
 const char *log_level_name(int level);
 void log_set_level(int level);
+/* The program named in each line (default "sinkwatchd"); name is kept, not copied. */
+void log_set_ident(const char *name);
 /* Sends the log to path (NULL: stderr). 0, or -1 with errno. */
 int log_open(const char *path);
 /* Reopens the log file (after rotation); a no-op for stderr. */

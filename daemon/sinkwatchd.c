@@ -64,6 +64,8 @@ static struct {
 	swd_metrics *metrics;	/* GET /metrics, or NULL */
 	swd_auth *auth;		/* the ZAP handler (CURVE on), or NULL */
 	char curve_public[SWP_KEY_LEN + 1];	/* the daemon's public key, CURVE on */
+	int64_t upstream_refused_seen;	/* refusals by the forwarder acted on */
+	uint64_t upstream_retry_ms;	/* when the SUB last connected again */
 	long long writer_items;	/* the writer's progress at the last ping */
 	uv_signal_t sigint, sigterm, sighup;
 	int stopping, draining_idle;
@@ -700,6 +702,10 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->auth_refused_control = as.refused_control;
 	st->auth_failed_data = as.failed_data;
 	st->auth_failed_control = as.failed_control;
+	st->upstream = D.cfg.connect[0] ? D.cfg.connect : NULL;
+	st->upstream_curve = D.cfg.connect_server_key[0] != 0;
+	st->upstream_refused = as.refused_upstream;
+	st->upstream_failed = as.failed_upstream;
 	st->new_runs_per_s = D.cfg.new_runs_per_s;
 	st->new_runs_burst = D.cfg.new_runs_burst;
 	swd_asm_count(D.as, &st->runs_live, &st->senders_live);
@@ -800,6 +806,32 @@ finish_shutdown(void)
 	log_info("stopped");
 }
 
+/*
+ * A forwarder that refused this daemon's key (ZAP 400) is not tried again
+ * by ZeroMQ: the SUB connects again, every UPSTREAM_RETRY_MS while it is
+ * refused, so a key allowed later (the forwarder's SIGHUP) gets in.
+ */
+#define UPSTREAM_RETRY_MS 5000
+
+static void
+upstream_retry(uint64_t now)
+{
+	if (!D.auth || !D.cfg.connect[0] || now - D.upstream_retry_ms < UPSTREAM_RETRY_MS)
+		return;
+	swd_auth_stats as;
+	swd_auth_get_stats(D.auth, &as);
+	if (as.refused_upstream == D.upstream_refused_seen)
+		return;
+	D.upstream_refused_seen = as.refused_upstream;
+	D.upstream_retry_ms = now;
+	if (zmq_disconnect(D.sub, D.cfg.connect) != 0 && zmq_errno() != ENOENT)
+		log_warn("disconnecting from %s: %s", D.cfg.connect, zmq_strerror(zmq_errno()));
+	if (zmq_connect(D.sub, D.cfg.connect) != 0)
+		log_err("connecting again to %s: %s", D.cfg.connect, zmq_strerror(zmq_errno()));
+	else
+		log_debug("connecting again to %s after a refusal", D.cfg.connect);
+}
+
 static void
 tick_cb(uv_timer_t *t)
 {
@@ -823,6 +855,7 @@ tick_cb(uv_timer_t *t)
 		if (++every5 % 5 == 0)
 			notify_status();
 		publish_metrics();
+		upstream_retry(now);
 	}
 	/* a missed edge on ZMQ_FD would stall receiving: look again */
 	drain();
@@ -906,7 +939,7 @@ reload(void)
 			log_warn("SIGHUP: %s changed in the configuration: it applies at the next "
 			    "start, not now", swd_config_name(i));
 	if (D.auth) {	/* the allow list is read again, changed or not */
-		if (swd_auth_reload(D.auth, c.curve_allow, err, sizeof(err)) != 0)
+		if (swd_auth_reload(D.auth, c.curve_allow, NULL, err, sizeof(err)) != 0)
 			log_err("SIGHUP: the CURVE allow list stays as it was: %s", err);
 		else {
 			swd_auth_stats as;
@@ -1030,6 +1063,27 @@ curve_server(void *sock, const char *secret, const char *domain)
 	    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN);
 }
 
+/*
+ * CURVE on the SUB connected to a forwarder, before its connect: the
+ * forwarder's public key (or its file), this daemon's own key pair.
+ */
+static int
+curve_client(void *sock, const char *server_key, const char *secret, char *err, size_t errlen)
+{
+	char srv[SWP_KEY_LEN + 1];
+	if (swp_key_load(server_key, srv, err, errlen) != 0)
+		return -1;
+	if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, srv, SWP_KEY_LEN) ||
+	    zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, D.curve_public, SWP_KEY_LEN) ||
+	    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN)) {
+		snprintf(err, errlen, "connect_server_key: %s", zmq_strerror(zmq_errno()));
+		return -1;
+	}
+	log_info("the hop from the forwarder at %s is CURVE: its key %s, this daemon's %s",
+	    D.cfg.connect, srv, D.curve_public);
+	return 0;
+}
+
 static int
 setup_sockets(char *err, size_t errlen)
 {
@@ -1044,7 +1098,7 @@ setup_sockets(char *err, size_t errlen)
 			return -1;
 		}
 		if (swp_key_read(D.cfg.curve_secret_file, 1, secret, err, errlen) != 0 ||
-		    swd_auth_start(&D.auth, D.zctx, D.cfg.curve_allow, err, errlen) != 0)
+		    swd_auth_start(&D.auth, D.zctx, D.cfg.curve_allow, NULL, err, errlen) != 0)
 			return -1;
 		if (zmq_curve_public(D.curve_public, secret) != 0) {
 			snprintf(err, errlen, "%.900s: not a secret key", D.cfg.curve_secret_file);
@@ -1054,11 +1108,16 @@ setup_sockets(char *err, size_t errlen)
 		swd_auth_get_stats(D.auth, &as);
 		log_info("CURVE on: public key %s, %lld client key(s) allowed, from %s",
 		    D.curve_public, (long long)as.keys, D.cfg.curve_allow);
-	} else if (!swd_endpoint_local(D.cfg.listen) || !swd_endpoint_local(D.cfg.control)) {
+	} else if ((!D.cfg.connect[0] && !swp_endpoint_local(D.cfg.listen)) ||
+	    !swp_endpoint_local(D.cfg.control)) {
 		log_warn("listening beyond loopback without CURVE (insecure_off_loopback): anyone "
-		    "who reaches %s and %s may send runs and read the status", D.cfg.listen,
-		    D.cfg.control);
+		    "who reaches %s and %s may send runs and read the status",
+		    D.cfg.connect[0] ? "" : D.cfg.listen, D.cfg.control);
 	}
+	if (D.cfg.connect[0] && !D.cfg.connect_server_key[0] &&
+	    !swp_endpoint_local(D.cfg.connect))
+		log_warn("connecting beyond loopback to %s without CURVE (insecure_off_loopback): "
+		    "anyone on the way may read or forge runs", D.cfg.connect);
 	D.sub = zmq_socket(D.zctx, ZMQ_SUB);
 	int64_t maxmsg = ((int64_t)D.cfg.max_message_mb << 20) > SWP_HEADER_MAX ?
 	    (int64_t)D.cfg.max_message_mb << 20 : SWP_HEADER_MAX;
@@ -1067,11 +1126,15 @@ setup_sockets(char *err, size_t errlen)
 	if (!D.sub || zmq_setsockopt(D.sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
 	    zmq_setsockopt(D.sub, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
 	    zmq_setsockopt(D.sub, ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    (D.auth && (curve_server(D.sub, secret, SWD_AUTH_DOMAIN_DATA) ||
-	    swd_auth_watch(D.auth, D.sub, SWD_AUTH_DOMAIN_DATA)))) {
+	    (D.auth && !D.cfg.connect[0] && (curve_server(D.sub, secret, SWD_AUTH_DOMAIN_DATA) ||
+	    swd_auth_watch(D.auth, D.sub, SWD_AUTH_DOMAIN_DATA))) ||
+	    (D.auth && D.cfg.connect[0] && swd_auth_watch(D.auth, D.sub, SWD_AUTH_DOMAIN_UPSTREAM))) {
 		snprintf(err, errlen, "SUB socket: %s", zmq_strerror(errno));
 		return -1;
 	}
+	if (D.cfg.connect_server_key[0] &&
+	    curve_client(D.sub, D.cfg.connect_server_key, secret, err, errlen) != 0)
+		return -1;
 	/* PROTOCOL.md 1: a topic is "sw/" + run id, so "sw/" + a prefix takes
 	 * the runs whose id starts with it; no prefix: every run */
 	const char *p = D.cfg.subscribe;

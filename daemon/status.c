@@ -87,6 +87,12 @@ section(struct buf *b, const char *name, const swd_status *st)
 			    st->curve_public, (long long)st->auth_keys, (long long)st->auth_allowed,
 			    (long long)st->auth_refused_data, (long long)st->auth_refused_control,
 			    (long long)st->auth_failed_data, (long long)st->auth_failed_control);
+		/* behind a forwarder: this daemon is the client of the hop */
+		if (st->upstream)
+			put(b, "upstream: %s\nupstream_curve: %s\nupstream_refused_key: %lld\n"
+			    "upstream_handshake_failed: %lld\n", st->upstream,
+			    st->upstream_curve ? "on" : "off", (long long)st->upstream_refused,
+			    (long long)st->upstream_failed);
 	} else if (!strcmp(name, "runs")) {
 		put(b, "# runs\nruns: %zu\n", st->nruns);
 		for (size_t i = 0; i < st->nruns; i++) {
@@ -301,5 +307,12 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 		    "%lld\nsinkwatch_handshakes_refused_total{socket=\"%s\","
 		    "reason=\"handshake_failed\"} %lld\n", sock[i], (long long)refused[i], sock[i],
 		    (long long)failed[i]);
+	metric(&b, "sinkwatch_upstream_handshakes_failed_total", "counter",
+	    "Handshakes of this daemon's SUB with the forwarder it connects to that failed, by "
+	    "reason (key_not_allowed: the forwarder refused this daemon's key; "
+	    "handshake_failed: another server key, no CURVE there); 0 when it binds.");
+	put(&b, "sinkwatch_upstream_handshakes_failed_total{reason=\"key_not_allowed\"} %lld\n"
+	    "sinkwatch_upstream_handshakes_failed_total{reason=\"handshake_failed\"} %lld\n",
+	    (long long)st->upstream_refused, (long long)st->upstream_failed);
 	return b.len;
 }

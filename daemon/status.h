@@ -91,6 +91,9 @@ typedef struct swd_status {
 	const char *curve_public;	/* the daemon's public key, CURVE on */
 	int64_t auth_keys, auth_allowed, auth_refused_data, auth_refused_control;
 	int64_t auth_failed_data, auth_failed_control;	/* handshakes failed before ZAP */
+	const char *upstream;	/* the forwarder the SUB connects to, or NULL (it binds) */
+	int upstream_curve;	/* 1: the hop to it is CURVE */
+	int64_t upstream_refused, upstream_failed;	/* its handshakes with us that failed */
 	int64_t messages, bytes, rows, steps_complete, steps_incomplete;
 	double rows_per_s, msgs_per_s;	/* over the last 10 s */
 	int64_t drops[SWD_DROP_REASONS];

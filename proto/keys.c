@@ -80,7 +80,10 @@ int
 swp_key_load(const char *key_or_path, char out[SWP_KEY_LEN + 1], char *err,
     size_t errlen)
 {
-	if (swp_key_valid(key_or_path)) {
+	/* a path of 40 Z85 characters ("/tmp/x/.../fwd.pub") reads as a key:
+	 * a file that is there wins */
+	struct stat sb;
+	if (swp_key_valid(key_or_path) && stat(key_or_path, &sb) != 0) {
 		memcpy(out, key_or_path, SWP_KEY_LEN + 1);
 		return 0;
 	}
@@ -129,4 +132,42 @@ swp_keys_read_list(const char *path, char (*keys)[SWP_KEY_LEN + 1], size_t max, 
 	}
 	fclose(f);
 	return rc;
+}
+
+int
+swp_endpoint_local(const char *ep)
+{
+	if (!strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9))
+		return 1;
+	const char *h;
+	if (!strncmp(ep, "tcp://", 6))
+		h = ep + 6;
+	else if (!strncmp(ep, "ws://", 5))
+		h = ep + 5;
+	else
+		return 0;
+	if (strchr(h, ';'))	/* a source address: not for a bind */
+		return 0;
+	char host[256];
+	const char *end;
+	if (*h == '[') {
+		end = strchr(h, ']');
+		if (!end || end[1] != ':')
+			return 0;
+		h++;
+	} else if (!(end = strrchr(h, ':'))) {
+		return 0;
+	}
+	size_t n = (size_t)(end - h);
+	if (n == 0 || n >= sizeof(host))
+		return 0;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	if (!strcmp(host, "localhost") || !strcmp(host, "::1"))
+		return 1;
+	/* 127.0.0.0/8, written as four numbers */
+	unsigned a, b, c, d;
+	char tail;
+	return sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && a == 127 &&
+	    b < 256 && c < 256 && d < 256;
 }

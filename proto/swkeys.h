@@ -28,7 +28,8 @@ int swp_key_read(const char *path, int secret, char out[SWP_KEY_LEN + 1], char *
 
 /*
  * A key given as its 40 characters, or else as the name of a file holding
- * it (a public key: no mode check). 0, or -1 with err.
+ * it (a public key: no mode check); a file of that name, if there is one,
+ * wins (a 40-character path may be all Z85 characters). 0, or -1 with err.
  */
 int swp_key_load(const char *key_or_path, char out[SWP_KEY_LEN + 1], char *err,
     size_t errlen);
@@ -39,5 +40,12 @@ int swp_key_load(const char *key_or_path, char out[SWP_KEY_LEN + 1], char *err,
  */
 int swp_keys_read_list(const char *path, char (*keys)[SWP_KEY_LEN + 1], size_t max,
     size_t *n, char *err, size_t errlen);
+
+/*
+ * 1 if a ZeroMQ endpoint stays on this host: ipc, inproc, or tcp/ws on
+ * 127.0.0.0/8, ::1 or localhost. Anything else (*, 0.0.0.0, an interface,
+ * another address or name) is beyond loopback.
+ */
+int swp_endpoint_local(const char *ep);
 
 #endif

@@ -8,7 +8,10 @@ and one whose key is not (or that has no keys) is refused, counted by the
 daemon (status auth, /metrics, its key logged once) and seen by the sender
 (auth_failures), for the C client (tests/curve_client on libsinkwatch) and
 the Python client; the control socket takes the same keys; SIGHUP reads the
-allow list again.
+allow list again. CURVE on each hop of a forwarder (`sinkwatch forward`):
+the jobs' keys on its --in and --control, the daemons' keys (their own key
+pairs, sinkwatchd --connect-server-key) on its --out; a job's key cannot
+subscribe; each refusal counted on both ends.
 
     SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd abs_top_builddir=$PWD \\
         /usr/bin/python3 tests/curve.py [CASE...]
@@ -29,8 +32,8 @@ import zmq
 SRCDIR = os.environ.get("SW_SRCDIR") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 sys.path.insert(0, os.path.join(SRCDIR, "contrib", "python"))
-from swharness import (SINKWATCH, SINKWATCHD, Daemon, Results, child_env,  # noqa: E402
-                       free_port)
+from swharness import (SINKWATCH, SINKWATCHD, Daemon, Forwarder, Results,  # noqa: E402
+                       child_env, free_port)
 
 import sinkwatch  # noqa: E402
 
@@ -310,7 +313,124 @@ def case_curve():
         assert dm.stop() == 0
 
 
-CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve}
+def case_forward_hop():
+    """CURVE on both hops of a forwarder: an allowed job (C and Python) is
+    stored, whole, by the daemon whose key the forwarder allows on --out; a
+    job key not allowed is refused on --in; a daemon holding a job's key (in
+    --curve-allow, not in --curve-allow-daemons) cannot subscribe and read
+    the runs, and a daemon without keys cannot either; the forwarder counts
+    each by socket, the refused daemon counts and logs its own refusal;
+    SIGHUP lets it in. Start refusals name the missing option."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-fwdcurve-")
+    fk, alice, mallory, dk = Keys(d, "fwd"), Keys(d, "alice"), Keys(d, "mallory"), Keys(d, "dmn")
+    jobs, daemons, ops = (os.path.join(d, n) for n in ("jobs", "daemons", "ops"))
+    with open(jobs, "w") as f:
+        f.write("%s # alice\n" % alice.public)
+    with open(daemons, "w") as f:
+        f.write("%s # the daemon\n" % dk.public)
+    with open(ops, "w") as f:
+        f.write("%s\n" % alice.public)
+
+    # start refusals: each names what is missing
+    def fwd_start(args):
+        p = subprocess.run([SINKWATCH, "forward"] + args, capture_output=True, text=True,
+                           timeout=30, env=child_env())
+        return p.returncode, p.stderr
+    lo = ["--in", "tcp://127.0.0.1:%d" % free_port(), "--out",
+          "tcp://127.0.0.1:%d" % free_port(), "--control", "tcp://127.0.0.1:%d" % free_port()]
+    rc, err = fwd_start(lo[:1] + ["tcp://0.0.0.0:%d" % free_port()] + lo[2:])
+    assert rc == 2 and "is beyond loopback and CURVE is off" in err, err
+    assert "--curve-allow-daemons" in err and "--insecure-off-loopback 1" in err, err
+    rc, err = fwd_start(lo + ["--curve-secret-file", fk.key, "--curve-allow", jobs])
+    assert rc == 2 and "CURVE takes all three" in err, err
+    dd = os.path.join(d, "nodata")
+    rc, err = start(["--data-dir", dd, "--connect", "tcp://10.1.2.3:5720"])
+    assert rc == 2 and "tcp://10.1.2.3:5720 is beyond loopback and the hop to it is plain" \
+        in err and "--connect-server-key" in err, err
+    rc, err = start(["--data-dir", dd, "--connect-server-key", fk.public])
+    assert rc == 2 and "give connect too" in err, err
+    rc, err = start(["--data-dir", dd, "--connect", "tcp://127.0.0.1:5720",
+                     "--connect-server-key", fk.public])
+    assert rc == 2 and "connect_server_key needs curve_secret_file" in err, err
+    assert not os.path.exists(dd)
+
+    fw = Forwarder(d, ["--curve-secret-file", fk.key, "--curve-allow", jobs,
+                       "--curve-allow-daemons", daemons])
+    fw.ctl_keys = (fk.public.encode(), alice.public.encode(), alice.secret.encode())
+    fw.start()
+    hop = ["--connect", fw.out, "--connect-server-key", fk.pub, "--curve-allow", ops]
+    good = Daemon(tmp=d, data_dir=os.path.join(d, "good"),
+                  extra=hop + ["--curve-secret-file", dk.key])
+    thief = Daemon(tmp=d, data_dir=os.path.join(d, "thief"),
+                   extra=hop + ["--curve-secret-file", alice.key, "--subscribe", "c-later"])
+    plain = Daemon(tmp=d, data_dir=os.path.join(d, "plain"), extra=["--connect", fw.out])
+    for dm, k in ((good, dk), (thief, alice)):
+        dm.ctl_keys = (k.public.encode(), alice.public.encode(), alice.secret.encode())
+    daemons_up = [good.start(), thief.start(), plain.start()]
+    try:
+        st = fw.wait(lambda s: s["subscriptions"]["prefixes"] == 1 and
+                     s["auth"]["refused_key_out"] >= 1 and
+                     s["auth"]["handshake_failed_out"] >= 1, what="one subscriber, two refused")
+        a = st["auth"]
+        assert a["curve"] == "on" and a["public_key"] == fk.public, a
+        assert a["allowed_keys"] == 1 and a["allowed_daemon_keys"] == 1, a
+        # jobs: alice (C, Python) in, mallory out
+        c = c_send(fw.inp, "c-alice", "--server-key", fk.pub, "--key-file", alice.key)
+        assert c["subscribed"] == 1 and c["sent"] == 4 and c["auth_failures"] == 0, c
+        c = py_send(fw.inp, "py-alice", server_key=fk.public, key_file=alice.key)
+        assert c["sent"] == 4 and c["dropped"] == 0 and c["auth_failures"] == 0, c
+        c = c_send(fw.inp, "c-mallory", "--server-key", fk.public, "--key-file", mallory.key,
+                   "--wait-ms", "1500")
+        assert c["sent"] == 0 and c["auth_failures"] >= 1 and c["auth_status"] == 400, c
+        for run in ("c-alice", "py-alice"):
+            assert steps_of(good.wait_ended(run)) == [0, 1, 2], run
+        st = fw.wait(lambda s: s["auth"]["refused_key_in"] >= 1, what="mallory refused")
+        assert st["traffic"]["forwarded"] == 8 and st["drops"]["dropped"] == 0, st
+        for dm in (thief, plain):
+            assert not [n for n in os.listdir(dm.data) if n.endswith(".h5")], dm.data
+            assert dm.status()["traffic"]["messages"] == 0
+        # the refused daemon knows: its status, its log (once)
+        t = thief.wait(lambda s: s["auth"]["upstream_refused_key"] >= 1, what="its refusal")
+        assert t["auth"]["upstream"] == fw.out and t["auth"]["upstream_curve"] == "on", t
+        g = good.status()["auth"]
+        assert g["upstream_curve"] == "on" and g["upstream_refused_key"] == 0, g
+        assert g["upstream_handshake_failed"] == 0, g
+        log = thief.read_log()
+        assert log.count("refused this daemon's key") == 1, log
+        # the forwarder's control socket takes the operators' keys only
+        rc, out, err = run_status(fw.control, "--server-key", fk.pub, "--key-file", alice.key,
+                                  "auth")
+        assert rc == 0 and "curve: on\n" in out and "refused_key_in: " in out, (out, err)
+        rc, out, err = run_status(fw.control, "--server-key", fk.pub, "--key-file", mallory.key)
+        assert rc == 2 and "does it allow this client's key" in err, err
+        assert fw.read_log().count(mallory.public) == 1, fw.read_log()
+        # SIGHUP: the thief's key is now a daemon key; it subscribes and takes a new run
+        with open(daemons, "a") as f:
+            f.write("%s\n" % alice.public)
+        fw.proc.send_signal(signal.SIGHUP)
+        fw.wait(lambda s: s["auth"]["allowed_daemon_keys"] == 2 and
+                "sw/c-later" in s["subscriptions"]["prefix"], what="the second daemon in")
+        c = c_send(fw.inp, "c-later", "--server-key", fk.pub, "--key-file", alice.key)
+        assert c["sent"] == 4 and c["auth_failures"] == 0, c
+        for dm in (good, thief):
+            assert steps_of(dm.wait_ended("c-later")) == [0, 1, 2]
+    finally:
+        for dm in daemons_up:
+            assert dm.stop() == 0, dm.read_log()
+        assert fw.stop() == 0, fw.read_log()
+
+
+def run_status(control, *args):
+    e = child_env()
+    e.pop("SINKWATCH_SERVER_KEY", None)
+    e.pop("SINKWATCH_CLIENT_KEY_FILE", None)
+    p = subprocess.run([SINKWATCH, "status", "--control", control, "--timeout-ms", "1500"]
+                       + list(args), capture_output=True, text=True, timeout=30, env=e)
+    return p.returncode, p.stdout, p.stderr
+
+
+CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve,
+         "forward_hop": case_forward_hop}
 
 
 def main():

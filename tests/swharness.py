@@ -398,6 +398,7 @@ class Forwarder:
         self.log = os.path.join(tmp, "forward-%s.log" % self.control.rsplit(":", 1)[1])
         self.extra = list(extra)
         self.proc = None
+        self.ctl_keys = None    # CURVE for ctl(): (server, client public, client secret)
 
     def start(self):
         self.logf = open(self.log, "ab")
@@ -419,6 +420,8 @@ class Forwarder:
         s = zmq.Context.instance().socket(zmq.REQ)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        if self.ctl_keys:
+            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = self.ctl_keys
         s.connect(self.control)
         try:
             s.send(req.encode())

@@ -91,9 +91,9 @@ START_TEST(test_reply)
 	sw_fwd_subs_apply(s, "\x01sw/a\x01", 6);
 	size_t n = sw_fwd_reply("status", 6, &st, out, sizeof(out));
 	ck_assert_uint_eq(n, strlen(out));
-	const char *secs[] = { "# server", "# traffic", "# drops", "# subscriptions" };
+	const char *secs[] = { "# server", "# auth", "# traffic", "# drops", "# subscriptions" };
 	const char *prev = out;
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < 5; i++) {
 		const char *p = strstr(out, secs[i]);
 		ck_assert_msg(p && p >= prev, "section %s missing or out of order", secs[i]);
 		prev = p;
@@ -113,7 +113,22 @@ START_TEST(test_reply)
 	sw_fwd_reply("ping", 4, &st, out, sizeof(out));
 	ck_assert_str_eq(out, "pong\n");
 	sw_fwd_reply("help", 4, &st, out, sizeof(out));
-	ck_assert(strstr(out, "sections: server traffic drops subscriptions"));
+	ck_assert(strstr(out, "sections: server auth traffic drops subscriptions"));
+	/* CURVE off: the auth section says so and no more */
+	sw_fwd_reply("status auth", 11, &st, out, sizeof(out));
+	ck_assert_str_eq(out, "# auth\ncurve: off\n");
+	st.curve = 1;
+	st.curve_public = "K";
+	st.keys = 3;
+	st.keys_daemons = 2;
+	st.refused_in = 4;
+	st.refused_out = 5;
+	st.failed_control = 6;
+	sw_fwd_reply("status auth", 11, &st, out, sizeof(out));
+	ck_assert_msg(strstr(out, "curve: on\npublic_key: K\nallowed_keys: 3\n"
+	    "allowed_daemon_keys: 2\nhandshakes_allowed: 0\nrefused_key_in: 4\n"
+	    "refused_key_out: 5\nrefused_key_control: 0\nhandshake_failed_in: 0\n"
+	    "handshake_failed_out: 0\nhandshake_failed_control: 6\n"), "%s", out);
 	/* truncated, never past the buffer */
 	char small[16];
 	n = sw_fwd_reply("status", 6, &st, small, sizeof(small));

@@ -3212,6 +3212,18 @@ START_TEST(test_key_files)
 	ck_assert_str_eq(out, k2);
 	ck_assert_int_eq(swp_key_load("no-such-file", out, err, sizeof(err)), -1);
 	ck_assert(strstr(err, "'no-such-file' is neither a key"));
+	/* a path of 40 Z85 characters is a valid key as text: the file wins */
+	char p40[64];
+	snprintf(p40, sizeof(p40), "%s/pub-forty.pub", dir);
+	ck_assert_uint_eq(strlen(p40), SWP_KEY_LEN);
+	ck_assert(swp_key_valid(p40));
+	snprintf(text, sizeof(text), "%s\n", k1);
+	key_file(p40, text, 0644);
+	ck_assert_int_eq(swp_key_load(p40, out, err, sizeof(err)), 0);
+	ck_assert_str_eq(out, k1);
+	unlink(p40);
+	ck_assert_int_eq(swp_key_load(p40, out, err, sizeof(err)), 0);	/* no file: the text */
+	ck_assert_str_eq(out, p40);
 	key_file(p, "# nothing\n\n", 0600);
 	ck_assert_int_eq(swp_key_read(p, 1, out, err, sizeof(err)), -1);
 	ck_assert(strstr(err, "no key in the file"));

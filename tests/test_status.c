@@ -11,6 +11,7 @@
 #include "daemon/conf.h"
 #include "daemon/log.h"
 #include "daemon/status.h"
+#include "proto/swkeys.h"
 
 static swd_status
 sample(swd_status_run *runs)
@@ -247,9 +248,9 @@ START_TEST(test_config)
 	    "tcp://127.0.0.1.5:1", "tcp://128.0.0.1:1", "tcp://[::1]5", "pgm://eth0;239.1.1.1:5",
 	    "tcp://127.0.0.1;10.0.0.1:5", "tcp://:5", "" };
 	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
-		ck_assert_msg(swd_endpoint_local(local[i]), "%s", local[i]);
+		ck_assert_msg(swp_endpoint_local(local[i]), "%s", local[i]);
 	for (size_t i = 0; i < sizeof(beyond) / sizeof(beyond[0]); i++)
-		ck_assert_msg(!swd_endpoint_local(beyond[i]), "%s", beyond[i]);
+		ck_assert_msg(!swp_endpoint_local(beyond[i]), "%s", beyond[i]);
 	swd_config_defaults(&c);
 	ck_assert_str_eq(c.curve_secret_file, "");
 	ck_assert_int_eq(c.insecure_off_loopback, 0);
@@ -321,7 +322,8 @@ START_TEST(test_subscribe)
 	int fd = mkstemp(path);
 	ck_assert(fd >= 0);
 	FILE *f = fdopen(fd, "w");
-	ck_assert_int_eq(swd_config_set(&c, "connect", "tcp://fwd:5720", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_set(&c, "connect", "tcp://127.0.0.1:5720", err, sizeof(err)),
+	    0);
 	swd_config_print(&c, f);
 	fclose(f);
 	swd_config_defaults(&d);
@@ -335,6 +337,26 @@ START_TEST(test_subscribe)
 	ck_assert_int_eq(swd_config_set(&c, "connect", c.control, err, sizeof(err)), 0);
 	ck_assert_int_eq(swd_config_check(&c, err, sizeof(err)), -1);
 	ck_assert_msg(strstr(err, "connect and control are the same endpoint"), "%s", err);
+	/* a forwarder on another host: the hop needs CURVE, or the insecure flag */
+	swd_config d2 = c;
+	ck_assert_int_eq(swd_config_set(&d2, "connect", "tcp://fwd:5720", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "tcp://fwd:5720 is beyond loopback and the hop to it is plain"),
+	    "%s", err);
+	ck_assert_int_eq(swd_config_set(&d2, "insecure_off_loopback", "1", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_set(&d2, "insecure_off_loopback", "0", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_set(&d2, "connect_server_key", "/k/fwd.pub", err,
+	    sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "connect_server_key needs curve_secret_file"), "%s", err);
+	ck_assert_int_eq(swd_config_set(&d2, "curve_secret_file", "/k/d.key", err, sizeof(err)),
+	    0);
+	ck_assert_int_eq(swd_config_set(&d2, "curve_allow", "/k/ops", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_set(&d2, "connect", "", err, sizeof(err)), 0);
+	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "give connect too"), "%s", err);
 
 	swd_status_run runs[1];
 	swd_status st = sample(runs);

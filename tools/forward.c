@@ -14,6 +14,12 @@
  * of 2 or 3 frames, is dropped and counted; a message is forwarded whole
  * or not at all (its frames are all read before the first is sent).
  * Its control socket answers `sinkwatch status --control ENDPOINT`.
+ *
+ * CURVE (--curve-secret-file): all three sockets are CURVE servers with
+ * the forwarder's key; a ZAP handler (daemon/auth.c, as sinkwatchd's)
+ * allows on --in and --control the keys of --curve-allow (the jobs, the
+ * operators), and on --out those of --curve-allow-daemons: a job's key
+ * cannot subscribe and read other jobs' runs. SIGHUP reads both again.
  */
 #include <errno.h>
 #include <signal.h>
@@ -27,6 +33,9 @@
 #include <zmq.h>
 
 #include "config.h"
+#include "daemon/auth.h"
+#include "daemon/log.h"
+#include "proto/swkeys.h"
 #include "proto/swproto.h"
 #include "tools/analyze.h"
 #include "tools/fwdcore.h"
@@ -38,12 +47,15 @@
 #define MAX_FRAMES 3
 #define BATCH 256	/* messages read per turn, between control requests */
 
-static volatile sig_atomic_t stop_sig;
+static volatile sig_atomic_t stop_sig, hup_sig;
 
 static void
 on_signal(int sig)
 {
-	stop_sig = sig;
+	if (sig == SIGHUP)
+		hup_sig = 1;
+	else
+		stop_sig = sig;
 }
 
 static int64_t
@@ -55,7 +67,9 @@ mono_ms(void)
 }
 
 #define USAGE "usage: sinkwatch forward [--in ENDPOINT] [--out ENDPOINT] [--control ENDPOINT]\n" \
-	"                         [--max-message-mb N] [--hwm N] [--hwm-wait-ms MS]\n"
+	"                         [--max-message-mb N] [--hwm N] [--hwm-wait-ms MS]\n" \
+	"                         [--curve-secret-file FILE --curve-allow FILE\n" \
+	"                          --curve-allow-daemons FILE] [--insecure-off-loopback 1]\n"
 
 static void
 usage(FILE *f)
@@ -67,12 +81,23 @@ usage(FILE *f)
 	    "  --max-message-mb N   largest frame forwarded, in MiB, as sinkwatchd's (default 256)\n"
 	    "  --hwm N              messages queued per daemon, and from the jobs (default 1000)\n"
 	    "  --hwm-wait-ms MS     how long a message waits for a daemon at its HWM before it is\n"
-	    "                       dropped and counted; -1: for ever (default 1000)\n",
+	    "                       dropped and counted; -1: for ever (default 1000)\n"
+	    "  --curve-secret-file FILE   the forwarder's CURVE secret key (sinkwatch keygen):\n"
+	    "                       CURVE on all three sockets; jobs and daemons use its public key\n"
+	    "  --curve-allow FILE   public keys of the jobs that may publish on --in, and of\n"
+	    "                       the operators' status on --control, one a line\n"
+	    "  --curve-allow-daemons FILE  public keys of the daemons that may subscribe on\n"
+	    "                       --out (sinkwatchd --connect-server-key); SIGHUP reads both again\n"
+	    "  --insecure-off-loopback 1   bind beyond loopback without CURVE (anyone reaching\n"
+	    "                       a port may publish, or subscribe and read every run)\n",
 	    FWD_DEFAULT_IN, FWD_DEFAULT_OUT, FWD_DEFAULT_CONTROL);
 }
 
 struct fwd {
 	void *ctx, *xsub, *xpub, *ctl, *mon;
+	swd_auth *auth;		/* the ZAP handler, CURVE on; else NULL */
+	const char *secret_file, *allow, *allow_daemons;
+	char public_key[SWP_KEY_LEN + 1];
 	sw_fwd_stats st;
 	sw_fwd_subs *subs;
 	size_t cap;
@@ -258,6 +283,19 @@ answer(struct fwd *F)
 			zmq_getsockopt(F->ctl, ZMQ_RCVMORE, &more, &ml);
 		}
 		F->st.uptime_s = (double)(mono_ms() - F->started) / 1000.0;
+		if (F->auth) {
+			swd_auth_stats a;
+			swd_auth_get_stats(F->auth, &a);
+			F->st.keys = a.keys;
+			F->st.keys_daemons = a.keys_subscribers;
+			F->st.allowed = a.allowed;
+			F->st.refused_in = a.refused_data;
+			F->st.refused_out = a.refused_subscribers;
+			F->st.refused_control = a.refused_control;
+			F->st.failed_in = a.failed_data;
+			F->st.failed_out = a.failed_subscribers;
+			F->st.failed_control = a.failed_control;
+		}
 		size_t len = sw_fwd_reply(req, (size_t)(n < (int)sizeof(req) ? n : (int)sizeof(req)),
 		    &F->st, out, sizeof(out));
 		zmq_send(F->ctl, out, len, 0);
@@ -289,6 +327,37 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 	    zmq_setsockopt(F->mon, ZMQ_LINGER, &zero, sizeof(zero))) {
 		snprintf(err, errlen, "socket options: %s", zmq_strerror(errno));
 		return -1;
+	}
+	if (F->secret_file) {
+		char secret[SWP_KEY_LEN + 1];
+		if (!zmq_has("curve")) {
+			snprintf(err, errlen, "--curve-secret-file: this libzmq was built without CURVE");
+			return -1;
+		}
+		if (swp_key_read(F->secret_file, 1, secret, err, errlen) != 0)
+			return -1;
+		if (zmq_curve_public(F->public_key, secret) != 0) {
+			snprintf(err, errlen, "%s: not a secret key", F->secret_file);
+			return -1;
+		}
+		if (swd_auth_start(&F->auth, F->ctx, F->allow, F->allow_daemons, err, errlen) != 0)
+			return -1;
+		void *socks[3] = { F->xsub, F->xpub, F->ctl };
+		const char *dom[3] = { SWD_AUTH_DOMAIN_DATA, SWD_AUTH_DOMAIN_SUBSCRIBERS,
+		    SWD_AUTH_DOMAIN_CONTROL };
+		for (int i = 0; i < 3; i++)
+			if (zmq_setsockopt(socks[i], ZMQ_ZAP_DOMAIN, dom[i], strlen(dom[i])) ||
+			    zmq_setsockopt(socks[i], ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
+			    zmq_setsockopt(socks[i], ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN) ||
+			    swd_auth_watch(F->auth, socks[i], dom[i]) != 0) {
+				memset(secret, 0, sizeof(secret));
+				snprintf(err, errlen, "CURVE on the %s socket: %s", dom[i],
+				    zmq_strerror(zmq_errno()));
+				return -1;
+			}
+		memset(secret, 0, sizeof(secret));
+		F->st.curve = 1;
+		F->st.curve_public = F->public_key;
 	}
 	char mep[64];
 	snprintf(mep, sizeof(mep), "inproc://sinkwatch-forward-monitor-%ld", (long)getpid());
@@ -326,6 +395,7 @@ teardown(struct fwd *F)
 		}
 	if (F->ctx)
 		zmq_ctx_term(F->ctx);
+	swd_auth_join(&F->auth);	/* its thread ended at the context's end */
 	free(F->subs);
 }
 
@@ -333,7 +403,7 @@ int
 sw_forward_main(int argc, char **argv)
 {
 	struct fwd F;
-	long max_mb = 256, hwm = 1000, wait_ms = 1000;
+	long max_mb = 256, hwm = 1000, wait_ms = 1000, insecure = 0;
 	char err[512];
 
 	memset(&F, 0, sizeof(F));
@@ -364,6 +434,16 @@ sw_forward_main(int argc, char **argv)
 			if (sw_parse_long(argv[++i], &wait_ms) || wait_ms < -1 || wait_ms > 86400000)
 				return sw_tool_fail("forward", "--hwm-wait-ms: '%s' is not -1 or an "
 				    "integer in [0, 86400000]", argv[i]);
+		} else if (!strcmp(a, "--curve-secret-file") && more)
+			F.secret_file = argv[++i];
+		else if (!strcmp(a, "--curve-allow") && more)
+			F.allow = argv[++i];
+		else if (!strcmp(a, "--curve-allow-daemons") && more)
+			F.allow_daemons = argv[++i];
+		else if (!strcmp(a, "--insecure-off-loopback") && more) {
+			if (sw_parse_long(argv[++i], &insecure) || insecure < 0 || insecure > 1)
+				return sw_tool_fail("forward", "--insecure-off-loopback: '%s' is not 0 "
+				    "or 1", argv[i]);
 		} else
 			return sw_tool_fail("forward", "%s '%s'%s", a[0] == '-' ? "unknown option" :
 			    "unexpected argument", a, a[0] == '-' && !more ? " (or its value is missing)" :
@@ -373,6 +453,22 @@ sw_forward_main(int argc, char **argv)
 	    !strcmp(F.st.out, F.st.control))
 		return sw_tool_fail("forward", "--in, --out and --control must be three endpoints "
 		    "(%s, %s, %s)", F.st.in, F.st.out, F.st.control);
+	if ((F.secret_file || F.allow || F.allow_daemons) &&
+	    !(F.secret_file && F.allow && F.allow_daemons))
+		return sw_tool_fail("forward", "CURVE takes all three: --curve-secret-file (the "
+		    "forwarder's key), --curve-allow (the jobs' keys, for --in and --control) and "
+		    "--curve-allow-daemons (the daemons' keys, for --out)");
+	/* (an endpoint with no transport is left to the bind's error) */
+	const char *beyond = NULL, *eps[3] = { F.st.in, F.st.out, F.st.control };
+	for (int i = 2; i >= 0; i--)
+		if (strstr(eps[i], "://") && !swp_endpoint_local(eps[i]))
+			beyond = eps[i];
+	if (beyond && !F.secret_file && !insecure)
+		return sw_tool_fail("forward", "%s is beyond loopback and CURVE is off: anyone "
+		    "reaching it could publish runs, or subscribe and read them all. Give "
+		    "--curve-secret-file, --curve-allow and --curve-allow-daemons (keys from "
+		    "sinkwatch keygen), or --insecure-off-loopback 1", beyond);
+	log_set_ident("sinkwatch forward");
 	/* the daemon's per-frame cap: max(max_message_mb, SWP_HEADER_MAX) */
 	F.cap = ((size_t)max_mb << 20) > SWP_HEADER_MAX ? (size_t)max_mb << 20 : SWP_HEADER_MAX;
 	F.st.version = PACKAGE_VERSION;
@@ -392,9 +488,21 @@ sw_forward_main(int argc, char **argv)
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	F.started = F.last_sample = mono_ms();
 	fprintf(stderr, "sinkwatch forward: jobs publish to %s, daemons connect to %s, "
 	    "control on %s\n", F.st.in, F.st.out, F.st.control);
+	if (F.auth) {
+		swd_auth_stats as;
+		swd_auth_get_stats(F.auth, &as);
+		fprintf(stderr, "sinkwatch forward: CURVE on: public key %s; %lld job key(s) from "
+		    "%s, %lld daemon key(s) from %s\n", F.public_key, (long long)as.keys, F.allow,
+		    (long long)as.keys_subscribers, F.allow_daemons);
+	} else if (beyond) {
+		fprintf(stderr, "sinkwatch forward: warning: %s is beyond loopback without CURVE "
+		    "(--insecure-off-loopback): anyone reaching it may publish or read runs\n",
+		    beyond);
+	}
 	fflush(stderr);
 
 	while (!stop_sig) {
@@ -407,6 +515,16 @@ sw_forward_main(int argc, char **argv)
 		if (zmq_poll(it, held ? 3 : 4, held ? 1 : 200) < 0 && errno != EINTR)
 			break;
 		int64_t now = mono_ms();
+		if (hup_sig) {
+			hup_sig = 0;
+			if (F.auth && swd_auth_reload(F.auth, F.allow, F.allow_daemons, err,
+			    sizeof(err)) != 0)
+				fprintf(stderr, "sinkwatch forward: SIGHUP: %s (the old keys stay)\n",
+				    err);
+			else if (F.auth)
+				fprintf(stderr, "sinkwatch forward: SIGHUP: read %s and %s again\n",
+				    F.allow, F.allow_daemons);
+		}
 		if (it[0].revents & ZMQ_POLLIN)
 			read_subs(&F);
 		if (it[1].revents & ZMQ_POLLIN)

@@ -84,7 +84,7 @@ put(struct buf *b, const char *fmt, ...)
 		b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
 }
 
-static const char *const sections[] = { "server", "traffic", "drops", "subscriptions" };
+static const char *const sections[] = { "server", "auth", "traffic", "drops", "subscriptions" };
 
 /* A prefix as text: printable bytes as they are, others as \xHH. */
 static void
@@ -106,6 +106,18 @@ section(struct buf *b, const char *name, const sw_fwd_stats *st)
 		    "hwm: %lld\nhwm_wait_ms: %lld\n", st->version, st->pid, st->uptime_s,
 		    st->in, st->out, st->control, (long long)st->max_frame, (long long)st->hwm,
 		    (long long)st->hwm_wait_ms);
+	} else if (!strcmp(name, "auth")) {
+		put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
+		if (st->curve)
+			put(b, "public_key: %s\nallowed_keys: %lld\nallowed_daemon_keys: %lld\n"
+			    "handshakes_allowed: %lld\nrefused_key_in: %lld\nrefused_key_out: %lld\n"
+			    "refused_key_control: %lld\nhandshake_failed_in: %lld\n"
+			    "handshake_failed_out: %lld\nhandshake_failed_control: %lld\n",
+			    st->curve_public ? st->curve_public : "-", (long long)st->keys,
+			    (long long)st->keys_daemons, (long long)st->allowed,
+			    (long long)st->refused_in, (long long)st->refused_out,
+			    (long long)st->refused_control, (long long)st->failed_in,
+			    (long long)st->failed_out, (long long)st->failed_control);
 	} else if (!strcmp(name, "traffic")) {
 		put(b, "# traffic\nreceived: %lld\nreceived_bytes: %lld\nforwarded: %lld\n"
 		    "forwarded_bytes: %lld\nheld: %lld\nstalls: %lld\nstalled_ms: %lld\n"

@@ -70,6 +70,14 @@ typedef struct sw_fwd_stats {
 				 * ZMQ_MAXMSGSIZE, twice the cap, among them) */
 	double msgs_per_s, bytes_per_s;	/* forwarded, over the last 10 s */
 	const sw_fwd_subs *subs;
+	/* CURVE (--curve-secret-file): the forwarder's key and its handshakes,
+	 * by socket: in (the jobs), out (the daemons), control */
+	int curve;
+	const char *curve_public;
+	int64_t keys, keys_daemons;	/* in the two allow lists */
+	int64_t allowed;
+	int64_t refused_in, refused_out, refused_control;	/* key not allowed */
+	int64_t failed_in, failed_out, failed_control;	/* no CURVE, another server key */
 } sw_fwd_stats;
 
 /*

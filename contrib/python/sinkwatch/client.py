@@ -158,7 +158,8 @@ def curve_keys(server_key=None, key_file=None):
     if server_key is None or key_file is None:
         raise ValueError("CURVE needs both server_key and key_file (or SINKWATCH_SERVER_KEY "
                          "and SINKWATCH_CLIENT_KEY_FILE)")
-    srv = server_key if _key_valid(server_key) else None
+    # a 40-character path may be all Z85 characters: a file of that name wins
+    srv = server_key if _key_valid(server_key) and not os.path.exists(server_key) else None
     if srv is None:
         try:
             srv = read_key(server_key)
