@@ -44,6 +44,7 @@
  */
 #include <float.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -945,10 +946,10 @@ struct p256acc {
  */
 A256 void
 p256_blk(__m256d xr, unsigned vmbits, __m256d lo, __m256d hi, int sub,
-    struct p256acc *a, double *xo, double *vo, size_t m)
+    struct p256acc *a, double *xo, double *vo, size_t m, const __m256d *vt)
 {
 	__m256d x = vmbits == 15 ? xr : _mm256_and_pd(xr, lanes4(vmbits));
-	__m256d v = ln256(xo ? xr : x, sub);
+	__m256d v = vt ? *vt : ln256(xo ? xr : x, sub);
 	__m256d big = _mm256_cmp_pd(x, hi, _CMP_GE_OQ);
 	__m256d small = _mm256_cmp_pd(x, lo, _CMP_LT_OQ);
 	a->W = _mm256_add_pd(a->W, x);
@@ -981,6 +982,73 @@ hsum8(__m256d u, __m256d v)
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/*
+ * Half and bfloat16 elements take few values: 16 log2 x of every positive
+ * one (sign bit clear, 2^15 of each) is a table of 256 KiB, filled once
+ * with libm's log2 (within an ulp: closer than ln256), and the row kernel
+ * gathers from it instead of evaluating ln256: the values are exact, so
+ * the precision is that of the double path. 0 gets a finite value (its
+ * weight is 0), infinities and NaNs their own (the kernel then hands the
+ * row to the generic loop, as it does for a negative element).
+ */
+static double tab_f16[1 << 15] __attribute__((aligned(64)));
+static double tab_bf16[1 << 15] __attribute__((aligned(64)));
+static _Atomic int tab_state;	/* 0 none, 1 being filled, 2 ready */
+
+static double
+half_value(uint32_t h)
+{
+	uint32_t e = (h >> 10) & 31, m = h & 1023;
+	return e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp((double)m, -24) :
+	    ldexp((double)(m | 1024), (int)e - 25);
+}
+
+static void
+tabs_ready(void)
+{
+	if (atomic_load_explicit(&tab_state, memory_order_acquire) == 2)
+		return;
+	int none = 0;
+	if (!atomic_compare_exchange_strong(&tab_state, &none, 1)) {
+		while (atomic_load_explicit(&tab_state, memory_order_acquire) != 2)
+			;	/* another thread fills them: a millisecond, once */
+		return;
+	}
+	for (uint32_t i = 0; i < (1u << 15); i++) {
+		uint32_t u = i << 16;
+		float b;
+		memcpy(&b, &u, 4);
+		double h = half_value(i);
+		tab_f16[i] = 16 * log2(h > 0 ? h : 0x1p-24);
+		tab_bf16[i] = 16 * log2(b > 0 ? (double)b : 0x1p-133);
+	}
+	atomic_store_explicit(&tab_state, 2, memory_order_release);
+}
+
+/* 4 half or bfloat16 elements at x + i as doubles (*xr) and their 16 log2 */
+A256 __m256d
+ldtab4(const void *x, size_t i, swm_dtype dt, __m256d *xr)
+{
+	__m128i h = _mm_loadl_epi64((const __m128i *)(const void *)((const char *)x + 2 * i));
+	*xr = dt == SWM_F16 ? _mm256_cvtps_pd(_mm_cvtph_ps(h)) :
+	    _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h)));
+	const double *t = dt == SWM_F16 ? tab_f16 : tab_bf16;
+	uint64_t q = (uint64_t)_mm_cvtsi128_si64(h);
+	__m128d lo2 = _mm_loadh_pd(_mm_load_sd(t + (q & 0x7fff)), t + ((q >> 16) & 0x7fff));
+	__m128d hi2 = _mm_loadh_pd(_mm_load_sd(t + ((q >> 32) & 0x7fff)), t + ((q >> 48) & 0x7fff));
+	return _mm256_insertf128_pd(_mm256_castpd128_pd256(lo2), hi2, 1);
+}
+
+/* one block of the row: from the table (half, bfloat16) or ln256 */
+#define BLK(i, bits, acc, xo_, vo_, m_) do { \
+	if (tab) { \
+		__m256d xr_, v_ = ldtab4(x, (i), dt, &xr_); \
+		p256_blk(xr_, (bits), lo, hi, sub, (acc), (xo_), (vo_), (m_), &v_); \
+	} else { \
+		p256_blk(ld4(x, (i), dt), (bits), lo, hi, sub, (acc), (xo_), (vo_), (m_), NULL); \
+	} \
+} while (0)
+
 /* output pointers at element i, or NULL */
 #define XO(i) (xo ? xo + (i) : NULL)
 #define VO(i) (xo ? vo + (i) : NULL)
@@ -996,34 +1064,42 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	__m256d hi = S1(blo < bhi ? bhi : thr);
 	size_t kb = k & ~(size_t)3, i = 0;
 
+	int tab = dt == SWM_F16 || dt == SWM_BF16;
+	if (tab)
+		tabs_ready();
 	/* two sets of 4 lanes, even and odd blocks: 8 sums as the generic loop */
 	a.W = a.P = a.L = a.WB = a.bits = _mm256_setzero_pd();
 	a.nbig = a.nlo = _mm256_setzero_si256();
 	b = a;
 	for (; i + 8 <= kb; i += 8) {
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
-		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b, XO(i + 4), VO(i + 4), 4);
+		BLK(i, 15, &a, XO(i), VO(i), 4);
+		BLK(i + 4, 15, &b, XO(i + 4), VO(i + 4), 4);
 	}
 	for (; i < kb; i += 4)
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
+		BLK(i, 15, &a, XO(i), VO(i), 4);
 	if (i + 4 <= n) {
 		unsigned bits = 15 & ~(1u << (k - i));
-		p256_blk(ld4(x, i, dt), bits, lo, hi, sub, &b, XO(i), VO(i), 4);
+		BLK(i, bits, &b, XO(i), VO(i), 4);
 		i += 4;
 	}
 	for (; i + 8 <= n; i += 8) {
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
-		p256_blk(ld4(x, i + 4, dt), 15, lo, hi, sub, &b, XO(i + 4), VO(i + 4), 4);
+		BLK(i, 15, &a, XO(i), VO(i), 4);
+		BLK(i + 4, 15, &b, XO(i + 4), VO(i + 4), 4);
 	}
 	for (; i + 4 <= n; i += 4)
-		p256_blk(ld4(x, i, dt), 15, lo, hi, sub, &a, XO(i), VO(i), 4);
+		BLK(i, 15, &a, XO(i), VO(i), 4);
 	if (i < n) {
 		double buf[4];
 		const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, es);
 		unsigned bits = (1u << (n - i)) - 1;
 		if (k >= i)
 			bits &= ~(1u << (k - i));
-		p256_blk(ld4(tb, 0, dt), bits, lo, hi, sub, &b, XO(i), VO(i), n - i);
+		if (tab) {
+			__m256d xr_, v_ = ldtab4(tb, 0, dt, &xr_);
+			p256_blk(xr_, bits, lo, hi, sub, &b, XO(i), VO(i), n - i, &v_);
+		} else {
+			p256_blk(ld4(tb, 0, dt), bits, lo, hi, sub, &b, XO(i), VO(i), n - i, NULL);
+		}
 	}
 	double W = hsum8(a.W, b.W), P = hsum8(a.P, b.P), L = hsum8(a.L, b.L);
 	if (!(fabs(W) <= DBL_MAX) || !(fabs(P) <= DBL_MAX) || !(fabs(L) <= DBL_MAX))
@@ -1046,6 +1122,7 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 }
 #undef XO
 #undef VO
+#undef BLK
 
 #define P256(name, DT) F256 int name(const void *x, size_t n, size_t k, double thr, \
     double blo, double bhi, struct swm_psum *ps) \
