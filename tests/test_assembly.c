@@ -1256,6 +1256,127 @@ START_TEST(test_refused_part_leaves_no_step)
 }
 END_TEST
 
+/* An unnamed sender after its run's end is after_end: a restart (seq 0)
+ * while the run still finishes (a layer in work), and the same sender
+ * going on (seq not 0) once the run was written out. */
+START_TEST(test_unnamed_after_end)
+{
+	swd_asm *a = mk(8);
+	swd_ticket t0, t;
+	char why[256];
+	swp_msg m = msg("r", 0, 0, 0, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t0, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_start(a, &t0);
+	swp_msg e = msg("r", 0, 0, 0, 1);
+	e.type = SWP_END;
+	ck_assert_int_eq(swd_asm_end(a, &e, 10), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 0);	/* the run is ending: its layer is in work */
+	ck_assert_int_eq(give_why(a, msg("r", 1, 0, 0, 0), 20, &t, why), SWD_DROP_AFTER_END);
+	ck_assert_str_eq(why, "the run was ended");
+	swd_asm_done(a, &t0, calloc(1, sizeof(swd_layer)), 30);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[0].type, WQ_STEP);
+	ck_assert_int_eq(out[0].step, 0);
+	ck_assert_uint_eq(out[0].have, 1);
+	ck_assert_int_eq(out[1].type, WQ_END);
+	swd_asm_free(&a);
+
+	/* a whole step, the end, then the sender's next seq: its run is gone,
+	 * its inferred incarnation ended */
+	a = mk(8);
+	feed(a, msg("r", 0, 0, 0, 0), 0);
+	feed(a, msg("r", 0, 1, 0, 1), 0);
+	e = msg("r", 0, 0, 0, 2);
+	e.type = SWP_END;
+	ck_assert_int_eq(swd_asm_end(a, &e, 10), SWD_ASM_ACCEPT);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[1].type, WQ_END);
+	ck_assert_int_eq(give_why(a, msg("r", 1, 0, 0, 3), 20, &t, why), SWD_DROP_AFTER_END);
+	ck_assert_str_eq(why, "the run was ended");
+	ck_assert_int_eq(nout, 2);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* A copy of a step written whole is compared while the step's digest is
+ * kept (the last 8 steps written); a copy of an older one is a duplicate,
+ * counted uncompared, nothing computed for it. */
+START_TEST(test_copy_of_old_step_uncompared)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	/* rank 0 sends both layers of steps 0-8 whole: step 8's digest takes step 0's place */
+	for (int64_t s = 0; s < 9; s++)
+		for (uint32_t l = 0; l < 2; l++) {
+			ck_assert_int_eq(give(a, part(s, l, 0, (uint64_t)(2 * s + l), 0, PH, 0, PR), 0,
+			    &t), SWD_ASM_ACCEPT);
+			swd_asm_start(a, &t);
+			swd_asm_done(a, &t, result(PH, PR, 0.5, NULL), 0);
+		}
+	ck_assert_int_eq(nout, 9);
+	/* rank 1 sends layer 0 of step 1 (digest kept), then of step 0 (gone) */
+	ck_assert_int_eq(give(a, part(1, 0, 1, 0, 0, PH, 0, PR), 1, &t), SWD_ASM_COPY);
+	swd_asm_start(a, &t);
+	swd_asm_done(a, &t, result(PH, PR, 0.5, NULL), 1);
+	ck_assert_int_eq(give(a, part(0, 0, 1, 1, 0, PH, 0, PR), 1, &t), SWD_DROP_DUPLICATE);
+	swd_sender sd[4];
+	const char *rn[4];
+	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 4), 2);
+	ck_assert_int_eq(sd[1].rank, 1);
+	ck_assert_int_eq(sd[1].duplicates, 2);
+	ck_assert_int_eq(sd[1].uncompared, 1);
+	ck_assert_int_eq(sd[1].disagree, 0);
+	ck_assert_int_eq(swd_asm_jobs(a), 0);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* A gathered layer that cannot start at its step's timeout (budget) while
+ * another one does is missing, not there: its cells that come after are
+ * gathered anew, not duplicates, and start before the step goes out. */
+static int refuse_layer = -1;
+
+static int
+work_but(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes, int32_t *miss)
+{
+	if ((int)m->layer == refuse_layer)
+		return SWD_DROP_BUDGET;
+	return work(ud, t, m, data, bytes, miss);
+}
+
+START_TEST(test_refused_at_timeout_gathered_anew)
+{
+	swd_asm_conf c = { 1000, 16, 8, 600, NULL, 0, work_but, NULL, 0, 0 };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	/* rank 0 sends heads 0-1 of both layers; rank 1 nothing before the timeout */
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(0, 1, 0, 1, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	refuse_layer = 1;
+	swd_asm_tick(a, 1000);	/* layer 0 starts as it is; layer 1 is refused */
+	refuse_layer = -1;
+	ck_assert_int_eq(nworks, 1);
+	ck_assert_uint_eq(works[0].layer, 0);
+	ck_assert_int_eq(nout, 0);
+	/* rank 1's heads 2-3 of layer 1 come now */
+	ck_assert_int_eq(give(a, part(0, 1, 1, 0, 2, 2, 0, PR), 1001, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 1);
+	/* layer 0 done: layer 1 starts as it is, then the step goes */
+	finish_works(a, 0, 0.5, 1002);
+	ck_assert_int_eq(nworks, 2);
+	ck_assert_uint_eq(works[1].layer, 1);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].type, WQ_STEP);
+	ck_assert_uint_eq(out[0].have, 2);
+	int32_t want[2 * PH] = { -1, -1, -2, -2, 0, 0, -1, -1 };
+	for (uint32_t i = 0; i < 2 * PH; i++)
+		ck_assert_int_eq(out[0].mrank[i], want[i]);
+	ck_assert_int_eq(sender_of(99, 1)->duplicates, 0);
+	swd_asm_free(&a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -1283,6 +1404,7 @@ suite(void)
 	tcase_add_test(tc, test_unnamed_waits_and_late_clock);
 	tcase_add_test(tc, test_full_table_spares_work);
 	tcase_add_test(tc, test_admitted_and_failed_layers);
+	tcase_add_test(tc, test_unnamed_after_end);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("senders");
 	tcase_add_test(tp, test_parts_by_heads);
@@ -1296,6 +1418,8 @@ suite(void)
 	tcase_add_test(tp, test_gather_edges);
 	tcase_add_test(tp, test_gather_bytes_charged);
 	tcase_add_test(tp, test_refused_part_leaves_no_step);
+	tcase_add_test(tp, test_copy_of_old_step_uncompared);
+	tcase_add_test(tp, test_refused_at_timeout_gathered_anew);
 	suite_add_tcase(s, tp);
 	return s;
 }
