@@ -288,6 +288,9 @@ def main():
     ap.add_argument("--unit-only", action="store_true",
                     help="run the unit test (tier 1) alone: with --rerun-survivors after a "
                     "unit test was added, the slower tests having already failed to kill them")
+    ap.add_argument("--every", type=int, default=1, metavar="N",
+                    help="a sample: the first mutant of each N in a file's list, for a file "
+                    "whose whole list would take too long (the report says so)")
     ap.add_argument("--no-asan", action="store_true",
                     help="do not run the survivors again in an --enable-asan build")
     a = ap.parse_args()
@@ -299,8 +302,10 @@ def main():
             continue
         with open(os.path.join(SRC, path)) as f:
             texts[path] = f.read()
-        for off, orig, repl, fname, lineno in mutants(path, texts[path], ff, lf):
-            work.append((path, off, orig, repl, fname, lineno, tiers[:1] if a.unit_only else tiers))
+        for j, (off, orig, repl, fname, lineno) in enumerate(mutants(path, texts[path], ff, lf)):
+            if j % a.every == 0:
+                work.append((path, off, orig, repl, fname, lineno,
+                             tiers[:1] if a.unit_only else tiers))
     if a.list:
         for path, off, orig, repl, fname, lineno, _ in work:
             print("%s:%d %s: %s -> %s" % (path, lineno, fname, orig, repl))
@@ -411,6 +416,8 @@ def main():
     n = tot["killed"] + tot["survived"]
     unexplained = tot["survived"] - tot["equivalent"] - tot["explained"]
     score = 100.0 * tot["killed"] / n if n else 0.0
+    if a.every > 1:
+        print("\na sample: the first mutant of every %d of each file's list" % a.every)
     if notrun:
         print("\n%d mutants not run yet (--resume runs them); the score is of those run" % notrun)
     if tot["error"]:
