@@ -58,6 +58,9 @@ int swd_auth_start(swd_auth **out, void *zctx, const char *allow_file,
 /*
  * Watches the handshakes of a socket of the context (domain: one of the
  * above), after its ZMQ_ZAP_DOMAIN and before its bind or connect. 0 or -1.
+ * This is the socket's monitor: ZeroMQ allows one a socket, so a socket
+ * monitored otherwise (a later zmq_socket_monitor replaces this one)
+ * counts its failed handshakes there.
  */
 int swd_auth_watch(swd_auth *a, void *sock, const char *domain);
 /*

@@ -382,9 +382,13 @@ def case_forward_hop():
         c = c_send(fw.inp, "c-mallory", "--server-key", fk.public, "--key-file", mallory.key,
                    "--wait-ms", "1500")
         assert c["sent"] == 0 and c["auth_failures"] >= 1 and c["auth_status"] == 400, c
+        c = c_send(fw.inp, "c-nokey", "--wait-ms", "1000")
+        assert c["sent"] == 0 and c["auth_failures"] >= 1, c
         for run in ("c-alice", "py-alice"):
             assert steps_of(good.wait_ended(run)) == [0, 1, 2], run
-        st = fw.wait(lambda s: s["auth"]["refused_key_in"] >= 1, what="mallory refused")
+        st = fw.wait(lambda s: s["auth"]["refused_key_in"] >= 1 and
+                     s["auth"]["handshake_failed_in"] >= 1 and s["traffic"]["disconnects"] >= 1,
+                     what="mallory refused, the job without keys failed, both counted")
         assert st["traffic"]["forwarded"] == 8 and st["drops"]["dropped"] == 0, st
         for dm in (thief, plain):
             assert not [n for n in os.listdir(dm.data) if n.endswith(".h5")], dm.data

@@ -107,6 +107,7 @@ struct fwd {
 	int64_t ring_msgs[11], ring_bytes[11], last_sample;
 	int ring_pos, ring_fill;
 	int64_t started;
+	int64_t failed_in;	/* handshakes on --in that failed before ZAP (CURVE on) */
 };
 
 static void
@@ -230,6 +231,9 @@ read_monitor(struct fwd *F)
 			memcpy(&id, zmq_msg_data(&ev), 2);
 			if (id == ZMQ_EVENT_DISCONNECTED)
 				F->st.disconnects++;
+			else if (id & (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+			    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
+				F->failed_in++;
 		}
 		zmq_msg_close(&ev);
 		while (more) {	/* the endpoint frame */
@@ -292,7 +296,7 @@ answer(struct fwd *F)
 			F->st.refused_in = a.refused_data;
 			F->st.refused_out = a.refused_subscribers;
 			F->st.refused_control = a.refused_control;
-			F->st.failed_in = a.failed_data;
+			F->st.failed_in = F->failed_in;	/* --in has one monitor: ours */
 			F->st.failed_out = a.failed_subscribers;
 			F->st.failed_control = a.failed_control;
 		}
@@ -345,11 +349,13 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 		void *socks[3] = { F->xsub, F->xpub, F->ctl };
 		const char *dom[3] = { SWD_AUTH_DOMAIN_DATA, SWD_AUTH_DOMAIN_SUBSCRIBERS,
 		    SWD_AUTH_DOMAIN_CONTROL };
+		/* a socket has one monitor: --in's is the forwarder's own (below),
+		 * which counts its failed handshakes too */
 		for (int i = 0; i < 3; i++)
 			if (zmq_setsockopt(socks[i], ZMQ_ZAP_DOMAIN, dom[i], strlen(dom[i])) ||
 			    zmq_setsockopt(socks[i], ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
 			    zmq_setsockopt(socks[i], ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN) ||
-			    swd_auth_watch(F->auth, socks[i], dom[i]) != 0) {
+			    (i > 0 && swd_auth_watch(F->auth, socks[i], dom[i]) != 0)) {
 				memset(secret, 0, sizeof(secret));
 				snprintf(err, errlen, "CURVE on the %s socket: %s", dom[i],
 				    zmq_strerror(zmq_errno()));
@@ -361,7 +367,8 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 	}
 	char mep[64];
 	snprintf(mep, sizeof(mep), "inproc://sinkwatch-forward-monitor-%ld", (long)getpid());
-	if (zmq_socket_monitor(F->xsub, mep, ZMQ_EVENT_DISCONNECTED) != 0 ||
+	if (zmq_socket_monitor(F->xsub, mep, ZMQ_EVENT_DISCONNECTED |
+	    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
 	    zmq_connect(F->mon, mep) != 0) {
 		snprintf(err, errlen, "socket monitor: %s", zmq_strerror(errno));
 		return -1;
