@@ -1648,6 +1648,41 @@ END_TEST
  * values and logs for the pair work).
  */
 /*
+ * swm_content_dist2_f32 (the writer's drift distance on float logs) against
+ * a long double two-pass reference of the same floats, for every length
+ * 2..40 (below, at and past the lane count) and every sink position (and
+ * one past the row: no sink), with values past the row that must not count.
+ */
+START_TEST(test_content_dist2_f32)
+{
+	enum { NMAX = 40, GUARD = 16 };
+	float lx[NMAX + GUARD], ly[NMAX + GUARD];
+	rng_state = 23;
+	for (size_t n = 2; n <= NMAX; n++)
+		for (size_t k = 0; k <= n; k++) {
+			for (size_t i = 0; i < NMAX + GUARD; i++) {
+				lx[i] = (float)(-8 + 6 * urand());
+				ly[i] = (float)(-8 + 6 * urand());
+			}
+			long double sd = 0, ss = 0;
+			for (size_t i = 0; i < n; i++)
+				if (i != k)
+					sd += (long double)lx[i] - (long double)ly[i];
+			long double mean = sd / (long double)(n - 1);
+			for (size_t i = 0; i < n; i++)
+				if (i != k) {
+					long double d = (long double)lx[i] - (long double)ly[i] - mean;
+					ss += d * d;
+				}
+			double got = swm_content_dist2_f32(lx, ly, n, k);
+			ck_assert_msg(fabsl((long double)got - ss) <= 1e-12L * ss + 1e-14L,
+			    "n %zu k %zu: %.17g, want %.17Lg", n, k, got, ss);
+		}
+	ck_assert(isnan(swm_content_dist2_f32(lx, ly, 1, 0)));
+}
+END_TEST
+
+/*
  * Every positive finite half (and bfloat16 up to 2^64) through a vector
  * row kernel's one-pass output: its 16 log2 x (a table for these types)
  * against libm's log2 of the value, within 4 ulp; 0 gives a finite value;
@@ -2178,6 +2213,7 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_pair_precision, 0, NISA);
 	tcase_add_test(tc, test_kernel_parity);
 	tcase_add_loop_test(tc, test_half_table, 0, NISA);
+	tcase_add_test(tc, test_content_dist2_f32);
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_split_sums_shares);
 	tcase_add_test(tc, test_head_acc);
