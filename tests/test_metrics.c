@@ -1996,11 +1996,42 @@ START_TEST(test_pick_rows)
 	static const uint32_t q6[] = { 0, 0, 0 };
 	PICK_NONE(q6, 3, 8, 2);
 
-	/* every row: the identity, and the lookup of a row's position */
-	uint32_t all[5], l[] = { 2, 5, 9 };
+	/*
+	 * A row at qpos == keys is full (min(keys, qpos + 1) = keys) like those
+	 * after it, so it is the first full row and wins the tie: over 4 keys,
+	 * valid keys 1 2 4 4 (qpos jumps past 3); over 8 keys, 8 8 8.
+	 */
+	static const uint32_t q7[] = { 0, 1, 4, 5 };
+	PICK(q7, 4, 4, 1, 2);
+	PICK(q7, 4, 4, 2, 2, 3);
+	PICK(q7, 4, 4, 3, 1, 2, 3);
+	static const uint32_t q8[] = { 8, 9, 10 };
+	PICK(q8, 3, 8, 1, 0);
+	PICK(q8, 3, 8, 2, 0, 1);
+
+	/*
+	 * The remainder skips a sequence that is used up, also one that does
+	 * not start at row 0: A = rows 0-1 (eligible: row 1), B = rows 2-5 and
+	 * C = rows 6-9 (three eligible each). n = 4: one round (1, 5, 9), the
+	 * one left to B (4); n = 6: two rounds (1, 4, 5, 8, 9), the one left
+	 * to B (3), none to A.
+	 */
+	static const uint32_t q9[] = { 0, 1, 0, 1, 2, 3, 0, 1, 2, 3 };
+	PICK(q9, 10, 8, 4, 1, 4, 5, 9);
+	PICK(q9, 10, 8, 6, 1, 3, 4, 5, 8, 9);
+	PICK(q9, 10, 8, 7, 1, 3, 4, 5, 7, 8, 9);
+
+	/* every row: the identity (guarded: nothing past rows), and the lookup of a row's position */
+	uint32_t all[8], l[] = { 2, 5, 9 };
+	for (size_t i = 0; i < 8; i++)
+		all[i] = 0xdeadbeef;
+	ck_assert_uint_eq(swm_pick_all(0, all), 0);
+	ck_assert_uint_eq(all[0], 0xdeadbeef);
 	ck_assert_uint_eq(swm_pick_all(5, all), 5);
 	for (uint32_t i = 0; i < 5; i++)
 		ck_assert_uint_eq(all[i], i);
+	for (size_t i = 5; i < 8; i++)
+		ck_assert_uint_eq(all[i], 0xdeadbeef);
 	ck_assert_int_eq(swm_pick_find(l, 3, 2), 0);
 	ck_assert_int_eq(swm_pick_find(l, 3, 5), 1);
 	ck_assert_int_eq(swm_pick_find(l, 3, 9), 2);
