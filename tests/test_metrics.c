@@ -1382,6 +1382,26 @@ START_TEST(test_layer_finish)
 	ck_assert(isnan(lv.flip[0]) && isnan(lv.flip[1]));
 	ck_assert_double_eq(lv.flip[2], ent_flip);
 	free(scratch);
+
+	/*
+	 * Exactly swm_layer_scratch(H) bytes suffice, with the pair row counts
+	 * in the scratch too (pm.rows NULL), with and without pair sums: a
+	 * guard after the scratch keeps its bytes.
+	 */
+	enum { GUARD = 256 };
+	size_t sb = swm_layer_scratch(H);
+	unsigned char *sg = aligned_alloc(64, (sb + GUARD + 63) & ~(size_t)63);
+	lv.pm.rows = NULL;
+	for (int withp = 0; withp < 2; withp++) {
+		memset(sg + sb, 0xa5, GUARD);
+		swm_layer_finish(acc, withp ? pairs : NULL, H, sg, &lv);
+		for (int i = 0; i < GUARD; i++)
+			ck_assert_msg(sg[sb + i] == 0xa5, "scratch guard byte %d written (pairs %d)",
+			    i, withp);
+		ck_assert_double_eq(lv.flip[2], ent_flip);
+	}
+	ck_assert_double_eq(lv.flip[0], 1.0);
+	free(sg);
 }
 END_TEST
 
@@ -1513,6 +1533,36 @@ START_TEST(test_block_and_pairs)
 				    swm_content_dist2(lw, lw0, nvalid[r], 0), 1e-5, 1e-6);
 			}
 		}
+
+	/*
+	 * ln parts of row 1 only: rows 2 to 4, past the last pick, write
+	 * nothing (a guard after ln_out), and each head's slot keeps row 1.
+	 */
+	static const uint32_t lone[] = { 1 };
+	float ln1[H * K + 64];
+	for (int i = 0; i < H * K + 64; i++)
+		ln1[i] = -12345.0f;
+	blk.ln_pick = lone;
+	blk.nln = 1;
+	blk.ln_out = ln1;
+	memset(acc2, 0, sizeof(acc2));
+	memset(p2, 0, sizeof(p2));
+	swm_block_add(&blk, &o, scratch, acc2, p2);
+	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
+	for (int h = 0; h < H; h++) {
+		swm_row want;
+		double lw[K];
+		ck_assert_int_eq(swm_row_stats(data[h][1], SWM_F32, SWM_PROBS, nvalid[1], 0, &o,
+		    &want), SWM_OK);
+		swm_row_expand(data[h][1], SWM_F32, SWM_PROBS, &want, NULL, lw);
+		for (uint32_t i = 0; i < nvalid[1]; i++)
+			ck_assert_msg(ln1[h * K + i] == (float)lw[i], "head %d key %u: %g, want %g",
+			    h, i, (double)ln1[h * K + i], (double)(float)lw[i]);
+		for (int i = nvalid[1]; i < K; i++)
+			ck_assert(ln1[h * K + i] == -12345.0f);
+	}
+	for (int i = H * K; i < H * K + 64; i++)
+		ck_assert_msg(ln1[i] == -12345.0f, "ln_out guard %d written", i - H * K);
 	free(scratch);
 }
 END_TEST
@@ -1911,6 +1961,71 @@ START_TEST(test_pair_precision)
 }
 END_TEST
 
+/*
+ * METRICS.md §6 with single-precision pair logs: which pairs f32_noisy has
+ * taken again with double logs. Heads 0 and 1 share their content shape
+ * but not their sink (keep far apart, drop JS 0): the drop values are
+ * noisy, so the pair is redone and js_drop is the double one, within
+ * 1e-10 of 0; heads 0 and 2 differ everywhere (JS keep and drop > 0.1,
+ * where 8 standard deviations of the float-log rounding are far below
+ * 1e-7 relative): kept with float logs, off the double value by that
+ * rounding. "Redone" is read from the error against a long double
+ * reference: double logs give ~1e-16, float logs ~1e-10.
+ */
+START_TEST(test_pair_redo)
+{
+	if (!use_isa(_i) || strcmp(swm_precision(), "float64") == 0)
+		return;
+	enum { H = 3, K = 24, KS = 0 };
+	double x[H][K];
+	swm_opts o = dflt();
+	rng_state = 7;
+	make_row(x[0], K, KS, 0.1, 1);
+	for (int i = 0; i < K; i++)
+		x[1][i] = i == KS ? 0.8 : x[0][i] * (0.2 / 0.9);
+	make_row(x[2], K, KS, 0.4, 2);
+	uint32_t every[1];
+	swm_block blk = { .data = x, .dtype = SWM_F64, .kind = SWM_PROBS, .heads = H,
+	    .rows = 1, .keys = K, .head_stride = K, .row_stride = K, .sink = KS,
+	    .pair_pick = every, .npair = swm_pick_all(1, every) };
+	void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
+	swm_head_acc acc[H];
+	swm_pair_acc pairs[H * H];
+	memset(acc, 0, sizeof(acc));
+	memset(pairs, 0, sizeof(pairs));
+	swm_block_add(&blk, &o, scratch, acc, pairs);
+	free(scratch);
+	long double w01[4], w02[4], w12[4];
+	ref_pair(x[0], x[1], K, KS, w01);
+	ref_pair(x[0], x[2], K, KS, w02);
+	ref_pair(x[1], x[2], K, KS, w12);
+	const swm_pair_acc *p01 = &pairs[0 * H + 1], *p02 = &pairs[0 * H + 2], *p12 = &pairs[1 * H + 2];
+	const swm_pair_acc *pr[3] = { p01, p02, p12 };
+	long double *want[3] = { w01, w02, w12 };
+	for (int q = 0; q < 3; q++) {
+		/* the budget, every pair */
+		ck_close(pr[q]->js_keep, want[q][2], 1e-7, 1e-10);
+		ck_close(pr[q]->js_drop, want[q][3], 1e-7, 1e-10);
+		ck_close(pr[q]->cos_keep, want[q][0], 1e-12, 1e-15);
+		ck_close(pr[q]->cos_drop, want[q][1], 1e-12, 1e-15);
+	}
+	/* 0-1: redone with double logs (keep and drop from the same sums) */
+	ck_assert(w01[2] > 0.1 && fabsl(w01[3]) < 1e-15);
+	ck_close(p01->js_keep, w01[2], 1e-13, 1e-14);
+	ck_close(p01->js_drop, w01[3], 0, 1e-14);
+	/* 0-2 and 1-2: kept with float logs, off the double value */
+	for (int q = 1; q < 3; q++) {
+		ck_assert(want[q][2] > 0.1 && want[q][3] > 0.1);
+		ck_assert_msg(fabsl(pr[q]->js_keep - want[q][2]) > 1e-12 * want[q][2],
+		    "pair %d js_keep %.17g: the double value %.17Lg, not redone with float logs",
+		    q, pr[q]->js_keep, want[q][2]);
+		ck_assert_msg(fabsl(pr[q]->js_drop - want[q][3]) > 1e-12 * want[q][3],
+		    "pair %d js_drop %.17g: the double value %.17Lg, not redone with float logs",
+		    q, pr[q]->js_drop, want[q][3]);
+	}
+}
+END_TEST
+
 /* ---- rows for pair, drift and flip statistics (storage/LAYOUT.md, row_use) ------------ */
 
 /* swm_pick_rows into a guarded buffer: exactly the rows want[nwant]. */
@@ -2242,6 +2357,7 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_invariances, 0, NISA);
 	tcase_add_loop_test(tc, test_block_pairs_ref, 0, NISA);
 	tcase_add_loop_test(tc, test_pair_precision, 0, NISA);
+	tcase_add_loop_test(tc, test_pair_redo, 0, NISA);
 	tcase_add_test(tc, test_kernel_parity);
 	tcase_add_loop_test(tc, test_half_table, 0, NISA);
 	tcase_add_test(tc, test_content_dist2_f32);
