@@ -175,6 +175,7 @@ START_TEST(test_names)
 	ck_assert_uint_eq(swm_dtype_size(SWM_BF16), 2);
 	ck_assert_uint_eq(swm_dtype_size(SWM_F64), 8);
 	ck_assert_uint_eq(swm_dtype_size((swm_dtype)7), 0);
+	ck_assert_uint_eq(swm_dtype_size(SWM_DTYPE__N), 0);	/* the first past the table */
 	/* loads at any alignment */
 	unsigned char buf[32];
 	float f = 0.375f;
@@ -960,6 +961,12 @@ START_TEST(test_rejections)
 	ck_assert_int_eq(swm_row_stats(sumok, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
 	double zero[3] = { 0, 0, 0 };
 	ck_assert_int_eq(swm_row_stats(zero, SWM_F64, SWM_PROBS, 3, 0, &o, &r), SWM_REJ_SUM);
+	/* a zero sum is rejected even under a tolerance that admits |S - 1| = 1 */
+	swm_opts wide = o;
+	wide.tol = 1;
+	ck_assert_int_eq(swm_row_stats(zero, SWM_F64, SWM_PROBS, 3, 0, &wide, &r), SWM_REJ_SUM);
+	float zerof[3] = { 0, 0, 0 };
+	ck_assert_int_eq(swm_row_stats(zerof, SWM_F32, SWM_PROBS, 3, 0, &wide, &r), SWM_REJ_SUM);
 	float lz[3] = { 1, NAN, 0 };
 	ck_assert_int_eq(swm_row_stats(lz, SWM_F32, SWM_LOGITS, 3, 0, &o, &r), SWM_REJ_NONFINITE);
 	float lp[3] = { 1, INFINITY, 0 };
@@ -994,6 +1001,40 @@ START_TEST(test_replacement_band)
 	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
 	ck_assert_uint_eq(r.nrep, 0);
 	check_row_against_ref(a, 4, 0, 1e-12);
+
+	/* the same with the sink as the part near delta: the sink is in the band */
+	a[1] = 1.00003e-10;
+	a[3] = 0.25 + 5e-5 - a[1];
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 1, &o, &r), SWM_OK);
+	ck_assert_uint_eq(r.nrep, 1);
+	check_row_against_ref(a, 4, 1, 1e-12);
+	a[1] = 0.99997e-10;
+	a[3] = 0.25 - 5e-5 - a[1];
+	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 1, &o, &r), SWM_OK);
+	ck_assert_uint_eq(r.nrep, 0);
+	check_row_against_ref(a, 4, 1, 1e-12);
+
+	/*
+	 * A part exactly at the band's lower edge delta (1 - tol), in a row
+	 * whose sum is exactly 1 - tol: x / S = delta, not below it, so it is
+	 * kept. All exact in binary: delta 2^-34, tol 1/4, S = 3/4.
+	 */
+	swm_opts e = o;
+	e.delta = 0x1p-34;
+	e.tol = 0.25;
+	double x[3] = { 0.5, 0x3p-36, 0.25 - 0x3p-36 };
+	ck_assert_int_eq(swm_row_stats(x, SWM_F64, SWM_PROBS, 3, 0, &e, &r), SWM_OK);
+	ck_assert(r.norm == 0.75);
+	ck_assert_uint_eq(r.nrep, 0);
+	ck_assert(r.thr == 0x3p-36);
+	struct ref *ref = malloc(sizeof(*ref));
+	ref_row(x, 3, 0, e.delta, ref);
+	ck_close(r.b, ref->b, 1e-12, 1e-12);
+	double l[3];
+	swm_row_expand(x, SWM_F64, SWM_PROBS, &r, NULL, l);
+	for (int i = 0; i < 3; i++)
+		ck_close(l[i], ref->l[i], 1e-13, 1e-13);
+	free(ref);
 }
 END_TEST
 
@@ -1048,6 +1089,29 @@ START_TEST(test_logits)
 			ck_close(p[i], a[i], 1e-12, 1e-300);
 		ck_close(swm_balance(l, n, k), r.b, 1e-11, 1e-10);
 	}
+
+	/* a masked (-inf) sink: a replaced part, ln delta, counted in nrep */
+	float zm[5] = { -INFINITY, 1, 2, 3, 0 };	/* zm[4]: past the row */
+	swm_row r;
+	ck_assert_int_eq(swm_row_stats(zm, SWM_F32, SWM_LOGITS, 4, 0, &o, &r), SWM_OK);
+	ck_assert_uint_eq(r.nrep, 1);
+	ck_assert(r.s == 0 && r.hb == 0);
+	long double lse = 3 + logl(expl(-2) + expl(-1) + 1), mean = 0;
+	for (int i = 1; i < 4; i++)
+		mean += zm[i] - lse + log1pl(-1e-10L);
+	long double b = sqrtl(3.0L / 4) * (logl(1e-10L) - mean / 3);
+	ck_close(r.b, b, 1e-12, 1e-12);
+	/* the expansion writes the n = 4 values and nothing past them */
+	double p[5], l[5];
+	p[4] = l[4] = 12345;
+	swm_row_expand(zm, SWM_F32, SWM_LOGITS, &r, p, l);
+	ck_assert(p[0] == 0);
+	ck_close(l[0], logl(1e-10L), 1e-15, 0);
+	for (int i = 1; i < 4; i++) {
+		ck_close(p[i], expl(zm[i] - lse), 1e-13, 0);
+		ck_close(l[i], zm[i] - lse + log1pl(-1e-10L), 1e-13, 1e-13);
+	}
+	ck_assert(p[4] == 12345 && l[4] == 12345);
 }
 END_TEST
 
@@ -2317,6 +2381,14 @@ START_TEST(test_row_from_stats)
 	double sum[6] = { 0.3, 0.6, 1.2, 0.6, 0.8, 0 };
 	ck_assert_int_eq(swm_row_from_stats(sum, 1e-4, &r), SWM_REJ_SUM);
 	ck_assert_int_eq(swm_row_from_stats(sum, 0.2, &r), SWM_OK);
+	/* |s + w - 1| equal to the tolerance is accepted, as swm_row_stats() does */
+	double edge[6] = { 0.25, 0.5, 1.0, 0.5, 0.5, 0 };
+	ck_assert_int_eq(swm_row_from_stats(edge, 0.25, &r), SWM_OK);
+	ck_assert_int_eq(swm_row_from_stats(edge, 0.2, &r), SWM_REJ_SUM);
+	/* v holds six values: a NaN after them is not read */
+	double past[7] = { 0.3, 0.7, 1.2, 0.6, 0.8, -0.4, NAN };
+	ck_assert_int_eq(swm_row_from_stats(past, 1e-4, &r), SWM_OK);
+	ck_assert(r.b == -0.4);
 	/* the rows it makes serve the paired split */
 	double a[6] = { 0.5, 0.5, 1.0397207708399179, 0.6931471805599453, 0.6931471805599453, 0 };
 	double b[6] = { 0.2, 0.8, 1.0296530140645737, 0.5004024235381879,
