@@ -1438,11 +1438,19 @@ START_TEST(test_layer_finish)
 	ck_assert_uint_eq(lv.comps[2], 3);
 	double ent_flip = lv.flip[2];
 	ck_assert(isfinite(ent_flip));
-	/* no pair sums: matrices NaN, cosine and JS flips NaN, entropy kept */
+	/* no pair sums: matrices NaN, row counts and comparisons 0 (whatever
+	 * the caller's arrays held), cosine and JS flips NaN, entropy kept */
+	for (int i = 0; i < H * H; i++)
+		mr[i] = 77;
+	lv.comps[0] = lv.comps[1] = 77;
 	swm_layer_finish(acc, NULL, H, scratch, &lv);
 	for (int f = 0; f < 6; f++)
 		for (int i = 0; i < H * H; i++)
 			ck_assert(isnan(m[f][i]));
+	for (int i = 0; i < H * H; i++)
+		ck_assert_uint_eq(mr[i], 0);
+	ck_assert_uint_eq(lv.comps[0], 0);
+	ck_assert_uint_eq(lv.comps[1], 0);
 	ck_assert(isnan(lv.flip[0]) && isnan(lv.flip[1]));
 	ck_assert_double_eq(lv.flip[2], ent_flip);
 	free(scratch);
