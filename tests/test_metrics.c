@@ -987,32 +987,25 @@ START_TEST(test_replacement_band)
 	swm_opts o = dflt();
 	swm_row r;
 	double a[4];
-	/* S = 1 + 5e-5: 1.00003e-10 / S < 1e-10, so the part is replaced */
+	/*
+	 * S = 1 + 5e-5: 1.00003e-10 / S < 1e-10, so the part is replaced; S =
+	 * 1 - 5e-5: 0.99997e-10 / S > 1e-10, so it is kept. Then (k = 1) the
+	 * same with the sink as the part near delta: the sink is in the band.
+	 */
 	a[0] = 0.5;
-	a[1] = 1.00003e-10;
 	a[2] = 0.25;
-	a[3] = 0.25 + 5e-5 - a[1];
-	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
-	ck_assert_uint_eq(r.nrep, 1);
-	check_row_against_ref(a, 4, 0, 1e-12);
-	/* S = 1 - 5e-5: 0.99997e-10 / S > 1e-10, so it is kept */
-	a[1] = 0.99997e-10;
-	a[3] = 0.25 - 5e-5 - a[1];
-	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 0, &o, &r), SWM_OK);
-	ck_assert_uint_eq(r.nrep, 0);
-	check_row_against_ref(a, 4, 0, 1e-12);
-
-	/* the same with the sink as the part near delta: the sink is in the band */
-	a[1] = 1.00003e-10;
-	a[3] = 0.25 + 5e-5 - a[1];
-	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 1, &o, &r), SWM_OK);
-	ck_assert_uint_eq(r.nrep, 1);
-	check_row_against_ref(a, 4, 1, 1e-12);
-	a[1] = 0.99997e-10;
-	a[3] = 0.25 - 5e-5 - a[1];
-	ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, 1, &o, &r), SWM_OK);
-	ck_assert_uint_eq(r.nrep, 0);
-	check_row_against_ref(a, 4, 1, 1e-12);
+	for (size_t k = 0; k < 2; k++) {
+		a[1] = 1.00003e-10;
+		a[3] = 0.25 + 5e-5 - a[1];
+		ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, k, &o, &r), SWM_OK);
+		ck_assert_uint_eq(r.nrep, 1);
+		check_row_against_ref(a, 4, k, 1e-12);
+		a[1] = 0.99997e-10;
+		a[3] = 0.25 - 5e-5 - a[1];
+		ck_assert_int_eq(swm_row_stats(a, SWM_F64, SWM_PROBS, 4, k, &o, &r), SWM_OK);
+		ck_assert_uint_eq(r.nrep, 0);
+		check_row_against_ref(a, 4, k, 1e-12);
+	}
 
 	/*
 	 * A part exactly at the band's lower edge delta (1 - tol), in a row
