@@ -103,14 +103,19 @@ def py_send(endpoint, run, steps=3, wait=3.0, **kw):
     return c.close()
 
 
-def status_cmd(d, *args, env=None):
+def run_status(control, *args, env=None):
+    """sinkwatch status of one control endpoint, keys only from args or env."""
     e = child_env()
     e.pop("SINKWATCH_SERVER_KEY", None)
     e.pop("SINKWATCH_CLIENT_KEY_FILE", None)
     e.update(env or {})
-    p = subprocess.run([SINKWATCH, "status", "--control", d.control, "--timeout-ms", "1500"]
+    p = subprocess.run([SINKWATCH, "status", "--control", control, "--timeout-ms", "1500"]
                        + list(args), capture_output=True, text=True, timeout=30, env=e)
     return p.returncode, p.stdout, p.stderr
+
+
+def status_cmd(d, *args, env=None):
+    return run_status(d.control, *args, env=env)
 
 
 def steps_of(path):
@@ -422,15 +427,6 @@ def case_forward_hop():
         for dm in daemons_up:
             assert dm.stop() == 0, dm.read_log()
         assert fw.stop() == 0, fw.read_log()
-
-
-def run_status(control, *args):
-    e = child_env()
-    e.pop("SINKWATCH_SERVER_KEY", None)
-    e.pop("SINKWATCH_CLIENT_KEY_FILE", None)
-    p = subprocess.run([SINKWATCH, "status", "--control", control, "--timeout-ms", "1500"]
-                       + list(args), capture_output=True, text=True, timeout=30, env=e)
-    return p.returncode, p.stdout, p.stderr
 
 
 CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve,

@@ -129,6 +129,25 @@ def free_port():
     return port
 
 
+def control_request(endpoint, req, timeout_ms=2000, keys=None):
+    """One request to a control socket (a daemon's or a forwarder's); keys:
+    CURVE (server, client public, client secret) or None. TimeoutError when
+    nothing answers in time."""
+    s = zmq.Context.instance().socket(zmq.REQ)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVTIMEO, timeout_ms)
+    if keys:
+        s.curve_serverkey, s.curve_publickey, s.curve_secretkey = keys
+    s.connect(endpoint)
+    try:
+        s.send(req.encode())
+        return s.recv().decode()
+    except zmq.Again:
+        raise TimeoutError(req)
+    finally:
+        s.close()
+
+
 class Daemon:
     def __init__(self, tmp=None, extra=(), data_dir=None):
         self.tmp = tmp or tempfile.mkdtemp(prefix="sinkwatch-test-")
@@ -160,20 +179,7 @@ class Daemon:
         raise RuntimeError("sinkwatchd did not answer")
 
     def ctl(self, req, timeout_ms=2000):
-        ctx = zmq.Context.instance()
-        s = ctx.socket(zmq.REQ)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVTIMEO, timeout_ms)
-        if self.ctl_keys:
-            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = self.ctl_keys
-        s.connect(self.control)
-        try:
-            s.send(req.encode())
-            return s.recv().decode()
-        except zmq.Again:
-            raise TimeoutError(req)
-        finally:
-            s.close()
+        return control_request(self.control, req, timeout_ms, self.ctl_keys)
 
     def status(self):
         """The status as {section: {key: value}} (runs: list of lines)."""
@@ -417,19 +423,7 @@ class Forwarder:
         raise AssertionError("forward did not answer: " + self.read_log())
 
     def ctl(self, req, timeout_ms=2000):
-        s = zmq.Context.instance().socket(zmq.REQ)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVTIMEO, timeout_ms)
-        if self.ctl_keys:
-            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = self.ctl_keys
-        s.connect(self.control)
-        try:
-            s.send(req.encode())
-            return s.recv().decode()
-        except zmq.Again:
-            raise TimeoutError(req)
-        finally:
-            s.close()
+        return control_request(self.control, req, timeout_ms, self.ctl_keys)
 
     def status(self):
         out, sec = {}, None
