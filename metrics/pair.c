@@ -290,7 +290,6 @@ struct prep {
 	double *a, *c, *l;	/* [keys8] each */
 	double pk;		/* the sink entry p_k */
 	double nx;		/* sum of p_i^2 over the content */
-	double ent[2];		/* sum p ln p, sum c ln c (content) with the pair kernel's logs */
 };
 
 #define KEYS8(k) (((k) + 7) & ~(size_t)7)
@@ -337,7 +336,7 @@ prep_row(const struct swm_kernels *kn, struct prep *pp, const swm_row *r, size_t
 	double iw = r->w > 0 ? 1.0 / r->w : 0.0;
 
 	if (kn && kn->prep) {
-		pp->pk = kn->prep(a, c, l, n, k, keys8, iw, &pp->nx, pp->ent);
+		pp->pk = kn->prep(a, c, l, n, k, keys8, iw, &pp->nx);
 		return;
 	}
 	double nx[LANES] = { 0 }, sl[LANES] = { 0 };
@@ -361,29 +360,16 @@ prep_row(const struct swm_kernels *kn, struct prep *pp, const swm_row *r, size_t
 }
 
 /*
- * With single-precision logarithms in the pair kernel (METRICS.md §6), the
- * JS values subtract row entropies taken with the same logarithms (prep
- * ent), not the row kernel's: equal rows then give 0 exactly, and the
- * rounding of the logs cancels where the rows agree.
- */
-static void
-own_entropies(const swm_row *r, const struct prep *p, swm_row *out)
-{
-	*out = *r;
-	out->H = -(p->ent[0] + swm_xlnx(p->pk));
-	if (r->w > 0 && r->n > 2)
-		out->Hc = -p->ent[1];
-}
-
-/*
  * Whether the JS values of a row pair taken with single-precision logs may
- * miss the precision budget (METRICS.md §6: 1e-7 relative, 1e-10 absolute):
- * the rounding of the logs (rms below 2e-9 per element: 1.9e-9, mean -1e-11,
- * against long double over random doubles, row_simd.c ef4()) sums to a JS
- * error of standard deviation about rms sqrt(sum m^2 + sum p^2 / 4 + sum
- * q^2 / 4) < rms sqrt(nx + ny); where 8 of those exceed the budget, as
- * for near-equal rows, the pair is taken again with double logs
- * (tests/test_metrics.c, test_pair_log_error, checks the rms).
+ * miss the precision budget (METRICS.md §6: 1e-7 relative, 1e-10 absolute).
+ * Only H(m) of the mixture carries that rounding (the rows' own entropies
+ * are the row kernel's, double logs): rms below 2e-9 per element (1.9e-9
+ * against long double over random doubles, row_simd.c ef4(); checked by
+ * tests/test_metrics.c, test_pair_log_error), a JS error of standard
+ * deviation about rms sqrt(sum m^2) <= rms sqrt((nx + ny) / 2), and a mean
+ * of -1e-11 per unit of mass. Where 8 times rms sqrt(nx + ny) exceeds the
+ * budget, as for near-equal rows, the pair is taken again with double
+ * logs.
  */
 static int
 f32_noisy(const swm_pair *v, const swm_row *rx, const swm_row *ry, double nxx,
@@ -412,24 +398,23 @@ pairs_of_row(const struct swm_kernels *kn, const swm_row *st, const struct prep 
 			continue;
 		const struct prep *x = &pp[i];
 		size_t n8 = KEYS8(st[i].n);
-		swm_row rx = st[i], ry;
-		if (f32)
-			own_entropies(&st[i], x, &rx);
 		for (size_t j = i + 1; j < H; j++) {
 			if (st[j].status != SWM_OK)
 				continue;
 			const struct prep *y = &pp[j];
 			double s[4];
 			swm_pair v;
-			ry = st[j];
-			if (f32)
-				own_entropies(&st[j], y, &ry);
 			if (kn && kn->pair)
 				kn->pair(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
 			else
 				pair_generic(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
-			/* a = p / 2: the sums of m ln m are over (p + q) / 2 already */
-			pair_finish(&rx, &ry, x->pk, y->pk, 4 * s[2], x->nx, y->nx,
+			/*
+			 * a = p / 2: the sums of m ln m are over (p + q) / 2 already.
+			 * The rows' own entropies are the row kernel's (double
+			 * logarithms) whatever the pair kernel's precision: only
+			 * H(m) carries the rounding of single-precision logs.
+			 */
+			pair_finish(&st[i], &st[j], x->pk, y->pk, 4 * s[2], x->nx, y->nx,
 			    s[0], s[1], s[3], &v);
 			if (f32 && f32_noisy(&v, &st[i], &st[j], x->nx, y->nx)) {
 				kn->pair_f64(x->a, x->c, x->l, y->a, y->c, y->l, n8, s);
@@ -499,7 +484,7 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 				    w->w > 0 ? 1.0 / w->w : 0.0 };
 				float *dst = want_ln ? blk->ln_out + (h * blk->nln + il) * K : NULL;
 				pp[h].pk = kn->prep_raw(pp[h].a, pp[h].c, pp[h].l, n, blk->sink, K8, &fx,
-				    &pp[h].nx, dst, pp[h].ent);
+				    &pp[h].nx, dst);
 			} else if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
 				swm_row_expand(row, blk->dtype, blk->kind, &st[h], pp[h].a, pp[h].l);
 				if (want_ln) {

@@ -739,9 +739,8 @@ pair512(const double *ax, const double *cx, const double *lx, const double *ay,
 /* pair.c's prep_row in vector lanes (swm_simd.h, prep) */
 F512 double
 prep512(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, double iw,
-    double *nx, double ent[2])
+    double *nx)
 {
-	(void)ent;	/* double logarithms: the row's own entropies serve */
 	double pk = a[k];
 	a[k] = 0;
 	l[k] = 0;
@@ -1440,30 +1439,10 @@ prep256_scale(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 		l[i] = 0;
 }
 
-/*
- * The entropies of a prepared row with the logarithms of pair256: ent[0] =
- * sum p ln p and ent[1] = sum c ln c over the content (p = 2a, c = 2c as
- * stored, both exact), so that two equal rows give a JS of 0, not the
- * difference of two roundings (pair.c).
- */
-A256 void
-prep256_ent(const double *a, const double *c, size_t keys8, double ent[2])
-{
-	__m256d hp = _mm256_setzero_pd(), hc = hp;
-	for (size_t i = 0; i < keys8; i += 8) {
-		mlnm8(_mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(a + i)),
-		    _mm256_add_pd(_mm256_loadu_pd(a + i + 4), _mm256_loadu_pd(a + i + 4)), &hp);
-		mlnm8(_mm256_add_pd(_mm256_loadu_pd(c + i), _mm256_loadu_pd(c + i)),
-		    _mm256_add_pd(_mm256_loadu_pd(c + i + 4), _mm256_loadu_pd(c + i + 4)), &hc);
-	}
-	ent[0] = hsum4(hp);
-	ent[1] = hsum4(hc);
-}
-
 /* pair.c's prep_row in vector lanes (swm_simd.h, prep) */
 F256 double
 prep256(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, double iw,
-    double *nx, double ent[2])
+    double *nx)
 {
 	double pk = a[k];
 	a[k] = 0;
@@ -1479,8 +1458,6 @@ prep256(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, doubl
 		}
 	prep256_scale(a, c, l, n, k, keys8, iw, hsum8(vs[0], vs[1]) / (double)(n - 1));
 	*nx = hsum8(vn[0], vn[1]);
-	if (ent)
-		prep256_ent(a, c, keys8, ent);
 	return pk;
 }
 
@@ -1493,7 +1470,7 @@ prep256(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, doubl
  */
 F256 double
 prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
-    const struct swm_fix *fx, double *nx, float *ln_out, double ent[2])
+    const struct swm_fix *fx, double *nx, float *ln_out)
 {
 	__m256d vis = S1(fx->invS), vthr = S1(fx->thr), vsc = S1(fx->lnscale);
 	__m256d vld = S1(fx->lndelta);
@@ -1516,7 +1493,7 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 		}
 	}
 	/* i may pass n by up to 3 (within keys8): those lanes are zeroed below */
-	return prep256(a, c, l, n, k, keys8, fx->iw, nx, ent);
+	return prep256(a, c, l, n, k, keys8, fx->iw, nx);
 }
 
 const struct swm_kernels swm_kernels_avx2 = {

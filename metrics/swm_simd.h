@@ -57,7 +57,7 @@ typedef void (*swm_expand_fn)(const void *x, size_t n, double invS, double thr,
     double lnscale, double lndelta, double *p, double *l);
 
 typedef double (*swm_prep_fn)(double *a, double *c, double *l, size_t n, size_t k,
-    size_t keys8, double iw, double *nx, double ent[2]);
+    size_t keys8, double iw, double *nx);
 
 /* The numbers that turn a row's raw values and logs into p and ln parts. */
 struct swm_fix {
@@ -70,8 +70,7 @@ typedef int (*swm_probs_out_fn)(const void *x, size_t n, size_t k, double thr,
     double blo, double bhi, struct swm_psum *ps, double *xo, double *vo);
 
 typedef double (*swm_prep_raw_fn)(double *a, double *c, double *l, size_t n,
-    size_t k, size_t keys8, const struct swm_fix *fx, double *nx, float *ln_out,
-    double ent[2]);
+    size_t k, size_t keys8, const struct swm_fix *fx, double *nx, float *ln_out);
 
 struct swm_kernels {
 	const char *name;	/* "avx512", "avx2", "generic" */
@@ -104,9 +103,6 @@ struct swm_kernels {
 	 * a = p / 2 and c = a iw, zero at the sink k and past n, and l the
 	 * content clr (l minus its mean over the n - 1 content keys), zero at
 	 * k and past n. Returns p_k; *nx = sum of p^2 over the content keys.
-	 * When pair_logs is "f32" and ent is not NULL, ent = { sum p ln p,
-	 * sum c ln c } over the content keys with pair's logarithms (c = 2 c
-	 * as stored = p / w), for JS values that are 0 between equal rows.
 	 * NULL: the generic loop.
 	 */
 	swm_prep_fn prep;
@@ -121,7 +117,7 @@ struct swm_kernels {
 	 * Pair preparation from those buffers, in place (a = xo, l = vo):
 	 * p = x invS, l = ln x + lnscale or lndelta below thr, exactly as
 	 * expand[]; l to ln_out (floats, n of them) when not NULL; then as
-	 * prep with iw (and ent). Returns p_k.
+	 * prep with iw. Returns p_k.
 	 */
 	swm_prep_raw_fn prep_raw;
 	/* pair with double logarithms: the reference the tests compare with */
