@@ -188,6 +188,28 @@ def bench_pairs(res):
                     "snapshot_all_pairs_s": 24 * c["layer_s"]}
 
 
+BASELINE = os.environ.get("SINKWATCHD_BASELINE")
+
+
+def bench_baseline(tmp, res, transport):
+    """The flood of bench_e2e through the baseline daemon (SINKWATCHD_BASELINE:
+    a sinkwatchd built from the tree issue 17 was measured on, f2c10cd, by
+    bench/baseline.sh): its processed rate is the "today's processed rate"
+    the zero-loss figure is held against, measured in the same run."""
+    if not BASELINE:
+        print("# baseline_tcp skipped: SINKWATCHD_BASELINE not set (make bench "
+              "SINKWATCHD_BASELINE=$(sh bench/baseline.sh) builds and floods it)", flush=True)
+        return
+    bench_e2e(tmp, res, transport, binary=BASELINE, key="e2e_baseline")
+    res["e2e_baseline"][transport]["binary"] = BASELINE
+    try:
+        res["e2e_baseline"][transport]["commit"] = subprocess.run(
+            ["git", "-C", os.path.dirname(os.path.abspath(BASELINE)), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
 def status_fig(d, sec, key):
     return d.status()[sec][key]
 
@@ -199,12 +221,13 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_e2e(tmp, res, transport, reps=3):
+def bench_e2e(tmp, res, transport, reps=3, binary=None, key="e2e"):
     """A client flood of 1.4B-shaped snapshots (24 layers x [16, 64, 2048] f16),
     reps times: raw ZeroMQ (a bare SUB, no processing) and the daemon with its
     default configuration, each the median of reps runs. The daemon gets a
     warm-up flood first: sustained means after its heap reached its working
-    size (each fresh 4 KiB page is a fault, 16 us on this VM)."""
+    size (each fresh 4 KiB page is a fault, 16 us on this VM). binary: another
+    sinkwatchd (the baseline build), its figures under res[key]."""
     L, H, R, K = 24, 16, 64, 2048
     steps = 24
     n = steps * L
@@ -224,6 +247,7 @@ def bench_e2e(tmp, res, transport, reps=3):
     d = Daemon(tmp=tmp)
     d.listen = ep
     d.extra = []
+    d.binary = binary
     d.start()
     runs = []
     try:
@@ -253,7 +277,7 @@ def bench_e2e(tmp, res, transport, reps=3):
     finally:
         d.stop()
     mps = float(np.median([r["messages_per_s"] for r in runs]))
-    res["e2e"][transport] = {
+    res.setdefault(key, {})[transport] = {
         "snapshots_per_s": mps / L, "messages_per_s": mps, "elems_per_s": mps * elems,
         "raw_zmq_messages_per_s": raw_mps, "ratio_vs_raw_zmq": mps / raw_mps,
         "daemon_cpu_ms_per_message": float(np.median([r["daemon_cpu_ms_per_message"] for r in runs])),
@@ -561,6 +585,12 @@ def targets(res):
         if "f16" in o and fl:
             x = o["f16"]["zero_loss_messages_per_s"] / fl
             t.append(("ingest_%s_f16_zero_loss_vs_flood_processed" % tr, x, 2.0, x >= 2))
+        bl = res.get("e2e_baseline", {}).get(tr, {}).get("messages_per_s")
+        if "f16" in o and bl:
+            # issue 17: zero-loss ingest >= 2x the processed rate of the daemon
+            # the issue was filed on, that daemon flooded in this same run
+            x = o["f16"]["zero_loss_messages_per_s"] / bl
+            t.append(("ingest_%s_f16_zero_loss_vs_baseline_processed" % tr, x, 2.0, x >= 2))
         if tr == "tcp" and o.get("f16", {}).get("cpu_ms_per_message"):
             x = o["f16"]["cpu_ms_per_message"]["stages"]
             t.append(("daemon_cpu_ms_per_4mib_f16_message", x, 10.0, x <= 10))
@@ -613,6 +643,7 @@ def main():
              ("allpairs", lambda: bench_allpairs(tmp, res)),
              ("e2e_tcp", lambda: bench_e2e(tmp, res, "tcp")),
              ("e2e_ipc", lambda: bench_e2e(tmp, res, "ipc")),
+             ("baseline_tcp", lambda: bench_baseline(tmp, res, "tcp")),
              ("ingest_tcp", lambda: bench_ingest(tmp, res, "tcp")),
              ("ingest_ipc", lambda: bench_ingest(tmp, res, "ipc")),
              ("training", lambda: bench_training(tmp, res)),
@@ -663,11 +694,17 @@ def main():
                                                                p["f64_elems_per_s"], p["ratio"],
                                                                p["largest_rel_diff"]))
     for tr, e in res["e2e"].items():
-        print("e2e %s (flood, the baseline: processed messages while the budget drops the rest): %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f); "
+        print("e2e %s (flood: processed messages while the budget drops the rest): %.3g snapshots/s, %.3g elem/s, %.3g msg/s vs raw ZeroMQ %.3g msg/s (%.2f); "
               "daemon CPU %.2f ms per 4 MiB message; per run: raw %s msg/s, daemon %s msg/s" %
               (tr, e["snapshots_per_s"], e["elems_per_s"], e["messages_per_s"],
                e["raw_zmq_messages_per_s"], e["ratio_vs_raw_zmq"], e["daemon_cpu_ms_per_message"],
                " ".join("%.0f" % x for x in e["raw_runs_messages_per_s"]),
+               " ".join("%.0f" % r["messages_per_s"] for r in e["runs"])))
+    for tr, e in res.get("e2e_baseline", {}).items():
+        print("e2e %s through the baseline daemon (%s, commit %s; the same flood): %.3g msg/s "
+              "processed, daemon CPU %.2f ms per 4 MiB message; per run: %s msg/s" %
+              (tr, e.get("binary"), e.get("commit") or "?", e["messages_per_s"],
+               e["daemon_cpu_ms_per_message"],
                " ".join("%.0f" % r["messages_per_s"] for r in e["runs"])))
     for tr, o in res.get("ingest", {}).items():
         for dt, v in o.items():

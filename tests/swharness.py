@@ -161,7 +161,7 @@ class Daemon:
         self.ctl_keys = None    # CURVE for ctl(): (server, client public, client secret)
 
     def start(self):
-        args = [SINKWATCHD, "--listen", self.listen, "--control", self.control,
+        args = [getattr(self, "binary", None) or SINKWATCHD, "--listen", self.listen, "--control", self.control,
                 "--data-dir", self.data, "--flush-ms", "100"] + self.extra
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(args, stderr=self.logf, stdout=self.logf, env=child_env())
