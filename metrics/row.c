@@ -104,7 +104,7 @@ lane_sum(const double *a)
 /* ---- run-time choice of the kernels ------------------------------------ */
 
 static const struct swm_kernels kernels_generic = {
-	"generic", { 0 }, { 0 }, 0, 0, 0, { 0 }, 0, { 0 }, 0, 0, "f64"
+	"generic", { 0 }, { 0 }, 0, 0, 0, { 0 }, 0, { 0 }, 0, 0, "f64", { 0 }, 0
 };
 
 /* F16C by CPUID: not every compiler's __builtin_cpu_supports() knows it */
@@ -205,7 +205,9 @@ const char *
 swm_precision(void)
 {
 	const struct swm_kernels *kn = kernels();
-	return kn->pair_logs != NULL && strcmp(kn->pair_logs, "f32") == 0 ? "float32-pair" : "float64";
+	int pair = kn->pair_logs != NULL && strcmp(kn->pair_logs, "f32") == 0;
+	int rows = kn->row_logs != NULL && strcmp(kn->row_logs, "f32") == 0;
+	return pair && rows ? "float32" : pair ? "float32-pair" : rows ? "float32-rows" : "float64";
 }
 
 int
@@ -264,6 +266,7 @@ probs_content(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	ps->band = lane_sum(a[P_BAND]);
 	ps->neg = lane_sum(a[P_NEG]);
 	ps->nonfin = lane_sum(a[P_NF]);
+	ps->eP = ps->eL = 0;
 }
 
 static void
@@ -311,12 +314,14 @@ pos1(double x)
 	return x > 0 ? x : 1.0;
 }
 
-/* The probability sums with the kernels kn, or the generic loop. */
+/* The probability sums with the kernels kn (exact: with double logarithms
+ * throughout), or the generic loop. */
 static void
 probs_sums(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_t n,
-    size_t k, double thr, double blo, double bhi, struct swm_psum *ps)
+    size_t k, double thr, double blo, double bhi, struct swm_psum *ps, int exact)
 {
-	swm_probs_fn f = (unsigned)dt < SWM_DTYPE__N ? kn->probs[dt] : NULL;
+	swm_probs_fn f = (unsigned)dt >= SWM_DTYPE__N ? NULL : exact ? kn->probs_exact[dt] :
+	    kn->probs[dt];
 	/* a NaN, an infinity or an overflow: the generic loop tells which */
 	if (f == NULL || f(x, n, k, thr, blo, bhi, ps) != 0)
 		probs_content_any(x, dt, n, k, thr, blo, bhi, ps);
@@ -327,12 +332,12 @@ probs_sums(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_t n,
 static void
 probs_sums_keep(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_t n,
     size_t k, double thr, double blo, double bhi, struct swm_psum *ps, double *xo,
-    double *vo, int *raw)
+    double *vo, int *raw, int exact)
 {
 	swm_probs_out_fn f = xo != NULL && (unsigned)dt < SWM_DTYPE__N ? kn->probs_out[dt] : NULL;
 	*raw = 0;
 	if (f == NULL) {
-		probs_sums(kn, x, dt, n, k, thr, blo, bhi, ps);
+		probs_sums(kn, x, dt, n, k, thr, blo, bhi, ps, exact);
 		return;
 	}
 	if (f(x, n, k, thr, blo, bhi, ps, xo, vo) == 0)
@@ -341,9 +346,16 @@ probs_sums_keep(const struct swm_kernels *kn, const void *x, swm_dtype dt, size_
 		probs_content_any(x, dt, n, k, thr, blo, bhi, ps);
 }
 
+/* at most half the budget of METRICS.md §6 away from the value v */
+static int
+within_half_budget(double err, double v)
+{
+	return err <= 0.5 * fmax(1e-7 * fabs(v), 1e-10);
+}
+
 static swm_status
 row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
-    swm_row *r, double *xo, double *vo, int *raw)
+    swm_row *r, double *xo, double *vo, int *raw, int exact)
 {
 	double tol = swm_opts_tol(o, dt), delta = o->delta;
 	double xk = ld(x, k, dt);
@@ -358,7 +370,7 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 	 */
 	double thr = delta;
 	probs_sums_keep(kn, x, dt, n, k, thr, delta * (1 - tol), delta * (1 + tol), &ps,
-	    xo, vo, raw);
+	    xo, vo, raw, exact);
 	if (ps.nonfin > 0 || !(fabs(xk) <= DBL_MAX))
 		return SWM_REJ_NONFINITE;
 	if (ps.neg > 0 || xk < 0)
@@ -368,7 +380,7 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 		return SWM_REJ_SUM;
 	if (ps.band > 0 || (xk >= delta * (1 - tol) && xk < delta * (1 + tol))) {
 		thr = delta * S;
-		probs_sums(kn, x, dt, n, k, thr, 0, 0, &ps);
+		probs_sums(kn, x, dt, n, k, thr, 0, 0, &ps, exact);
 	}
 
 	/*
@@ -394,6 +406,16 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 	double m = (double)(n - 1);
 	double meanc = (ps.L + (m - ps.nsmall) * lnscale + ps.nsmall * lndelta) / m;
 	r->b = sqrt(m / (double)n) * (lk - meanc);
+	/*
+	 * Single-precision logarithms in the kernel (ps.eP, ps.eL > 0): where
+	 * their error bound could take H, Hc (and C = w Hc) or b beyond half
+	 * the budget, the row is taken again with double logarithms.
+	 */
+	if (!exact && (ps.eP > 0 || ps.eL > 0) &&
+	    (!within_half_budget(ps.eP / S, H) ||
+	    (ps.W > 0 && n > 2 && !within_half_budget(ps.eP / ps.W, Hc)) ||
+	    !within_half_budget(sqrt(m / (double)n) * ps.eL / m, r->b)))
+		return row_probs(x, dt, n, k, o, r, xo, vo, raw, 1);
 	r->norm = S;
 	r->lnz = 0;
 	r->lnscale = lnscale;
@@ -548,7 +570,7 @@ swm_row_stats(const void *x, swm_dtype dt, swm_kind kind, size_t n, size_t k,
 		st = row_logits(x, dt, n, k, o, out);
 	else {
 		int raw;
-		st = row_probs(x, dt, n, k, o, out, NULL, NULL, &raw);
+		st = row_probs(x, dt, n, k, o, out, NULL, NULL, &raw, 0);
 	}
 	out->status = st;
 	return st;
@@ -569,7 +591,7 @@ swm_row_stats_keep(const void *x, swm_dtype dt, swm_kind kind, size_t n, size_t 
 	else if (kind == SWM_LOGITS)
 		st = row_logits(x, dt, n, k, o, out);
 	else
-		st = row_probs(x, dt, n, k, o, out, xo, vo, raw);
+		st = row_probs(x, dt, n, k, o, out, xo, vo, raw, 0);
 	out->status = st;
 	if (st != SWM_OK)
 		*raw = 0;

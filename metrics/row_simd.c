@@ -461,6 +461,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	ps->band = (double)(a.nv - a.nbig - a.nlo);
 	ps->neg = _mm512_reduce_or_epi64(a.bits) < 0 ? 1.0 : 0.0;
 	ps->nonfin = 0;
+	ps->eP = ps->eL = 0;
 	/* -0.0 sets the sign bit without being negative: let the loop decide */
 	return ps->neg > 0 ? -1 : 0;
 }
@@ -778,7 +779,9 @@ const struct swm_kernels swm_kernels_avx512 = {
 	{ NULL },	/* probs_out: the two passes of swm_row_stats, swm_row_expand */
 	NULL,
 	pair512,	/* double logarithms */
-	"f64"
+	"f64",
+	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
+	NULL
 };
 
 /* =================================================================== AVX2 */
@@ -1117,6 +1120,7 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	ps->band = (double)(nv - nbig - nlo);
 	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ? 1.0 : 0.0;
 	ps->nonfin = 0;
+	ps->eP = ps->eL = 0;
 	return ps->neg > 0 ? -1 : 0;
 }
 #undef XO
@@ -1129,7 +1133,7 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
     F256 int name##_out(const void *x, size_t n, size_t k, double thr, double blo, \
     double bhi, struct swm_psum *ps, double *xo, double *vo) \
     { return p256_row(x, DT, n, k, thr, blo, bhi, ps, xo, vo); }
-P256(p256_f32, SWM_F32)
+P256(p256_f32x, SWM_F32)
 P256(p256_f16, SWM_F16)
 P256(p256_bf16, SWM_BF16)
 P256(p256_f64, SWM_F64)
@@ -1496,6 +1500,129 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 	return prep256(a, c, l, n, k, keys8, fx->iw, nx);
 }
 
+/*
+ * f32 rows without outputs (probs[SWM_F32]; probs_exact and probs_out keep
+ * ln256): a block of 8 elements that are all content and >= max(hi,
+ * FLT_MIN), the common case, takes single-precision logarithms: x = 2^e z,
+ * z in [sqrt(1/2), sqrt(2)), e and f = z - 1 exact from the float's bits,
+ * y = ln(1 + f) - f by yf8 in float, ln x = e ln2 + f + y and every sum in
+ * double. yf8's relative error is below 1.73e-7 at every float f of that
+ * range (exhaustive, test_row_log_error), and y <= 0 throughout (f^2 times
+ * a negative q), so eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| over
+ * those blocks bound the error left in P and in L; row.c takes the row
+ * again with probs_exact where that could move a statistic by more than
+ * the budget (METRICS.md §6). Other blocks (the sink's, the tail, any
+ * element below hi, negative, subnormal or NaN) go through p256_blk as in
+ * p256_row, an infinity through the generic loop (its sums overflow).
+ */
+#define Y_KAPPA 2e-7
+
+struct f32acc {
+	__m256d W, P, Y, L, LY;
+};
+
+A256 void
+f32_fast(__m256 xv, struct f32acc *a)
+{
+	__m256i u = _mm256_sub_epi32(_mm256_castps_si256(xv), _mm256_set1_epi32(0x3f3504f3));
+	__m256i e = _mm256_srai_epi32(u, 23);
+	__m256 z = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(u,
+	    _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f3504f3)));
+	__m256 f = _mm256_sub_ps(z, _mm256_set1_ps(1.0f));
+	__m256 y = yf8(f);
+	__m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(xv));
+	__m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1));
+	__m256d t0 = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(e)), S1(M_LN2),
+	    _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
+	__m256d t1 = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(e, 1)), S1(M_LN2),
+	    _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+	__m256d y0 = _mm256_cvtps_pd(_mm256_castps256_ps128(y));
+	__m256d y1 = _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1));
+	/* one accumulator a sum (the loop runs out of registers otherwise) */
+	a->W = _mm256_add_pd(_mm256_add_pd(a->W, x0), x1);
+	a->P = _mm256_fmadd_pd(x1, t1, _mm256_fmadd_pd(x0, t0, a->P));
+	a->Y = _mm256_fmadd_pd(x1, y1, _mm256_fmadd_pd(x0, y0, a->Y));
+	a->L = _mm256_add_pd(_mm256_add_pd(a->L, t0), t1);
+	a->LY = _mm256_add_pd(_mm256_add_pd(a->LY, y0), y1);
+}
+
+/* 4 elements at i through p256_blk, the sink (k) masked, the row's end
+ * kept; not inlined: the fast loop keeps its registers */
+__attribute__((target(T256), noinline)) static void
+f32_slow4(const float *x, size_t n, size_t k, size_t i, __m256d lo, __m256d hi,
+    struct p256acc *a)
+{
+	unsigned bits = 15;
+	__m256d xr;
+	if (i + 4 <= n) {
+		xr = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+	} else {
+		float buf[4];
+		xr = _mm256_cvtps_pd(_mm_loadu_ps(tail_block(buf, sizeof(buf), x, i, n - i, 4)));
+		bits = (1u << (n - i)) - 1;
+	}
+	if (k >= i && k < i + 4)
+		bits &= ~(1u << (k - i));
+	p256_blk(xr, bits, lo, hi, 0, a, NULL, NULL, 0, NULL);
+}
+
+F256 int
+p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
+    struct swm_psum *ps)
+{
+	const float *x = xv;
+	struct p256acc a, b;
+	struct f32acc fa;
+	__m256d lo = S1(blo < bhi ? blo : thr);
+	__m256d hi = S1(blo < bhi ? bhi : thr);
+	__m256 hif = _mm256_set1_ps(fceil(fmax(blo < bhi ? bhi : thr, FLT_MIN)));
+	__m256 fbits = _mm256_setzero_ps();
+	uint64_t nfast = 0;
+	size_t i = 0;
+
+	a.W = a.P = a.L = a.WB = a.bits = _mm256_setzero_pd();
+	a.nbig = a.nlo = _mm256_setzero_si256();
+	b = a;
+	fa.W = fa.P = fa.Y = fa.L = fa.LY = _mm256_setzero_pd();
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+		if (k - i >= 8 && _mm256_movemask_ps(_mm256_cmp_ps(v, hif, _CMP_GE_OQ)) == 0xff) {
+			fbits = _mm256_or_ps(fbits, v);
+			f32_fast(v, &fa);
+			nfast++;
+		} else {
+			f32_slow4(x, n, k, i, lo, hi, &a);
+			f32_slow4(x, n, k, i + 4, lo, hi, &b);
+		}
+	}
+	for (; i < n; i += 4)
+		f32_slow4(x, n, k, i, lo, hi, &a);
+	double Wf = hsum4(fa.W), Yf = hsum4(fa.Y), LYf = hsum4(fa.LY);
+	double W = hsum8(a.W, b.W) + Wf;
+	double P = hsum8(a.P, b.P) * LN2_16 + (hsum4(fa.P) + Yf);
+	double L = hsum8(a.L, b.L) * LN2_16 + (hsum4(fa.L) + LYf);
+	if (!(fabs(W) <= DBL_MAX) || !(fabs(P) <= DBL_MAX) || !(fabs(L) <= DBL_MAX))
+		return -1;
+	ps->W = W;
+	ps->P = P;
+	ps->L = L;
+	ps->Wbig = hsum8(a.WB, b.WB) + Wf;
+	/* every element but the sink went through one lane of a block */
+	uint64_t cnt[2][4], nv = n - 1, nbig = 8 * nfast, nlo = 0;
+	_mm256_storeu_si256((__m256i *)(void *)cnt[0], _mm256_add_epi64(a.nbig, b.nbig));
+	_mm256_storeu_si256((__m256i *)(void *)cnt[1], _mm256_add_epi64(a.nlo, b.nlo));
+	for (int j = 0; j < 4; j++)
+		nbig += cnt[0][j], nlo += cnt[1][j];
+	ps->nsmall = (double)(nv - nbig);
+	ps->band = (double)(nv - nbig - nlo);
+	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ||
+	    _mm256_movemask_ps(fbits) != 0 ? 1.0 : 0.0;
+	ps->nonfin = 0;
+	ps->eP = Y_KAPPA * fabs(Yf);
+	ps->eL = Y_KAPPA * fabs(LYf);
+	return ps->neg > 0 ? -1 : 0;
+}
+
 const struct swm_kernels swm_kernels_avx2 = {
 	"avx2",
 	{ p256_f32, p256_f16, p256_bf16, p256_f64 },
@@ -1503,8 +1630,10 @@ const struct swm_kernels swm_kernels_avx2 = {
 	ln256_array, ex256_array, pair256,
 	{ e256_f32, e256_f16, e256_bf16, e256_f64 },
 	prep256,
-	{ p256_f32_out, p256_f16_out, p256_bf16_out, p256_f64_out },
+	{ p256_f32x_out, p256_f16_out, p256_bf16_out, p256_f64_out },
 	prep256_raw,
 	pair256d,
+	"f32",
+	{ p256_f32x, p256_f16, p256_bf16, p256_f64 },
 	"f32"
 };

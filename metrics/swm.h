@@ -70,11 +70,12 @@ typedef struct swm_opts {
 const char *swm_isa(void);
 /*
  * The precision of the per-element logarithms of the kernels in use
- * (METRICS.md §6, precision budget): "float32-pair" when the head-pair
- * kernel takes its logarithms in single precision (every sum in double;
- * the row statistics, and the pairs whose JS would miss the budget, with
- * double logarithms), "float64" when every logarithm is double. Recorded
- * in each run file (log_precision) beside swm_isa() (kernel_isa).
+ * (METRICS.md §6, precision budget), every sum in double: "float32" when
+ * the head-pair kernel and the f32 row kernel take them in single
+ * precision ("float32-pair", "float32-rows": one of the two), "float64"
+ * when every logarithm is double. Rows and pairs whose statistics could
+ * miss the budget are taken again with double logarithms. Recorded in
+ * each run file (log_precision) beside swm_isa() (kernel_isa).
  */
 const char *swm_precision(void);
 /*

@@ -24,6 +24,14 @@ struct swm_psum {
 	double nsmall;	/* parts < thr */
 	double band;	/* parts in [blo, bhi): replacement depends on the sum */
 	double neg, nonfin;	/* only compared with 0 */
+	/*
+	 * Bounds of the absolute error of P and of L that single-precision
+	 * logarithms may have left (METRICS.md §6, precision budget); 0 where
+	 * every logarithm was double. row.c takes the row again with the
+	 * kernel's probs_exact where they could move a statistic by more
+	 * than the budget.
+	 */
+	double eP, eL;
 };
 
 /* Sums of a logits row: its max, then over the content entries. */
@@ -124,6 +132,13 @@ struct swm_kernels {
 	swm_pair_fn pair_f64;
 	/* the precision of pair's logarithms: "f32" or "f64" (sums: double) */
 	const char *pair_logs;
+	/*
+	 * probs with double logarithms where probs[] may take single-precision
+	 * ones (eP, eL > 0): the rows whose statistics could miss the budget
+	 * go through it again. row_logs: "f32" when some probs[] does.
+	 */
+	swm_probs_fn probs_exact[SWM_DTYPE__N];
+	const char *row_logs;
 };
 
 extern const struct swm_kernels swm_kernels_avx512;

@@ -530,14 +530,28 @@ kernel_logits_row(double *z, size_t n, size_t k, int t)
 
 /*
  * |got - want| <= 1e-14 of the size of the terms the value is made of:
- * the larger of the two, or scale where the terms are larger (cancellation)
+ * the larger of the two, or scale where the terms are larger (cancellation).
+ * With budget (a statistic the kernel may have taken with single-precision
+ * logarithms, METRICS.md §6): within 1e-7 of want or 1e-10, its relative
+ * difference to *wbudget.
  */
 static void
 same_field(double got, double want, double scale, const char *isa,
-    const char *what, int t, swm_dtype dt, swm_kind kind, size_t n, double *worst)
+    const char *what, int t, swm_dtype dt, swm_kind kind, size_t n, double *worst,
+    double *wbudget)
 {
 	if (got == want)
 		return;
+	if (wbudget != NULL) {
+		double d = fabs(got - want);
+		ck_assert_msg(d <= fmax(1e-7 * fabs(want), 1e-10),
+		    "%s row %d (%s %s, n %zu): %s = %.17g, generic %.17g (budget)", isa, t,
+		    swm_dtype_name(dt), kind == SWM_LOGITS ? "logits" : "probs", n, what, got, want);
+		d /= fmax(fabs(want), 1e-300);
+		if (d > *wbudget)
+			*wbudget = d;
+		return;
+	}
 	double sc = fmax(fmax(fabs(got), fabs(want)), scale);
 	double d = fabs(got - want) / sc;
 	ck_assert_msg(d <= 1e-14, "%s row %d (%s %s, n %zu): %s = %.17g, generic %.17g",
@@ -555,8 +569,9 @@ START_TEST(test_isa_same_as_generic)
 	double *a = malloc(MAXN * sizeof(double));
 	unsigned char *buf = malloc(MAXN * 8 + 64);
 	swm_opts o = dflt();
-	double worst = 0;
+	double worst = 0, wbudget = 0;
 	int nok = 0, nrej = 0;
+	const struct swm_kernels *kn = swm_kernels_get(isa);
 	rng_state = 37;
 	for (int t = 0; t < rounds(6000); t++) {
 		size_t n = 2 + (size_t)(urand() * urand() * (MAXN - 1));
@@ -609,18 +624,21 @@ START_TEST(test_isa_same_as_generic)
 					ys += fabs(a[i] - g.norm);
 			ld += ys / (double)(n - 1);
 		}
-		same_field(v.s, g.s, 0, isa, "s", t, dt, kind, n, &worst);
-		same_field(v.w, g.w, 0, isa, "w", t, dt, kind, n, &worst);
-		same_field(v.H, g.H, 1, isa, "H", t, dt, kind, n, &worst);
-		same_field(v.hb, g.hb, 1, isa, "hb", t, dt, kind, n, &worst);
-		same_field(v.Hc, g.Hc, 1 + g.Hc + 2 * lW, isa, "Hc", t, dt, kind, n, &worst);
-		same_field(v.C, g.C, g.w * (1 + g.Hc + 2 * lW), isa, "C", t, dt, kind, n, &worst);
-		same_field(v.b, g.b, 1 + 2 * ld, isa, "b", t, dt, kind, n, &worst);
-		same_field(v.norm, g.norm, 0, isa, "norm", t, dt, kind, n, &worst);
-		same_field(v.lnz, g.lnz, 1, isa, "lnz", t, dt, kind, n, &worst);
-		same_field(v.lnscale, g.lnscale, 1, isa, "lnscale", t, dt, kind, n, &worst);
-		same_field(v.thr, g.thr, 0, isa, "thr", t, dt, kind, n, &worst);
-		same_field(v.lndelta, g.lndelta, 0, isa, "lndelta", t, dt, kind, n, &worst);
+		/* f32 probability rows of a kernel with single-precision row logs */
+		double *wb = kind == SWM_PROBS && dt == SWM_F32 && kn->row_logs != NULL &&
+		    strcmp(kn->row_logs, "f32") == 0 ? &wbudget : NULL;
+		same_field(v.s, g.s, 0, isa, "s", t, dt, kind, n, &worst, NULL);
+		same_field(v.w, g.w, 0, isa, "w", t, dt, kind, n, &worst, NULL);
+		same_field(v.H, g.H, 1, isa, "H", t, dt, kind, n, &worst, wb);
+		same_field(v.hb, g.hb, 1, isa, "hb", t, dt, kind, n, &worst, NULL);
+		same_field(v.Hc, g.Hc, 1 + g.Hc + 2 * lW, isa, "Hc", t, dt, kind, n, &worst, wb);
+		same_field(v.C, g.C, g.w * (1 + g.Hc + 2 * lW), isa, "C", t, dt, kind, n, &worst, wb);
+		same_field(v.b, g.b, 1 + 2 * ld, isa, "b", t, dt, kind, n, &worst, wb);
+		same_field(v.norm, g.norm, 0, isa, "norm", t, dt, kind, n, &worst, NULL);
+		same_field(v.lnz, g.lnz, 1, isa, "lnz", t, dt, kind, n, &worst, NULL);
+		same_field(v.lnscale, g.lnscale, 1, isa, "lnscale", t, dt, kind, n, &worst, NULL);
+		same_field(v.thr, g.thr, 0, isa, "thr", t, dt, kind, n, &worst, NULL);
+		same_field(v.lndelta, g.lndelta, 0, isa, "lndelta", t, dt, kind, n, &worst, NULL);
 	}
 	/* both kinds of rows were there (of the whole run: a quick run's tenth
 	 * asserts nothing the whole run would not) */
@@ -629,7 +647,8 @@ START_TEST(test_isa_same_as_generic)
 		ck_assert_int_gt(nrej, 100);
 	}
 	fprintf(stderr, "test_isa_same_as_generic: %s, %d rows accepted, %d rejected, "
-	    "largest difference %.3g of the scale\n", isa, nok, nrej, worst);
+	    "largest difference %.3g of the scale; f32 rows with single-precision logs: "
+	    "largest relative difference %.3g\n", isa, nok, nrej, worst, wbudget);
 	swm_set_isa("auto");
 	free(a);
 	free(buf);
@@ -1832,7 +1851,10 @@ START_TEST(test_half_table)
 			}
 			struct swm_psum ps, pf;
 			ck_assert_int_eq(kn->probs_out[dt](h, n, 1, 0, 0, 0, &ps, xo, vo), 0);
-			ck_assert_int_eq(kn->probs[SWM_F32](f, n, 1, 0, 0, 0, &pf), 0);
+			/* double logarithms: probs_exact where probs may take single ones */
+			swm_probs_fn pf32 = kn->probs_exact[SWM_F32] ? kn->probs_exact[SWM_F32] :
+			    kn->probs[SWM_F32];
+			ck_assert_int_eq(pf32(f, n, 1, 0, 0, 0, &pf), 0);
 			for (size_t i = 0; i < n; i++) {
 				ck_assert(xo[i] == (double)f[i]);
 				ck_assert(isfinite(vo[i]));
@@ -2023,6 +2045,96 @@ START_TEST(test_pair_precision)
 	}
 	fprintf(stderr, "test_pair_precision: %s (%s logs), largest pair error %.3g relative\n",
 	    isa_names[_i], swm_precision(), worst);
+}
+END_TEST
+
+/*
+ * The single-precision logarithms of the f32 row kernel (probs where
+ * row_logs is "f32"): for every float z in [sqrt(1/2), sqrt(2)), and z
+ * scaled by powers of 2, alone in a block of 8 ones (ln 1 = 0 exactly on
+ * both paths), the kernel's P = z ln z and L = ln z are within the bounds
+ * eP and eL it reports (plus double rounding, 1e-15 of the term): the
+ * bound row.c's redo rule rests on.
+ */
+START_TEST(test_row_log_error)
+{
+	const struct swm_kernels *kn = swm_kernels_get(isa_names[_i]);
+	if (kn == NULL || kn->row_logs == NULL || strcmp(kn->row_logs, "f32") != 0)
+		return;
+	float x[16];
+	double worst = 0;
+	size_t checked = 0, bad = 0;
+	static const int scale[] = { 0, -1, -7, -40, -125 };
+	for (int si = 0; si < 5; si++) {
+		/* every float of the range at scale 0, every 61st elsewhere */
+		uint32_t step = si == 0 ? 1 : 61;
+		for (uint32_t b = 0x3f3504f3; b < 0x3fb504f3; b += step) {
+			float z;
+			memcpy(&z, &b, 4);
+			z = ldexpf(z, scale[si]);
+			for (int i = 0; i < 16; i++)
+				x[i] = 1.0f;
+			x[8] = z;
+			struct swm_psum ps;
+			if (kn->probs[SWM_F32](x, 16, 0, 1e-38, 0, 0, &ps) != 0)
+				bad++;
+			long double lz = logl((long double)z), pz = (long double)z * lz;
+			double eP = fabs((double)(ps.P - pz)), eL = fabs((double)(ps.L - lz));
+			/* no assertion in the loop: each passing one is a write to check's pipe */
+			if (!(eP <= ps.eP + 1e-15 * fabs((double)pz) + 1e-300 &&
+			    eL <= ps.eL + 1e-15 * fabs((double)lz))) {
+				if (bad++ == 0)
+					fprintf(stderr, "z %.9g: P off by %.3g (bound %.3g), L off by "
+					    "%.3g (bound %.3g)\n", (double)z, eP, ps.eP, eL, ps.eL);
+			}
+			if (fabsl(lz) > 0)
+				worst = fmax(worst, eL / fabs((double)lz));
+			checked++;
+		}
+	}
+	ck_assert_msg(bad == 0, "%zu values outside their bound", bad);
+	ck_assert(checked > 8000000);
+	printf("test_row_log_error: %s, %zu values, largest relative error of ln %.3g\n",
+	    isa_names[_i], checked, worst);
+}
+END_TEST
+
+/*
+ * A row whose content is one key (0.35 = 1.4 / 4, so that its y is large)
+ * and a sprinkle: Hc ~ 4e-5, where the float-log bound
+ * exceeds half the budget. Its statistics come out as the double path's
+ * (the generic loop's, to 1e-12 absolute), and the kernel alone reports a
+ * bound that asks for that.
+ */
+START_TEST(test_row_log_redo)
+{
+	const struct swm_kernels *kn = swm_kernels_get(isa_names[_i]);
+	if (kn == NULL || kn->row_logs == NULL || strcmp(kn->row_logs, "f32") != 0)
+		return;
+	enum { N = 2048 };
+	static float x[N];
+	double eps = 1e-6;
+	/* the content key at 9: a block of 8 without the sink (the fast path) */
+	for (int i = 1; i < N; i++)
+		x[i] = (float)(eps / (N - 2));
+	x[0] = 0.65f;
+	x[9] = (float)(0.35 - eps);
+	swm_opts o = dflt();
+	swm_row v, g;
+	ck_assert_int_eq(swm_set_isa(isa_names[_i]), 0);
+	ck_assert_int_eq(swm_row_stats(x, SWM_F32, SWM_PROBS, N, 0, &o, &v), SWM_OK);
+	ck_assert_int_eq(swm_set_isa("generic"), 0);
+	ck_assert_int_eq(swm_row_stats(x, SWM_F32, SWM_PROBS, N, 0, &o, &g), SWM_OK);
+	swm_set_isa("auto");
+	ck_assert(g.Hc > 1e-5 && g.Hc < 1e-4);
+	/* double logs on both sides: ~1e-14 apart (Hc = ln W - P / W cancels
+	 * terms near 1); the float-log P alone would put Hc 2e-9 off */
+	ck_close(v.Hc, g.Hc, 0, 1e-12);
+	ck_close(v.H, g.H, 0, 1e-12);
+	ck_close(v.b, g.b, 1e-12, 0);
+	struct swm_psum ps;
+	ck_assert_int_eq(kn->probs[SWM_F32](x, N, 0, o.delta, o.delta, o.delta, &ps), 0);
+	ck_assert(ps.eP / ps.W > 0.5 * fmax(1e-7 * g.Hc, 1e-10));
 }
 END_TEST
 
@@ -2467,6 +2579,8 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_pair_precision, 0, NISA);
 	tcase_add_loop_test(tc, test_pair_redo, 0, NISA);
 	tcase_add_loop_test(tc, test_pair_log_error, 0, NISA);
+	tcase_add_loop_test(tc, test_row_log_error, 0, NISA);
+	tcase_add_loop_test(tc, test_row_log_redo, 0, NISA);
 	tcase_add_test(tc, test_kernel_parity);
 	tcase_add_loop_test(tc, test_half_table, 0, NISA);
 	tcase_add_test(tc, test_content_dist2_f32);
