@@ -1576,7 +1576,6 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 	__m256d lo = S1(blo < bhi ? blo : thr);
 	__m256d hi = S1(blo < bhi ? bhi : thr);
 	__m256 hif = _mm256_set1_ps(fceil(fmax(blo < bhi ? bhi : thr, FLT_MIN)));
-	__m256 fbits = _mm256_setzero_ps();
 	uint64_t nfast = 0;
 	size_t i = 0;
 
@@ -1584,16 +1583,20 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 	a.nbig = a.nlo = _mm256_setzero_si256();
 	b = a;
 	fa.W = fa.P = fa.Y = fa.L = fa.LY = _mm256_setzero_pd();
-	for (; i + 8 <= n; i += 8) {
-		__m256 v = _mm256_loadu_ps(x + i);
-		if (k - i >= 8 && _mm256_movemask_ps(_mm256_cmp_ps(v, hif, _CMP_GE_OQ)) == 0xff) {
-			fbits = _mm256_or_ps(fbits, v);
+	while (i + 8 <= n) {
+		/* the fast blocks in a loop without a call: its sums stay in registers */
+		for (; i + 8 <= n; i += 8) {
+			__m256 v = _mm256_loadu_ps(x + i);
+			if (k - i < 8 || _mm256_movemask_ps(_mm256_cmp_ps(v, hif, _CMP_GE_OQ)) != 0xff)
+				break;
 			f32_fast(v, &fa);
 			nfast++;
-		} else {
-			f32_slow4(x, n, k, i, lo, hi, &a);
-			f32_slow4(x, n, k, i + 4, lo, hi, &b);
 		}
+		if (i + 8 > n)
+			break;
+		f32_slow4(x, n, k, i, lo, hi, &a);
+		f32_slow4(x, n, k, i + 4, lo, hi, &b);
+		i += 8;
 	}
 	for (; i < n; i += 4)
 		f32_slow4(x, n, k, i, lo, hi, &a);
@@ -1615,8 +1618,8 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 		nbig += cnt[0][j], nlo += cnt[1][j];
 	ps->nsmall = (double)(nv - nbig);
 	ps->band = (double)(nv - nbig - nlo);
-	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ||
-	    _mm256_movemask_ps(fbits) != 0 ? 1.0 : 0.0;
+	/* a fast block's elements are >= FLT_MIN: no sign bit there */
+	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ? 1.0 : 0.0;
 	ps->nonfin = 0;
 	ps->eP = Y_KAPPA * fabs(Yf);
 	ps->eL = Y_KAPPA * fabs(LYf);
