@@ -270,8 +270,10 @@ static uint16_t *f16_layer(size_t H, size_t R, size_t K);
  * What the daemon's worker does with one message of the bench's flood
  * (daemon/sinkwatchd.c, work_cb): a fixed-probe layer of 16 heads x 64 rows
  * x 2048 keys in f16 (4 MiB), every row's statistics kept, pair work on
- * pair_rows = 8 rows and ln parts of drift_rows = 8 rows (the defaults),
- * timed alone: the figure the daemon's CPU per message is compared with.
+ * pair_rows = 8 rows, ln parts of drift_rows = 8 rows (the defaults) and
+ * their content distances to a previous step's (the writer's drift
+ * stage), timed alone: the figure the daemon's CPU per message is
+ * compared with.
  */
 static int
 message_bench(int reps)
@@ -294,18 +296,30 @@ message_bench(int reps)
 	swm_block b = { .data = x, .dtype = SWM_F16, .kind = SWM_PROBS, .heads = H, .rows = R,
 	    .keys = K, .head_stride = R * K, .row_stride = K, .pair_pick = pick, .npair = np,
 	    .rows_out = rows, .ln_pick = lpick, .nln = nl, .ln_out = ln };
-	double t[64];
+	/* the previous step's ln parts of the drift rows: the daemon's drift
+	 * stage (writer.c, drift()) takes their content distance per head */
+	float *prev = malloc(H * DRIFT_ROWS * K * sizeof(float));
+	if (!prev)
+		return 1;
+	for (size_t i = 0; i < (size_t)H * DRIFT_ROWS * K; i++)
+		prev[i] = (float)(-8.0 - (double)(i % 97) / 16);
+	double t[64], d2 = 0;
 	reps = reps > 64 ? 64 : reps;
 	for (int r = 0; r < reps; r++) {
 		memset(acc, 0, H * sizeof(*acc));
 		memset(pairs, 0, H * H * sizeof(*pairs));
 		double t0 = now();
 		swm_block_add(&b, &o, scratch, acc, pairs);
+		for (size_t h = 0; h < H; h++)
+			for (size_t i = 0; i < nl; i++)
+				d2 += swm_content_dist2_f32(ln + (h * nl + i) * K, prev + (h * nl + i) * K,
+				    K, 0);
 		t[r] = now() - t0;
 	}
+	free(prev);
 	printf("{\"kernels_s\": %.6g, \"bytes\": %d, \"isa\": \"%s\", \"log_precision\": \"%s\", "
-	    "\"js01\": %.17g}\n", median(t, reps), H * R * K * 2, swm_isa(), swm_precision(),
-	    pairs[1].js_keep / (double)pairs[1].rows);
+	    "\"js01\": %.17g, \"drift_check\": %.6g}\n", median(t, reps), H * R * K * 2, swm_isa(),
+	    swm_precision(), pairs[1].js_keep / (double)pairs[1].rows, d2);
 	free(x);
 	free(scratch);
 	free(acc);

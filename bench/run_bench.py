@@ -188,6 +188,18 @@ def bench_pairs(res):
                     "snapshot_all_pairs_s": 24 * c["layer_s"]}
 
 
+def bench_message(runs=5):
+    """`bench message` (the daemon's kernels alone on one 4 MiB f16 message:
+    rows, pairs, drift) in `runs` processes of 2 REPS + 1 repeats each: the
+    median of their medians (one process alone is at the mercy of a busy
+    moment of a shared machine)."""
+    out = [run_json([BENCH, "message", 2 * REPS + 1]) for _ in range(runs)]
+    m = dict(out[0])
+    m["kernels_s"] = float(np.median([o["kernels_s"] for o in out]))
+    m["runs_kernels_s"] = [o["kernels_s"] for o in out]
+    return m
+
+
 BASELINE = os.environ.get("SINKWATCHD_BASELINE")
 
 
@@ -573,13 +585,17 @@ def bench_memory(tmp, res):
 def targets(res):
     t = []
     if "message" in res:
-        # the daemon's CPU per message (e2e, same run) against its kernels alone
+        # the daemon's CPU per 4 MiB f16 message by its own counters at the
+        # highest zero-loss rate (the cost of a message, not the flood's,
+        # which charges the receipt of dropped messages to the processed
+        # ones) against its kernels alone on the same layer, same run
         k = res["message"]["kernels_s"] * 1e3
-        for tr, e in res["e2e"].items():
-            if "daemon_cpu_ms_per_message" in e:
-                r = e["daemon_cpu_ms_per_message"] / k
-                t.append(("e2e_%s_daemon_cpu_vs_kernels[%s]" % (tr, res["message"]["isa"]), r, 1.3,
-                          r <= 1.3))
+        for tr, o in res.get("ingest", {}).items():
+            c = o.get("f16", {}).get("cpu_ms_per_message")
+            if c:
+                r = c["stages"] / k
+                t.append(("ingest_%s_daemon_cpu_vs_kernels[%s]" % (tr, res["message"]["isa"]), r,
+                          1.3, r <= 1.3))
     for tr, o in res.get("ingest", {}).items():
         fl = res["e2e"].get(tr, {}).get("messages_per_s")
         if "f16" in o and fl:
@@ -638,7 +654,7 @@ def main():
              ("fma", lambda: res.__setitem__("fma", run_json([BENCH, "fma"]))),
              ("rows", lambda: bench_rows(tmp, res)),
              ("pairs", lambda: bench_pairs(res)),
-             ("message", lambda: res.__setitem__("message", run_json([BENCH, "message", 2 * REPS + 1]))),
+             ("message", lambda: res.__setitem__("message", bench_message())),
              ("pairlogs", lambda: res.__setitem__("pairlogs", run_json([BENCH, "pairlogs", 2 * REPS + 1]))),
              ("allpairs", lambda: bench_allpairs(tmp, res)),
              ("e2e_tcp", lambda: bench_e2e(tmp, res, "tcp")),
@@ -686,7 +702,9 @@ def main():
     if "message" in res:
         m = res["message"]
         print("kernels alone on one 4 MiB f16 message (16x64x2048, fixed probe, pair_rows 8, "
-              "drift_rows 8) [%s, %s logs]: %.2f ms" % (m["isa"], m["log_precision"], m["kernels_s"] * 1e3))
+              "drift_rows 8: rows, pairs and drift) [%s, %s logs]: %.2f ms (median of %s ms)" %
+              (m["isa"], m["log_precision"], m["kernels_s"] * 1e3,
+               " ".join("%.2f" % (x * 1e3) for x in m.get("runs_kernels_s", [m["kernels_s"]]))))
     if res.get("pairlogs", {}).get("ratio"):
         p = res["pairlogs"]
         print("pair kernel [%s], single vs double logarithms side by side: %.3g vs %.3g elem/s (%.2fx), "
