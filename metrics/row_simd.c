@@ -1584,7 +1584,9 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 	 * H): a row of concentrated content is not taken twice. A heuristic
 	 * of speed only: the bound is what row.c checks.
 	 */
-	__m256 hv = _mm256_set1_ps((float)((1.0 - (double)x[k]) / 8));
+	float xk;
+	memcpy(&xk, (const char *)xv + 4 * k, 4);	/* rows come at any alignment */
+	__m256 hv = _mm256_set1_ps((float)((1.0 - (double)xk) / 8));
 	uint64_t nfast = 0;
 	size_t i = 0;
 
