@@ -66,6 +66,9 @@ double
 swm_content_dist2_f32(const float *lx, const float *ly, size_t n, size_t k)
 {
 	double sd[LANES] = { 0 }, ss[LANES] = { 0 };
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
+	if (kn && kn->dist2_f32)
+		return kn->dist2_f32(lx, ly, n, k);
 	if (n < 2)
 		return NAN;
 	size_t kk = k < n ? k : n;

@@ -104,7 +104,7 @@ lane_sum(const double *a)
 /* ---- run-time choice of the kernels ------------------------------------ */
 
 static const struct swm_kernels kernels_generic = {
-	"generic", { 0 }, { 0 }, 0, 0, 0, { 0 }, 0, { 0 }, 0, 0, "f64", { 0 }, 0
+	"generic", { 0 }, { 0 }, 0, 0, 0, { 0 }, 0, { 0 }, 0, 0, "f64", { 0 }, 0, 0
 };
 
 /* F16C by CPUID: not every compiler's __builtin_cpu_supports() knows it */

@@ -139,6 +139,8 @@ struct swm_kernels {
 	 */
 	swm_probs_fn probs_exact[SWM_DTYPE__N];
 	const char *row_logs;
+	/* swm_content_dist2_f32 (the writer's drift); NULL: the generic loop */
+	double (*dist2_f32)(const float *lx, const float *ly, size_t n, size_t k);
 };
 
 extern const struct swm_kernels swm_kernels_avx512;

@@ -1782,19 +1782,23 @@ END_TEST
  * values and logs for the pair work).
  */
 /*
- * swm_content_dist2_f32 (the writer's drift distance on float logs) against
- * a long double two-pass reference of the same floats, for every length
- * 2..40 (below, at and past the lane count) and every sink position (and
- * one past the row: no sink), with values past the row that must not count.
+ * swm_content_dist2_f32 (the writer's drift distance on float logs) with
+ * each instruction set's kernel against a long double two-pass reference
+ * of the same floats, for every length 2..40 (below, at and past the lane
+ * count) and every sink position (and one past the row: no sink), then
+ * rows of 1071 and 2071 with sinks spread over them, with values past the
+ * row that must not count.
  */
 START_TEST(test_content_dist2_f32)
 {
-	enum { NMAX = 40, GUARD = 16 };
-	float lx[NMAX + GUARD], ly[NMAX + GUARD];
+	if (!use_isa(_i))
+		return;
+	enum { NMAX = 40, GUARD = 16, NLONG = 2071 };
+	static float lx[NLONG + GUARD], ly[NLONG + GUARD];
 	rng_state = 23;
-	for (size_t n = 2; n <= NMAX; n++)
-		for (size_t k = 0; k <= n; k++) {
-			for (size_t i = 0; i < NMAX + GUARD; i++) {
+	for (size_t n = 2; n <= NLONG; n = n < NMAX ? n + 1 : n + 1031)
+		for (size_t k = 0; k <= n; k = n < NMAX || k + 1 >= n ? k + 1 : k + 1 + k / 2) {
+			for (size_t i = 0; i < NLONG + GUARD; i++) {
 				lx[i] = (float)(-8 + 6 * urand());
 				ly[i] = (float)(-8 + 6 * urand());
 			}
@@ -1810,9 +1814,10 @@ START_TEST(test_content_dist2_f32)
 				}
 			double got = swm_content_dist2_f32(lx, ly, n, k);
 			ck_assert_msg(fabsl((long double)got - ss) <= 1e-12L * ss + 1e-14L,
-			    "n %zu k %zu: %.17g, want %.17Lg", n, k, got, ss);
+			    "%s n %zu k %zu: %.17g, want %.17Lg", isa_names[_i], n, k, got, ss);
 		}
 	ck_assert(isnan(swm_content_dist2_f32(lx, ly, 1, 0)));
+	swm_set_isa("auto");
 }
 END_TEST
 
@@ -2603,7 +2608,7 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_row_log_redo, 0, NISA);
 	tcase_add_test(tc, test_kernel_parity);
 	tcase_add_loop_test(tc, test_half_table, 0, NISA);
-	tcase_add_test(tc, test_content_dist2_f32);
+	tcase_add_loop_test(tc, test_content_dist2_f32, 0, NISA);
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_split_sums_shares);
 	tcase_add_test(tc, test_head_acc);
