@@ -17,6 +17,9 @@
  *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages
  *   bench sendcost ENDPOINT N BYTES GAP_US   p50/p99 of one non-blocking send,
  *                                        and of a floor operation beside it
+ *
+ * BENCH_ISA (avx512, avx2, generic) picks the metric kernels instead of the
+ * best this CPU has.
  */
 #include <malloc.h>
 #include <math.h>
@@ -736,6 +739,12 @@ main(int argc, char **argv)
 {
 	if (argc < 2)
 		return 2;
+	/* BENCH_ISA=avx2 on an AVX-512 machine: the other kernels, side by side */
+	const char *isa = getenv("BENCH_ISA");
+	if (isa != NULL && *isa != '\0' && swm_set_isa(isa) != 0) {
+		fprintf(stderr, "bench: BENCH_ISA=%s: not an instruction set of this CPU\n", isa);
+		return 2;
+	}
 	if (!strcmp(argv[1], "fma"))
 		return fmapeak();
 	if (!strcmp(argv[1], "bandwidth") && argc > 2)

@@ -284,14 +284,24 @@ struct p512acc {
 
 /*
  * 8 N elements as doubles, N vectors (N <= 2) with their logs side by side:
- * bits 8k..8k+7 of vm are vector k's lanes in the row, of big those >= hi
+ * bits 8k..8k+7 of vm are vector k's lanes in the row, of big those >= hi.
+ * With xo, the first nout values and their 16 log2 go to xo and vo too, the
+ * sink's included (row.c, one pass per head): the logs are of every lane,
+ * masked or not.
  */
 A512 void
 p512_accn(const __m512d *x, __mmask16 vm, __mmask16 big, const struct ln512c *c, int n,
-    int sub, struct p512acc *a)
+    int sub, struct p512acc *a, double *xo, double *vo, size_t nout)
 {
 	__m512d v[2];
 	ln512xn(x, v, c, n, sub);
+	for (int k = 0; k < n && xo; k++) {
+		size_t at = 8 * (size_t)k;
+		__mmask8 sm = nout >= at + 8 ? 0xff :
+		    nout > at ? (__mmask8)((1u << (nout - at)) - 1) : 0;
+		_mm512_mask_storeu_pd(xo + at, sm, x[k]);
+		_mm512_mask_storeu_pd(vo + at, sm, v[k]);
+	}
 	for (int k = 0; k < n; k++) {
 		__mmask8 m = (__mmask8)(vm >> (8 * k)), bg = (__mmask8)(big >> (8 * k));
 		a->W = _mm512_mask_add_pd(a->W, m, a->W, x[k]);
@@ -305,7 +315,7 @@ p512_accn(const __m512d *x, __mmask16 vm, __mmask16 big, const struct ln512c *c,
 /* 16 elements of a half or single dtype, compared as floats (exact) */
 A512 void
 p512_blk16(const void *x, size_t i, swm_dtype dt, __mmask16 vm, __m512 lof,
-    __m512 hif, const struct ln512c *c, struct p512acc *a)
+    __m512 hif, const struct ln512c *c, struct p512acc *a, double *xo, double *vo, size_t m)
 {
 	__m512 xf = ld16f(x, i, dt);
 	__mmask16 big = _mm512_mask_cmp_ps_mask(vm, xf, hif, _CMP_GE_OQ);
@@ -322,7 +332,7 @@ p512_blk16(const void *x, size_t i, swm_dtype dt, __mmask16 vm, __m512 lof,
 		x1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xf, 1));
 	}
 	__m512d xv[2] = { x0, x1 };
-	p512_accn(xv, vm, big, c, 2, 0, a);
+	p512_accn(xv, vm, big, c, 2, 0, a, xo, vo, m);
 }
 
 /*
@@ -339,7 +349,7 @@ p512_blk16f(const void *x, size_t i, swm_dtype dt, __m512 lof, __m512 hif,
 	__m512 xf = ld16f(x, i, dt);
 	__mmask16 notbig = _mm512_cmp_ps_mask(xf, hif, _CMP_LT_OQ);
 	if (__builtin_expect(notbig != 0, 0)) {
-		p512_blk16(x, i, dt, 0xffff, lof, hif, c, a);
+		p512_blk16(x, i, dt, 0xffff, lof, hif, c, a, NULL, NULL, 0);
 		return;
 	}
 	__m512i q = _mm512_castps_si512(xf);
@@ -364,7 +374,7 @@ p512_blk16f(const void *x, size_t i, swm_dtype dt, __m512 lof, __m512 hif,
 /* 8 f64 elements, compared as doubles */
 A512 void
 p512_blk8(const void *x, size_t i, __mmask8 vm, __m512d lo, __m512d hi,
-    const struct ln512c *c, struct p512acc *a)
+    const struct ln512c *c, struct p512acc *a, double *xo, double *vo, size_t m)
 {
 	__m512d xd = ld8(x, i, SWM_F64);
 	__mmask8 big = _mm512_mask_cmp_pd_mask(vm, xd, hi, _CMP_GE_OQ);
@@ -372,12 +382,21 @@ p512_blk8(const void *x, size_t i, __mmask8 vm, __m512d lo, __m512d hi,
 	a->nv += (uint64_t)__builtin_popcount(vm);
 	a->nbig += (uint64_t)__builtin_popcount(big);
 	a->nlo += (uint64_t)__builtin_popcount(small);
-	p512_accn(&xd, vm, big, c, 1, 1, a);
+	p512_accn(&xd, vm, big, c, 1, 1, a, xo, vo, m);
 }
 
+/* output pointers at element i, or NULL */
+#define XO(i) (xo ? xo + (i) : NULL)
+#define VO(i) (xo ? vo + (i) : NULL)
+
+/*
+ * The probability sums of a row; with xo (probs_out), every value and its
+ * 16 log2 to xo and vo too: the blocks of 16 then take the general path
+ * (the fast one holds its elements in even and odd lanes).
+ */
 A512 int
 p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
-    double blo, double bhi, struct swm_psum *ps)
+    double blo, double bhi, struct swm_psum *ps, double *xo, double *vo)
 {
 	struct ln512c c;
 	struct p512acc a;
@@ -393,20 +412,20 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 		__m512d lod = _mm512_set1_pd(lo), hid = _mm512_set1_pd(hi);
 		size_t kb = k & ~(size_t)7;
 		for (; i < kb; i += 8)
-			p512_blk8(x, i, 0xff, lod, hid, &c, &a);
+			p512_blk8(x, i, 0xff, lod, hid, &c, &a, XO(i), VO(i), 8);
 		if (i + 8 <= n) {
-			p512_blk8(x, i, (__mmask8)~(1u << (k - i)), lod, hid, &c, &a);
+			p512_blk8(x, i, (__mmask8)~(1u << (k - i)), lod, hid, &c, &a, XO(i), VO(i), 8);
 			i += 8;
 		}
 		for (; i + 8 <= n; i += 8)
-			p512_blk8(x, i, 0xff, lod, hid, &c, &a);
+			p512_blk8(x, i, 0xff, lod, hid, &c, &a, XO(i), VO(i), 8);
 		if (i < n) {
 			double buf[8];
 			const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, 8);
 			unsigned vm = (1u << (n - i)) - 1;
 			if (k >= i)
 				vm &= ~(1u << (k - i));
-			p512_blk8(tb, 0, (__mmask8)vm, lod, hid, &c, &a);
+			p512_blk8(tb, 0, (__mmask8)vm, lod, hid, &c, &a, XO(i), VO(i), n - i);
 		}
 	} else {
 		float hf = fceil(hi);
@@ -419,22 +438,23 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 		 * a block with no zero (f16 underflow) takes the fast path; one
 		 * with a zero costs one compare more and takes the general one.
 		 */
-		int fast = hf >= FLT_MIN;
+		int fast = hf >= FLT_MIN && xo == NULL;
 		for (; i < kb; i += 16) {
 			if (fast)
 				p512_blk16f(x, i, dt, lof, hif, &c, &fbits, &a);
 			else
-				p512_blk16(x, i, dt, 0xffff, lof, hif, &c, &a);
+				p512_blk16(x, i, dt, 0xffff, lof, hif, &c, &a, XO(i), VO(i), 16);
 		}
 		if (i + 16 <= n) {
-			p512_blk16(x, i, dt, (__mmask16)~(1u << (k - i)), lof, hif, &c, &a);
+			p512_blk16(x, i, dt, (__mmask16)~(1u << (k - i)), lof, hif, &c, &a,
+			    XO(i), VO(i), 16);
 			i += 16;
 		}
 		for (; i + 16 <= n; i += 16) {
 			if (fast)
 				p512_blk16f(x, i, dt, lof, hif, &c, &fbits, &a);
 			else
-				p512_blk16(x, i, dt, 0xffff, lof, hif, &c, &a);
+				p512_blk16(x, i, dt, 0xffff, lof, hif, &c, &a, XO(i), VO(i), 16);
 		}
 		/* inf or NaN (or a value >= 2) went through the fast block */
 		if (_mm512_reduce_or_epi32(fbits) & 0x40000000)
@@ -445,7 +465,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 			unsigned vm = (1u << (n - i)) - 1;
 			if (k >= i)
 				vm &= ~(1u << (k - i));
-			p512_blk16(tb, 0, dt, (__mmask16)vm, lof, hif, &c, &a);
+			p512_blk16(tb, 0, dt, (__mmask16)vm, lof, hif, &c, &a, XO(i), VO(i), n - i);
 		}
 	}
 	double W = _mm512_reduce_add_pd(a.W);
@@ -466,14 +486,19 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	return ps->neg > 0 ? -1 : 0;
 }
 
-F512 int p512_f32(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_F32, n, k, thr, blo, bhi, ps); }
-F512 int p512_f16(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_F16, n, k, thr, blo, bhi, ps); }
-F512 int p512_bf16(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_BF16, n, k, thr, blo, bhi, ps); }
-F512 int p512_f64(const void *x, size_t n, size_t k, double thr, double blo,
-    double bhi, struct swm_psum *ps) { return p512_row(x, SWM_F64, n, k, thr, blo, bhi, ps); }
+#undef XO
+#undef VO
+
+#define P512(name, DT) F512 int name(const void *x, size_t n, size_t k, double thr, \
+    double blo, double bhi, struct swm_psum *ps) \
+    { return p512_row(x, DT, n, k, thr, blo, bhi, ps, NULL, NULL); } \
+    F512 int name##_out(const void *x, size_t n, size_t k, double thr, double blo, \
+    double bhi, struct swm_psum *ps, double *xo, double *vo) \
+    { return p512_row(x, DT, n, k, thr, blo, bhi, ps, xo, vo); }
+P512(p512_f32, SWM_F32)
+P512(p512_f16, SWM_F16)
+P512(p512_bf16, SWM_BF16)
+P512(p512_f64, SWM_F64)
 
 struct l512acc {
 	__m512d E, EY, Y;
@@ -769,6 +794,78 @@ prep512(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, doubl
 	return pk;
 }
 
+/*
+ * swm_simd.h, prep_raw: a and l hold a row's values x and their 16 log2 as
+ * p512_row left them (probs_out). Puts p = x invS and l = ln x + lnscale,
+ * or lndelta where x < thr (the operations of e512_row), l to ln_out as
+ * floats when it is not NULL, then prepares the row as prep512.
+ */
+F512 double
+prep512_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
+    const struct swm_fix *fx, double *nx, float *ln_out)
+{
+	__m512d vis = _mm512_set1_pd(fx->invS), vthr = _mm512_set1_pd(fx->thr);
+	__m512d vsc = _mm512_set1_pd(fx->lnscale), vld = _mm512_set1_pd(fx->lndelta);
+	for (size_t i = 0; i < n; i += 8) {
+		__mmask8 m = i + 8 <= n ? 0xff : (__mmask8)((1u << (n - i)) - 1);
+		__m512d v = _mm512_maskz_loadu_pd(m, a + i);
+		__m512d lv = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(m, l + i),
+		    _mm512_set1_pd(LN2_16), vsc);
+		__mmask8 small = _mm512_cmp_pd_mask(v, vthr, _CMP_LT_OQ);
+		lv = _mm512_mask_blend_pd(small, lv, vld);
+		_mm512_mask_storeu_pd(a + i, m, _mm512_mul_pd(v, vis));
+		_mm512_mask_storeu_pd(l + i, m, lv);
+		if (ln_out)
+			_mm512_mask_storeu_ps(ln_out + i, (__mmask16)m,
+			    _mm512_castps256_ps512(_mm512_cvtpd_ps(lv)));
+	}
+	return prep512(a, c, l, n, k, keys8, fx->iw, nx);
+}
+
+/*
+ * swm_content_dist2_f32 (pair.c) in vector lanes, as dist2_256: the sum of
+ * (d - mean)^2 over the content, d = lx - ly in double (exact), two passes,
+ * 16 elements a block with the sink's lane and a short tail masked.
+ */
+A512 __mmask16
+d16(const float *lx, const float *ly, size_t i, size_t n, size_t k, __m512d *d0,
+    __m512d *d1)
+{
+	__mmask16 m = i + 16 <= n ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+	if (k - i < 16)
+		m &= (__mmask16)~(1u << (k - i));
+	__m512 a = _mm512_maskz_loadu_ps(m, lx + i), b = _mm512_maskz_loadu_ps(m, ly + i);
+	*d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+	    _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
+	*d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)),
+	    _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1)));
+	return m;
+}
+
+F512 double
+dist2_512(const float *lx, const float *ly, size_t n, size_t k)
+{
+	if (n < 2)
+		return NAN;
+	__m512d s0 = _mm512_setzero_pd(), s1 = s0, d0, d1;
+	for (size_t i = 0; i < n; i += 16) {
+		d16(lx, ly, i, n, k, &d0, &d1);	/* masked lanes are 0 */
+		s0 = _mm512_add_pd(s0, d0);
+		s1 = _mm512_add_pd(s1, d1);
+	}
+	__m512d vm = _mm512_set1_pd(_mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) /
+	    (double)(n - 1));
+	s0 = s1 = _mm512_setzero_pd();
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 m = d16(lx, ly, i, n, k, &d0, &d1);
+		d0 = _mm512_sub_pd(d0, vm);
+		d1 = _mm512_sub_pd(d1, vm);
+		s0 = _mm512_mask3_fmadd_pd(d0, d0, s0, (__mmask8)m);
+		s1 = _mm512_mask3_fmadd_pd(d1, d1, s1, (__mmask8)(m >> 8));
+	}
+	return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+
 const struct swm_kernels swm_kernels_avx512 = {
 	"avx512",
 	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
@@ -776,13 +873,18 @@ const struct swm_kernels swm_kernels_avx512 = {
 	ln512_array, ex512_array, pair512,
 	{ e512_f32, e512_f16, e512_bf16, e512_f64 },
 	prep512,
-	{ NULL },	/* probs_out: the two passes of swm_row_stats, swm_row_expand */
-	NULL,
-	pair512,	/* double logarithms */
+	{ p512_f32_out, p512_f16_out, p512_bf16_out, p512_f64_out },
+	prep512_raw,
+	/*
+	 * Double logarithms here: ln512's table costs as many operations as
+	 * the single-precision series with its conversions (pair256), and
+	 * measured 1.46e9 against 1.31e9 elements/s on Zen 4 (bench pairlogs).
+	 */
+	pair512,
 	"f64",
 	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
-	NULL,
-	NULL	/* dist2_f32: the generic loop */
+	NULL,		/* the row kernels' logarithms are double */
+	dist2_512
 };
 
 /* =================================================================== AVX2 */
@@ -1319,18 +1421,18 @@ ef4(__m256d m, __m256d *t, __m256d *f)
 	*t = _mm256_fmadd_pd(e, S1(M_LN2), *f);
 }
 
+/*
+ * y = f^2 Q(f), Q(f) = f P(f) - 1/2 of degree 9: Q = -1/2 + f (q1 + f R),
+ * R of degree 7 by Estrin's scheme, R = e25 + f^4 e69. Six operations deep
+ * instead of eleven in Horner's form (the loops that call it waited on that
+ * chain, not on their ports), and the two largest terms are still added
+ * last, one rounding each: Estrin over the whole of Q rounds three times at
+ * the magnitude of 1/2 and measured an rms of 2.1e-9 per element against
+ * 1.9e-9.
+ */
 A256 __m256
 yf8(__m256 f)
 {
-	/*
-	 * y = f^2 Q(f), Q(f) = f P(f) - 1/2 of degree 9: Q = -1/2 + f (q1 +
-	 * f R), R of degree 7 by Estrin's scheme, R = e25 + f^4 e69. Six
-	 * operations deep instead of eleven in Horner's form (the loops that
-	 * call it waited on that chain, not on their ports), and the two
-	 * largest terms are still added last, one rounding each: Estrin over
-	 * the whole of Q rounds three times at the magnitude of 1/2 and
-	 * measured an rms of 2.1e-9 per element against 1.9e-9.
-	 */
 	__m256 f2 = _mm256_mul_ps(f, f), f4 = _mm256_mul_ps(f2, f2);
 	__m256 e23 = _mm256_fmadd_ps(_mm256_set1_ps(2.0000714765e-1f), f, _mm256_set1_ps(-2.4999993993e-1f));
 	__m256 e45 = _mm256_fmadd_ps(_mm256_set1_ps(1.4249322787e-1f), f, _mm256_set1_ps(-1.6668057665e-1f));
