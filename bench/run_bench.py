@@ -33,9 +33,9 @@ BENCH = os.environ.get("BENCH", os.path.join(HERE, "bench"))
 REPS = 5
 
 
-def run_json(args, timeout=600):
+def run_json(args, timeout=600, env=None):
     args = [str(a) for a in args]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     if p.returncode != 0:
         raise RuntimeError("%s: %s" % (" ".join(map(str, args)), p.stderr))
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -149,9 +149,12 @@ def machine():
     return info
 
 
+ROWS_R, ROWS_K = 32768, 2048    # 256 MiB of f32 rows: streamed from memory
+
+
 def bench_rows(tmp, res):
     rng = np.random.default_rng(1)
-    R, K = 32768, 2048          # 256 MiB of f32 rows: streamed from memory
+    R, K = ROWS_R, ROWS_K
     probs, logits = make_probs(rng, R, K)
     data = {"f32": probs, "f16": probs.astype(np.float16), "bf16": to_bf16(probs),
             "logits_f32": logits}
@@ -198,6 +201,37 @@ def bench_message(runs=5):
     m["kernels_s"] = float(np.median([o["kernels_s"] for o in out]))
     m["runs_kernels_s"] = [o["kernels_s"] for o in out]
     return m
+
+
+def bench_other_isas(tmp, res):
+    """The kernel figures (rows f32, pairs, message) of every other instruction
+    set this CPU runs (bench's BENCH_ISA: AVX2 on an AVX-512 machine), held
+    against the numpy figures of this same run: users have both."""
+    auto = (res.get("pairs") or {}).get("isa")
+    if not auto or "f32" not in res["rows"]:
+        raise RuntimeError("needs the rows and pairs steps")
+    rng = np.random.default_rng(1)
+    path = os.path.join(tmp, "isa_f32.raw")
+    make_probs(rng, ROWS_R, ROWS_K)[0].tofile(path)
+    try:
+        for isa in ("avx512", "avx2"):
+            if isa == auto:
+                continue
+            env = dict(os.environ, BENCH_ISA=isa)
+            try:
+                c = run_json([BENCH, "rows", path, ROWS_R, ROWS_K, "f32", "probs", REPS], env=env)
+            except RuntimeError:
+                continue        # not an instruction set of this CPU
+            p = run_json([BENCH, "pairs", 16, 64, 2048, REPS], env=env)
+            m = [run_json([BENCH, "message", 2 * REPS + 1], env=env)["kernels_s"] for _ in range(3)]
+            res.setdefault("other_isas", {})[isa] = {
+                "rows_f32_elems_per_s": c["elems_per_s"],
+                "rows_f32_vs_numpy": c["elems_per_s"] / res["rows"]["f32"]["numpy_elems_per_s"],
+                "pairs_layer_s": p["layer_s"], "pairs_log_precision": p.get("log_precision"),
+                "pairs_vs_numpy": res["pairs"]["layer_s_numpy"] / p["layer_s"],
+                "message_kernels_s": float(np.median(m))}
+    finally:
+        os.unlink(path)
 
 
 BASELINE = os.environ.get("SINKWATCHD_BASELINE")
@@ -624,6 +658,12 @@ def targets(res):
                  r["c_elems_per_s"] / bw >= 0.2))
     t.insert(2, ("pairs_vs_numpy[%s]" % pisa, res["pairs"]["ratio_vs_numpy"], 15.0,
                  res["pairs"]["ratio_vs_numpy"] >= 15))
+    # the same three for the other instruction sets of this CPU (BENCH_ISA)
+    for isa, o in res.get("other_isas", {}).items():
+        x, y = o["rows_f32_vs_numpy"], o["rows_f32_elems_per_s"] / bw
+        t.insert(3, ("rows_f32_vs_numpy[%s]" % isa, x, 30.0, x >= 30))
+        t.insert(4, ("rows_f32_vs_bandwidth[%s]" % isa, y, 0.2, y >= 0.2))
+        t.insert(5, ("pairs_vs_numpy[%s]" % isa, o["pairs_vs_numpy"], 15.0, o["pairs_vs_numpy"] >= 15))
     for tr, e in res["e2e"].items():
         t.append(("e2e_%s_elems_per_s" % tr, e["elems_per_s"], 1e9, e["elems_per_s"] >= 1e9))
         t.append(("e2e_%s_vs_raw_zmq" % tr, e["ratio_vs_raw_zmq"], 0.5, e["ratio_vs_raw_zmq"] >= 0.5))
@@ -656,6 +696,7 @@ def main():
              ("pairs", lambda: bench_pairs(res)),
              ("message", lambda: res.__setitem__("message", bench_message())),
              ("pairlogs", lambda: res.__setitem__("pairlogs", run_json([BENCH, "pairlogs", 2 * REPS + 1]))),
+             ("other_isas", lambda: bench_other_isas(tmp, res)),
              ("allpairs", lambda: bench_allpairs(tmp, res)),
              ("e2e_tcp", lambda: bench_e2e(tmp, res, "tcp")),
              ("e2e_ipc", lambda: bench_e2e(tmp, res, "ipc")),
@@ -705,6 +746,11 @@ def main():
               "drift_rows 8: rows, pairs and drift) [%s, %s logs]: %.2f ms (median of %s ms)" %
               (m["isa"], m["log_precision"], m["kernels_s"] * 1e3,
                " ".join("%.2f" % (x * 1e3) for x in m.get("runs_kernels_s", [m["kernels_s"]]))))
+    for isa, o in res.get("other_isas", {}).items():
+        print("the %s kernels on this CPU: rows f32 %.3g elem/s (%.1fx numpy), head pairs %.4f s/layer "
+              "(%.1fx numpy, %s logs), kernels alone on the 4 MiB f16 message %.2f ms" %
+              (isa, o["rows_f32_elems_per_s"], o["rows_f32_vs_numpy"], o["pairs_layer_s"],
+               o["pairs_vs_numpy"], o["pairs_log_precision"], o["message_kernels_s"] * 1e3))
     if res.get("pairlogs", {}).get("ratio"):
         p = res["pairlogs"]
         print("pair kernel [%s], single vs double logarithms side by side: %.3g vs %.3g elem/s (%.2fx), "
