@@ -878,7 +878,7 @@ const struct swm_kernels swm_kernels_avx512 = {
 	/*
 	 * Double logarithms here: ln512's table costs as many operations as
 	 * the single-precision series with its conversions (pair256), and
-	 * measured 1.46e9 against 1.31e9 elements/s on Zen 4 (bench pairlogs).
+	 * measured 1.46e9 against 1.31e9 elements/s on Zen 5 (bench pairlogs).
 	 */
 	pair512,
 	"f64",
