@@ -330,7 +330,7 @@ def bench_e2e(tmp, res, transport, reps=3, binary=None, key="e2e"):
         "raw_runs_messages_per_s": raw_runs, "runs": runs}
 
 
-STAGES = ("receive", "zmq_io", "decode", "assemble", "kernel", "drift", "write")
+STAGES = ("receive", "zmq_io", "decode", "assemble", "rows", "pairs", "drift", "write")
 
 
 def start_default(tmp, listen):

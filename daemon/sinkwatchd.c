@@ -51,6 +51,7 @@ struct job {
 	size_t reserved;
 	swd_layer *out;
 	int64_t rows_counted, rejects[SWM_STATUS__N];
+	int64_t pair_ns;	/* the pair work's share of the job's CPU (swm_block) */
 };
 
 static struct {
@@ -88,7 +89,7 @@ static struct {
 	int64_t log_window_ms, log_count;
 	/* CPU by stage (status.h SWD_STAGES): the loop's own, the workers' summed */
 	int64_t recv_ns, decode_ns;
-	atomic_llong kernel_ns;
+	atomic_llong kernel_ns, pair_ns;	/* the workers' metric work; its pair part */
 } D;
 
 #ifdef __GNUC__
@@ -263,6 +264,7 @@ work_cb(uv_work_t *req)
 			.pair_pick = pairs ? pick : NULL, .npair = pairs ? npair : 0,
 			.rows_out = ly->rows_st,
 			.ln_pick = ly->ln_rows, .nln = nln, .ln_out = ly->ln,
+			.clock_ns = thread_ns, .pair_ns = &j->pair_ns,
 		};
 		swm_block_add(&blk, &o, scratch, ly->acc, ly->pairs);
 		if (cross && npair)
@@ -302,8 +304,12 @@ work_cb(uv_work_t *req)
 static void
 timed_work_cb(uv_work_t *req)
 {
+	struct job *j = req->data;
 	int64_t t0 = thread_ns();
+	j->pair_ns = 0;
 	work_cb(req);
+	/* the part first (fill_cpu reads it first): rows = kernel - pairs >= 0 */
+	atomic_fetch_add(&D.pair_ns, j->pair_ns);
 	atomic_fetch_add(&D.kernel_ns, thread_ns() - t0);
 }
 
@@ -620,7 +626,10 @@ fill_cpu(swd_status *st)
 	c[SWD_STAGE_DECODE] = (double)D.decode_ns * 1e-9;
 	/* fill_status runs on the loop thread: its clock is the loop's */
 	c[SWD_STAGE_ASSEMBLE] = (double)(thread_ns() - D.recv_ns - D.decode_ns) * 1e-9;
-	c[SWD_STAGE_KERNEL] = (double)atomic_load(&D.kernel_ns) * 1e-9;
+	/* the pair part first: the kernel clock, read after, has all of it */
+	long long pn = atomic_load(&D.pair_ns), kn = atomic_load(&D.kernel_ns);
+	c[SWD_STAGE_PAIRS] = (double)pn * 1e-9;
+	c[SWD_STAGE_ROWS] = (double)(kn > pn ? kn - pn : 0) * 1e-9;
 	c[SWD_STAGE_ZMQ_IO] = zmq_threads_cpu_s();
 	/* drift first: the writer's clock, read after, has all of it */
 	double dr = (double)atomic_load(&swd_writer_stats(D.writer)->drift_ns) * 1e-9,

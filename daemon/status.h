@@ -36,8 +36,10 @@ enum {
 	X(DECODE, decode, "the event loop decoding and validating messages (swp_decode)") \
 	X(ASSEMBLE, assemble, "the rest of the event loop: admission, budget, step assembly, " \
 	    "control, timers") \
-	X(KERNEL, kernel, "worker threads: a layer's metric work, one call (swm_block_add: " \
-	    "row statistics, head-pair sums, drift rows) with its allocations") \
+	X(ROWS, rows, "worker threads: a layer's metric work but its pairs (swm_block_add: " \
+	    "row statistics, one read of the data), with its allocations") \
+	X(PAIRS, pairs, "worker threads: the pair and drift rows' preparation and the " \
+	    "head-pair sums (swm_block_add's pair_ns)") \
 	X(DRIFT, drift, "the writer: drift distances between consecutive fixed-probe steps") \
 	X(WRITE, write, "the rest of the writer: pair matrices, splits, HDF5 appends and flushes")
 enum {

@@ -293,6 +293,7 @@ struct prep {
 	double *a, *c, *l;	/* [keys8] each */
 	double pk;		/* the sink entry p_k */
 	double nx;		/* sum of p_i^2 over the content */
+	int raw;		/* a and l hold the row kernel's values and logs */
 };
 
 #define KEYS8(k) (((k) + 7) & ~(size_t)7)
@@ -471,36 +472,42 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 			n = K;
 		for (size_t h = 0; h < H; h++) {
 			const char *row = base + (h * blk->head_stride + r * blk->row_stride) * es;
-			int raw = 0;
+			pp[h].raw = 0;
 			if (want_pairs || want_ln)
 				swm_row_stats_keep(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h],
-				    kn->prep_raw ? pp[h].a : NULL, pp[h].l, &raw);
+				    kn->prep_raw ? pp[h].a : NULL, pp[h].l, &pp[h].raw);
 			else
 				swm_row_stats(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h]);
 			swm_head_add(&acc[h], &st[h]);
 			if (blk->rows_out)
 				blk->rows_out[h * blk->rows + r] = st[h];
-			if (raw) {
+		}
+		if (!want_pairs && !want_ln)
+			continue;
+		/* the pair work of the row, every head's rows already read: one span */
+		int64_t t0 = blk->clock_ns ? blk->clock_ns() : 0;
+		for (size_t h = 0; h < H; h++) {
+			const char *row = base + (h * blk->head_stride + r * blk->row_stride) * es;
+			float *dst = want_ln ? blk->ln_out + (h * blk->nln + il) * K : NULL;
+			if (pp[h].raw) {
 				/* one pass per head: the values and logs the row kernel kept */
 				const swm_row *w = &st[h];
 				struct swm_fix fx = { 1.0 / w->norm, w->thr, w->lnscale, w->lndelta,
 				    w->w > 0 ? 1.0 / w->w : 0.0 };
-				float *dst = want_ln ? blk->ln_out + (h * blk->nln + il) * K : NULL;
 				pp[h].pk = kn->prep_raw(pp[h].a, pp[h].c, pp[h].l, n, blk->sink, K8, &fx,
 				    &pp[h].nx, dst);
-			} else if ((want_pairs || want_ln) && st[h].status == SWM_OK) {
+			} else if (st[h].status == SWM_OK) {
 				swm_row_expand(row, blk->dtype, blk->kind, &st[h], pp[h].a, pp[h].l);
-				if (want_ln) {
-					float *dst = blk->ln_out + (h * blk->nln + il) * K;
-					for (size_t i = 0; i < n; i++)
-						dst[i] = (float)pp[h].l[i];
-				}
+				for (size_t i = 0; dst && i < n; i++)
+					dst[i] = (float)pp[h].l[i];
 				if (want_pairs)
 					prep_row(kn, &pp[h], &st[h], blk->sink, K8);
 			}
 		}
 		if (want_pairs)
 			pairs_of_row(kn, st, pp, H, pairs);
+		if (blk->clock_ns && blk->pair_ns)
+			*blk->pair_ns += blk->clock_ns() - t0;
 	}
 }
 

@@ -252,6 +252,13 @@ typedef struct swm_block {
 	const uint32_t *ln_pick;	/* [nln] rows whose ln parts go to ln_out */
 	size_t nln;
 	float *ln_out;		/* [heads * nln * keys], row ln_pick[i] at (h * nln + i) * keys */
+	/*
+	 * A clock of the caller's, in ns (this library reads none): when both
+	 * are set, the time of the pair work (preparing the rows of either
+	 * list, the pair sums) is added to *pair_ns, two readings a row.
+	 */
+	int64_t (*clock_ns)(void);
+	int64_t *pair_ns;
 } swm_block;
 
 /* Scratch bytes that swm_block_add() needs for `heads` heads of `keys` keys. */

@@ -2398,6 +2398,14 @@ END_TEST
  * input type, two causal sequences (the rows from swm_pick_rows), and the
  * ln parts land at the row's position in the list.
  */
+/* a clock for swm_block's clock_ns: 1000 ns a reading */
+static int64_t fake_ns;
+static int64_t
+fake_clock(void)
+{
+	return fake_ns += 1000;
+}
+
 START_TEST(test_block_pick)
 {
 	if (!use_isa(_i))
@@ -2461,13 +2469,21 @@ START_TEST(test_block_pick)
 		    .heads = H, .rows = R, .keys = K, .head_stride = R * K, .row_stride = K,
 		    .nvalid = nvalid, .sink = KS, .pair_pick = pick, .npair = np,
 		    .ln_pick = pick, .nln = np, .ln_out = ln };
+		/* the pair work's time: two readings a picked row, none elsewhere */
+		int64_t pair_ns = 5;
+		blk.clock_ns = fake_clock;
+		blk.pair_ns = &pair_ns;
+		fake_ns = 0;
 		swm_block_add(&blk, &o, scratch, acc, pairs);
+		ck_assert_int_eq(pair_ns, 5 + 1000 * (int64_t)np);
+		ck_assert_int_eq(fake_ns, 2000 * (int64_t)np);
 		swm_block bs = { .data = sub, .dtype = dt, .kind = cases[c].kind,
 		    .heads = H, .rows = np, .keys = K, .head_stride = N * K, .row_stride = K,
 		    .nvalid = subvalid, .sink = KS, .pair_pick = every,
 		    .npair = swm_pick_all(np, every), .ln_pick = every, .nln = np,
 		    .ln_out = lnsub };
-		swm_block_add(&bs, &o, scratch, accsub, psub);
+		swm_block_add(&bs, &o, scratch, accsub, psub);	/* no clock: none read */
+		ck_assert_int_eq(fake_ns, 2000 * (int64_t)np);
 		free(scratch);
 		for (int h = 0; h < H; h++)
 			ck_assert_uint_eq(acc[h].rows, R - 1);	/* row 7 has one key */

@@ -154,19 +154,21 @@ START_TEST(test_cpu)
 	swd_control_reply("status cpu", 10, &st, out, sizeof(out));
 	ck_assert_msg(!strncmp(out, "# cpu\n", 6), "%s", out);
 	ck_assert(strstr(out, "\nreceive_s: 0.500000\nreceive_ms_per_message: 2.5000\n"));
-	ck_assert(strstr(out, "\nkernel_s: 2.500000\nkernel_ms_per_message: 12.5000\n"));
-	ck_assert(strstr(out, "\nwrite_s: 3.500000\nwrite_ms_per_message: 17.5000\n"));
-	ck_assert(strstr(out, "\nstages_s: 14.000000\nstages_ms_per_message: 70.0000\n"
+	ck_assert(strstr(out, "\nrows_s: 2.500000\nrows_ms_per_message: 12.5000\n"
+	    "pairs_s: 3.000000\npairs_ms_per_message: 15.0000\n"));
+	ck_assert(strstr(out, "\nwrite_s: 4.000000\nwrite_ms_per_message: 20.0000\n"));
+	ck_assert(strstr(out, "\nstages_s: 18.000000\nstages_ms_per_message: 90.0000\n"
 	    "process_s: 15.000000\n"));
 	/* no message yet: per message 0, not a division by zero */
 	st.messages = 0;
 	swd_control_reply("status cpu", 10, &st, out, sizeof(out));
-	ck_assert(strstr(out, "\nkernel_ms_per_message: 0.0000\n"));
+	ck_assert(strstr(out, "\npairs_ms_per_message: 0.0000\n"));
 	/* Prometheus: one counter family, a sample per stage */
 	st.messages = 200;
 	swd_metrics_text(&st, out, sizeof(out));
 	ck_assert(strstr(out, "# TYPE sinkwatch_stage_cpu_seconds_total counter\n"));
-	ck_assert(strstr(out, "sinkwatch_stage_cpu_seconds_total{stage=\"drift\"} 3\n"));
+	ck_assert(strstr(out, "sinkwatch_stage_cpu_seconds_total{stage=\"drift\"} 3.5\n"));
+	ck_assert(strstr(out, "sinkwatch_stage_cpu_seconds_total{stage=\"pairs\"} 3\n"));
 	ck_assert(strstr(out, "sinkwatch_process_cpu_seconds_total 15\n"));
 }
 END_TEST
