@@ -125,6 +125,19 @@ def main():
             # zoom as a user would: set the window through the chart's own callback
             wait(lambda: drv.execute_script("return window.swState.lastStep") >= 6, 20,
                  "6 steps")
+            # the run grows while the page loads its series, then its report: the
+            # report is of the steps the charts show (to= their last), never one
+            # step ahead of them (a step every 0.4 s, sampled over 3 s)
+            seen = set()
+            for _ in range(12):
+                rep, asked, shown = drv.execute_script(
+                    "var s = window.swState; return [s.report && s.report.last_step, "
+                    "s.reportShown, s.series.step[s.series.step.length - 1]];")
+                if rep is not None:
+                    assert rep == asked and asked <= shown, (rep, asked, shown)
+                    seen.add(rep)
+                time.sleep(0.25)
+            assert len(seen) >= 2, seen     # the report did follow the run
             # drag-zoom on the first chart: from 25% to 60% of its width
             plot = drv.find_element(By.ID, "c-sink")
             canvas = plot.find_elements(By.CSS_SELECTOR, "canvas")[-1]
@@ -189,6 +202,25 @@ def main():
             c = cells[0]
             assert "class" in c.get_attribute("title") and c.get_attribute("data-class")
         res.check("heads grid: layers x heads with the class and hover numbers", heads)
+
+        def layer_live():
+            # a layer picked on the live run: its line and the model line beside
+            # it are of the same steps (the model series asked to= the layer's
+            # last), every update while the run grows
+            from selenium.webdriver.support.ui import Select
+            Select(drv.find_element(By.ID, "layer")).select_by_value("2")
+            wait(lambda: drv.execute_script("return window.swState.series.layer") == 2, 5,
+                 "layer 2")
+            u0 = drv.execute_script("return window.swState.updates")
+            for _ in range(12):
+                a, b, n = drv.execute_script(
+                    "var s = window.swState; return [s.series.step, s.modelSeries.step, "
+                    "s.series.layer];")
+                assert n == 2 and a == b, (n, a[-3:], b[-3:])
+                time.sleep(0.25)
+            assert drv.execute_script("return window.swState.updates") >= u0 + 2
+        res.check("a layer of a live run: its line and the model's of the same steps",
+                  layer_live)
 
         def compare():
             ids = ",".join("0/%s.h5" % n for n in ("pythia-1.4b", "pythia-70m", "pythia-410m"))

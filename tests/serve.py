@@ -152,7 +152,24 @@ def main():
             assert float(lines[1].split(",")[2]) == got["sink_mass"][got["step"].index(20)]
             st, _, _ = srv.raw("/api/series?id=0%2Fgolden.h5&layer=7")
             assert st == 400, st
-        res.check("series equal report --series; CSV of a range", series)
+            # to=: the stored steps up to it, every array cut at the same place
+            # (a page asks for the model line and the report of the steps its
+            # first series showed); the flip and drift arrays too
+            for layer in ("model", "1"):
+                full = srv.json("/api/series?id=0%2Fgolden.h5&layer=" + layer)
+                assert 0 < sum(1 for x in full["step"] if x <= 45) < len(full["step"])
+                for to, n in ((45, sum(1 for x in full["step"] if x <= 45)),
+                              (full["step"][0], 1), (full["step"][0] - 1, 0),
+                              (full["step"][-1] + 100, len(full["step"]))):
+                    cut = srv.json("/api/series?id=0%%2Fgolden.h5&layer=%s&to=%d" % (layer, to))
+                    for k, v in full.items():
+                        if isinstance(v, list):
+                            same(cut[k], v[:n], "%s to=%d %s" % (layer, to, k))
+                    assert cut["last_step"] == full["last_step"]
+            for bad in ("x", "1.5", ""):
+                st, _, _ = srv.raw("/api/series?id=0%2Fgolden.h5&layer=model&to=" + bad)
+                assert st == (200 if bad == "" else 400), (bad, st)
+        res.check("series equal report --series; CSV of a range; to= cuts them", series)
 
         def drift_flip():
             n = check_drift_flip(srv, "0/golden.h5", os.path.join(data, "golden.h5"))

@@ -627,21 +627,31 @@ json_nums(sw_json *j, const char *key, const double *x, size_t n)
 	sw_json_end_arr(j);
 }
 
-/* GET /api/series?id=&layer=N|model: what the run's charts plot. */
+/*
+ * GET /api/series?id=&layer=N|model[&to=STEP]: what the run's charts plot,
+ * its stored steps up to `to` when given: a page that asks for a second
+ * series, or for the report, of the steps the first one showed gets them,
+ * not those of a live run that has grown in between.
+ */
 static int
 api_series(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 {
 	int rc = 0;
+	int64_t to = INT64_MAX;
 	struct entry *e = want_run(s, arg, ctx, r, &rc);
 	if (!e)
 		return rc;
+	if (arg_int(arg, ctx, "to", &to) < 0)
+		return reply_error(r, 400, "to: a step number");
 	if (entry_agg(e) != 0)
 		return reply_error(r, 409, e->err);
 	const sw_series *ser = &e->ser;
 	long l = arg_layer(arg, ctx, ser->layers);
 	if (l < 0)
 		return reply_error(r, 400, "layer: a layer number of the run, or model");
-	size_t n = ser->n, o0 = (size_t)l * n;
+	size_t o0 = (size_t)l * ser->n, n = ser->n;
+	while (n > 0 && ser->step[n - 1] > to)	/* steps ascend */
+		n--;
 	out_t o;
 	if (out_open(&o) != 0)
 		return -1;

@@ -12,7 +12,7 @@
   var liveEl = document.getElementById("live");
   var timer = null, gen = 0;
   window.swState = { view: null, lastStep: null, rows: null, win: null, report: null,
-    updates: 0 };
+    reportShown: null, modelSeries: null, updates: 0 };
 
   /* ---- helpers ---- */
   function el(tag, attrs, kids) {
@@ -315,14 +315,21 @@
       if (st.win) { cp.from = Math.ceil(st.win[0]); cp.to = Math.floor(st.win[1]); }
       if (!STATIC) csv.href = "api/csv?" + qs(cp);
     }
+    /* the last step the charts show: a live run may have more by now */
+    function shownLast() {
+      return series && series.step.length ? series.step[series.step.length - 1] : null;
+    }
     function loadReport() {
-      var seq = ++repSeq, p = { id: id };
+      var seq = ++repSeq, p = { id: id }, last = shownLast();
       /* a static copy holds the whole run's report alone: it says so */
       var whole = STATIC && st.win;
       if (st.win && !STATIC) { p.from = Math.ceil(st.win[0]); p.to = Math.floor(st.win[1]); }
+      /* the report of the steps the charts show, not of steps stored since */
+      if (!STATIC && last !== null && (p.to === undefined || p.to > last)) p.to = last;
       return api("report", p).then(function (rep) {
         if (my !== gen || seq !== repSeq) return;
         st.report = rep;
+        st.reportShown = last;	/* the charts' last step when it was asked for */
         repTitle.textContent = "Report: " + (whole ? "the whole run, " : "") + "steps " +
           rep.first_step + "–" + rep.last_step +
           " (" + rep.steps_used + " stored steps, " + rep.split_form + " split)";
@@ -439,11 +446,17 @@
 
     function loadSeries() {
       var p1 = api("series", { id: id, layer: layer });
-      var p2 = layer === "model" ? p1 : api("series", { id: id, layer: "model" });
+      /* the model line of the same steps as the layer's (a live run grows) */
+      var p2 = layer === "model" ? p1 : p1.then(function (s) {
+        var q = { id: id, layer: "model" };
+        if (!STATIC && s.step.length) q.to = s.step[s.step.length - 1];
+        return api("series", q);
+      });
       return Promise.all([p1, p2]).then(function (r) {
         if (my !== gen) return;
         series = r[0]; modelSeries = r[1];
         st.series = series;	/* what the charts show, for tests */
+        st.modelSeries = modelSeries;
         st.lastStep = series.last_step; st.rows = series.rows;
         title.textContent = series.run;
         meta.textContent = "";
