@@ -139,7 +139,9 @@ def main():
                 got = srv.json("/api/series?id=0%2Fgolden.h5&layer=" + layer)
                 w = [x for x in want["layers"] if str(x["layer"]) == layer][0]
                 same(got["step"], want["step"], "step")
-                for k in ("sink_mass", "entropy", "cum_sink", "cum_content"):
+                for k in ("sink_mass", "entropy", "cum_sink", "cum_content", "content_entropy",
+                          "drift_sink", "drift_content", "flip_cosine", "flip_js",
+                          "flip_entropy"):
                     same(got[k], w[k], layer + "." + k)
                 assert len(got["content_entropy"]) == len(got["step"])
             csv = srv.raw("/api/csv?id=0%2Fgolden.h5&layer=model&from=20&to=60")
