@@ -218,7 +218,8 @@ def main():
                     "s.series.layer];")
                 assert n == 2 and a == b, (n, a[-3:], b[-3:])
                 time.sleep(0.25)
-            assert drv.execute_script("return window.swState.updates") >= u0 + 2
+            wait(lambda: drv.execute_script("return window.swState.updates") >= u0 + 2, 10,
+                 "two updates of the layer's charts")
         res.check("a layer of a live run: its line and the model's of the same steps",
                   layer_live)
 
