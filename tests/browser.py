@@ -128,8 +128,8 @@ def main():
             # the run grows while the page loads its series, then its report: the
             # report is of the steps the charts show (to= their last), never one
             # step ahead of them (a step every 0.4 s, sampled over 3 s)
-            seen = set()
-            for _ in range(12):
+            seen, t_end, k = set(), time.time() + 15, 0
+            while k < 12 or (len(seen) < 2 and time.time() < t_end):
                 rep, asked, shown = drv.execute_script(
                     "var s = window.swState; return [s.report && s.report.last_step, "
                     "s.reportShown, s.series.step[s.series.step.length - 1]];")
@@ -137,6 +137,7 @@ def main():
                     assert rep == asked and asked <= shown, (rep, asked, shown)
                     seen.add(rep)
                 time.sleep(0.25)
+                k += 1
             assert len(seen) >= 2, seen     # the report did follow the run
             # drag-zoom on the first chart: from 25% to 60% of its width
             plot = drv.find_element(By.ID, "c-sink")
