@@ -41,6 +41,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import msgpack  # noqa: E402
 from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, Sender  # noqa: E402
+from servelib import drift_flip_want  # noqa: E402
 
 if not SINKWATCHD or not SINKWATCH:
     print("SINKWATCHD and SINKWATCH must be set: skipped")
@@ -142,9 +143,14 @@ def reference(path):
         sm = _nanmean_heads(f["sink_mass"][:T][rows])
         en = _nanmean_heads(f["entropy"][:T][rows])
     cum = np.nancumsum(parts, axis=1).mean(axis=3)     # a NaN interval counts 0
+    # drift and the JS flip rate: the stored values over the same view
+    dsteps, dfw = drift_flip_want(path)
+    assert list(dsteps) == [int(x) for x in steps], (dsteps, steps)
+    drift = {k: np.stack([dfw[str(li)][k] for li in range(L)], axis=1).reshape(n, L)
+             for k in ("drift_sink", "drift_content", "flip_js")}
     return {"steps": steps, "sink_mass": sm, "entropy": en, "cum_sink": cum[0],
             "cum_content": cum[1], "rows": T, "superseded": superseded,
-            "segments": segs, "form": "paired" if paired else "aggregate"}
+            "segments": segs, "form": "paired" if paired else "aggregate", **drift}
 
 
 def row_values(p, sink=0):
@@ -232,7 +238,8 @@ def assert_inputs(d, ref, what):
 def assert_matches(d, ref, what):
     """The dashboard's data d equal the reference (to the JSON's 17 digits)."""
     np.testing.assert_array_equal(d.steps, ref["steps"], err_msg=what + ": steps")
-    for n in ("sink_mass", "entropy", "cum_sink", "cum_content"):
+    for n in ("sink_mass", "entropy", "cum_sink", "cum_content", "drift_sink", "drift_content",
+              "flip_js"):
         got = getattr(d, n)
         assert got.shape == ref[n].shape, (what, n, got.shape, ref[n].shape)
         np.testing.assert_allclose(got, ref[n], rtol=1e-9, atol=1e-12, equal_nan=True,
@@ -580,6 +587,8 @@ def main():
         assert_matches(d, ref, "sim run")
         assert d.superseded == 0 and len(d.segments) == 1, (d.superseded, d.segments)
         assert np.isfinite(d.cum_sink).all() and np.isfinite(d.cum_content).all()
+        print("     drift content finite %d, flip JS finite %d of %d" % (
+            np.isfinite(d.drift_content).sum(), np.isfinite(d.flip_js).sum(), d.flip_js.size))
         # the two parts add up to the entropy's change since the first step
         with h5py.File(live["path"], "r") as f:
             ent = f["entropy"][:]
@@ -629,6 +638,11 @@ def main():
         m = mod.get("m") or load_dashboard_module()
         d = m.load_path(path)
         assert_matches(d, ref, run)
+        # the flip rate was compared, not NaN alone (drift is NaN wherever a
+        # step arrived before its view predecessor: LAYOUT.md, prev_row)
+        assert np.isfinite(d.flip_js).sum() >= len(want_steps) * LAYERS // 2, d.flip_js
+        if not fixed:
+            assert not np.isfinite(d.drift_content).any(), d.drift_content
         # and from what was sent, without the daemon's numbers
         sent = [(st, [shuffled_inputs(st, lay, SH_INC_A if st < SH_RESUME else SH_INC_B)
                       for lay in range(LAYERS)]) for st in want_steps]

@@ -4,11 +4,13 @@
     sinkwatch_dashboard.py RUN.h5 [--png OUT.png [--follow]] [--interval S]
                            [--timeout S] [--once] [--size WxH] [--quiet]
 
-Four panels, one line per layer (mean over the layer's heads), x = training
-step: sink mass, entropy, and the cumulative sink and content parts of the
+Six panels, one line per layer (mean over the layer's heads), x = training
+step: sink mass, entropy, the cumulative sink and content parts of the
 entropy change (running sums of the interval parts of METRICS.md §3 over
 consecutive steps, an interval without a value counting as 0; the two add up
-to the entropy's change since the first step).
+to the entropy's change since the first step), the drift from the previous
+stored step (content solid, sink dashed; a fixed probe only) and the JS flip
+rate between keeping and dropping the sink (METRICS.md §5).
 
 Every number plotted comes from `sinkwatch report RUN.h5 --format json
 --series`: the run is its view (storage/LAYOUT.md, "Rows, incarnations and
@@ -244,7 +246,8 @@ class RunData:
 
     def __init__(self, meta, steps, sink_mass, entropy, cum_sink, cum_content,
                  ended, last_time=None, lost=None, incomplete=None, rows=None,
-                 superseded=0, segments=(), watch=None, split_form=None):
+                 superseded=0, segments=(), watch=None, split_form=None, drift_sink=None,
+                 drift_content=None, flip_js=None):
         self.meta = meta
         self.steps = steps              # int64 [T], the view's training steps
         self.sink_mass = sink_mass      # [T, L], mean over heads
@@ -260,6 +263,11 @@ class RunData:
         self.segments = list(segments)  # [{"inc", "first_step", "last_step", "steps"}]
         self.watch = watch              # (rows, resume records, ended) when read
         self.split_form = split_form    # the report's: paired or aggregate
+        nan = np.full(sink_mass.shape, np.nan)
+        # [T, L], NaN where there is none (the first step, a free probe)
+        self.drift_sink = nan if drift_sink is None else drift_sink
+        self.drift_content = nan if drift_content is None else drift_content
+        self.flip_js = nan if flip_js is None else flip_js      # [T, L], the layer's
 
     @property
     def T(self):
@@ -282,17 +290,20 @@ def from_report(meta, rep, ended, watch=None, last_time=None):
     steps = np.asarray(ser["step"], dtype=np.int64)
     by_layer = {la["layer"]: la for la in ser["layers"]}
     cols = {}
-    for name in ("sink_mass", "entropy", "cum_sink", "cum_content"):
+    for name in ("sink_mass", "entropy", "cum_sink", "cum_content", "drift_sink",
+                 "drift_content", "flip_js"):
         a = np.full((steps.shape[0], layers), np.nan)
         for layer in range(layers):
-            if layer in by_layer:
+            # drift and flip: a sinkwatch older than the dashboard has none (NaN)
+            if layer in by_layer and name in by_layer[layer]:
                 a[:, layer] = _nums(by_layer[layer][name])
         cols[name] = a
     return RunData(meta, steps, cols["sink_mass"], cols["entropy"], cols["cum_sink"],
                    cols["cum_content"], ended, last_time, rep.get("lost"),
                    rep.get("incomplete"), rep.get("rows_stored"),
                    int(rep.get("rows_superseded") or 0), rep.get("segments") or (), watch,
-                   rep.get("split_form"))
+                   rep.get("split_form"), cols["drift_sink"], cols["drift_content"],
+                   cols["flip_js"])
 
 
 def watch_state(f):
@@ -356,12 +367,18 @@ def load_path(path, exe=None):
 
 # ---- drawing -----------------------------------------------------------------
 
+# (the RunData attributes drawn, each a line per layer; title; y label)
 PANELS = (
-    ("sink_mass", "sink mass", "mean attention on the sink key"),
-    ("entropy", "attention entropy", "nats"),
-    ("cum_sink", "cumulative sink part of the entropy change", "Σ sink parts (nats)"),
-    ("cum_content", "cumulative content part of the entropy change", "Σ content parts (nats)"),
+    (("sink_mass",), "sink mass", "mean attention on the sink key"),
+    (("entropy",), "attention entropy", "nats"),
+    (("cum_sink",), "cumulative sink part of the entropy change", "Σ sink parts (nats)"),
+    (("cum_content",), "cumulative content part of the entropy change",
+     "Σ content parts (nats)"),
+    (("drift_content", "drift_sink"), "drift from the previous step: content —, sink - -",
+     "RMS log-ratio"),
+    (("flip_js",), "JS flip rate, sink kept against dropped", "share of head comparisons"),
 )
+LINESTYLE = {"drift_sink": "--"}
 
 
 def layer_colors(n):
@@ -443,10 +460,11 @@ def render(fig, d):
     layout = (d.layers, min(d.T, 2))
     if state is not None and state["layout"] == layout:
         x = d.steps.astype(np.float64)
-        for ax, (attr, _, _) in zip(state["axes"], PANELS):
-            y = getattr(d, attr)
-            for layer, line in enumerate(state["lines"][attr]):
-                line.set_data(x, y[:, layer])
+        for ax, (attrs, _, _) in zip(state["axes"], PANELS):
+            for attr in attrs:
+                y = getattr(d, attr)
+                for layer, line in enumerate(state["lines"][attr]):
+                    line.set_data(x, y[:, layer])
             ax.relim()
             ax.autoscale_view()
         _set_xlim(state["axes"][0], x)
@@ -456,32 +474,34 @@ def render(fig, d):
         fig.stale = True
         return
     fig.clf()
-    fig.subplots_adjust(left=0.065, right=0.89, bottom=0.075, top=0.855,
-                        hspace=0.28, wspace=0.22)
-    axs = fig.subplots(2, 2, sharex=True).ravel()
+    fig.subplots_adjust(left=0.065, right=0.89, bottom=0.065, top=0.855,
+                        hspace=0.38, wspace=0.22)
+    axs = fig.subplots(3, 2, sharex=True).ravel()
     colors, cmap = layer_colors(d.layers)
     x = d.steps.astype(np.float64)
     single = d.T == 1
     handles, lines = [], {}
-    for ax, (attr, title, ylabel) in zip(axs, PANELS):
-        y = getattr(d, attr)
-        if attr.startswith("cum_"):
+    for ax, (attrs, title, ylabel) in zip(axs, PANELS):
+        if attrs[0].startswith("cum_"):
             ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
-        lines[attr] = []
-        for layer in range(d.layers):
-            (line,) = ax.plot(x, y[:, layer], color=colors[layer], lw=1.6,
-                              marker="o" if single else None, ms=5,
-                              label="layer %d" % layer, zorder=2)
-            lines[attr].append(line)
-            if ax is axs[0]:
-                handles.append(line)
+        for attr in attrs:
+            y = getattr(d, attr)
+            lines[attr] = []
+            for layer in range(d.layers):
+                (line,) = ax.plot(x, y[:, layer], color=colors[layer], lw=1.6,
+                                  ls=LINESTYLE.get(attr, "-"),
+                                  marker="o" if single else None, ms=5,
+                                  label="layer %d" % layer, zorder=2)
+                lines[attr].append(line)
+                if ax is axs[0]:
+                    handles.append(line)
         ax.set_title(title, fontsize=11)
         ax.set_ylabel(ylabel, fontsize=9)
         ax.grid(True, color="0.9", lw=0.7)
         ax.tick_params(labelsize=8)
-    for ax in axs[2:]:
+    for ax in axs[4:]:
         ax.set_xlabel("training step", fontsize=9)
-    for ax in axs[:2]:
+    for ax in axs[:4]:
         ax.tick_params(labelbottom=True)
     _set_xlim(axs[0], x)
     if cmap is None:
