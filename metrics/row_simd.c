@@ -125,6 +125,17 @@ fceil(double t)
 	return f;
 }
 
+/*
+ * A row kernel's probs entry for dtype DT and its probs_out twin (the
+ * values and logs kept), both through ROW; ATTR the instruction set's.
+ */
+#define PROBS_PAIR(ATTR, ROW, name, DT) \
+    ATTR int name(const void *x, size_t n, size_t k, double thr, double blo, double bhi, \
+    struct swm_psum *ps) { return ROW(x, DT, n, k, thr, blo, bhi, ps, NULL, NULL); } \
+    ATTR int name##_out(const void *x, size_t n, size_t k, double thr, double blo, \
+    double bhi, struct swm_psum *ps, double *xo, double *vo) \
+    { return ROW(x, DT, n, k, thr, blo, bhi, ps, xo, vo); }
+
 /* ================================================================ AVX-512 */
 
 #define T512 "avx512f,avx512dq,avx2,fma,f16c,popcnt"
@@ -489,12 +500,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 #undef XO
 #undef VO
 
-#define P512(name, DT) F512 int name(const void *x, size_t n, size_t k, double thr, \
-    double blo, double bhi, struct swm_psum *ps) \
-    { return p512_row(x, DT, n, k, thr, blo, bhi, ps, NULL, NULL); } \
-    F512 int name##_out(const void *x, size_t n, size_t k, double thr, double blo, \
-    double bhi, struct swm_psum *ps, double *xo, double *vo) \
-    { return p512_row(x, DT, n, k, thr, blo, bhi, ps, xo, vo); }
+#define P512(name, DT) PROBS_PAIR(F512, p512_row, name, DT)
 P512(p512_f32, SWM_F32)
 P512(p512_f16, SWM_F16)
 P512(p512_bf16, SWM_BF16)
@@ -1230,12 +1236,7 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 #undef VO
 #undef BLK
 
-#define P256(name, DT) F256 int name(const void *x, size_t n, size_t k, double thr, \
-    double blo, double bhi, struct swm_psum *ps) \
-    { return p256_row(x, DT, n, k, thr, blo, bhi, ps, NULL, NULL); } \
-    F256 int name##_out(const void *x, size_t n, size_t k, double thr, double blo, \
-    double bhi, struct swm_psum *ps, double *xo, double *vo) \
-    { return p256_row(x, DT, n, k, thr, blo, bhi, ps, xo, vo); }
+#define P256(name, DT) PROBS_PAIR(F256, p256_row, name, DT)
 P256(p256_f32x, SWM_F32)
 P256(p256_f16, SWM_F16)
 P256(p256_bf16, SWM_BF16)

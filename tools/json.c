@@ -109,6 +109,15 @@ sw_json_uint(sw_json *j, const char *key, uint64_t v)
 }
 
 void
+sw_json_nums(sw_json *j, const char *key, const double *x, size_t n)
+{
+	sw_json_begin_arr(j, key);
+	for (size_t i = 0; i < n; i++)
+		sw_json_num(j, NULL, x[i]);
+	sw_json_end_arr(j);
+}
+
+void
 sw_json_str(sw_json *j, const char *key, const char *s)
 {
 	prefix(j, key, 0);

@@ -24,6 +24,8 @@ void sw_json_end_arr(sw_json *j);
 void sw_json_num(sw_json *j, const char *key, double v);
 void sw_json_int(sw_json *j, const char *key, int64_t v);
 void sw_json_str(sw_json *j, const char *key, const char *s);
+/* an array of n numbers (null for NaN and infinities, as sw_json_num) */
+void sw_json_nums(sw_json *j, const char *key, const double *x, size_t n);
 void sw_json_bool(sw_json *j, const char *key, int v);
 void sw_json_uint(sw_json *j, const char *key, uint64_t v);
 /* Ends the document with a newline. */

@@ -864,6 +864,27 @@ sw_mean_sd(const double *v, size_t n, double *mean, double *sd, size_t *used)
 	*sd = sqrt(ss / (double)(k - 1));
 }
 
+void
+sw_json_series_layer(sw_json *j, const sw_series *s, size_t l, size_t n)
+{
+	size_t o0 = l * s->n;	/* the arrays are [layers + 1][s->n] */
+	sw_json_nums(j, "sink_mass", s->sink_mass + o0, n);
+	sw_json_nums(j, "entropy", s->entropy + o0, n);
+	sw_json_nums(j, "content_entropy", s->content_entropy + o0, n);
+	sw_json_nums(j, "cum_sink", s->cum_sink + o0, n);
+	sw_json_nums(j, "cum_content", s->cum_content + o0, n);
+	sw_json_nums(j, "drift_sink", s->drift_sink + o0, n);
+	sw_json_nums(j, "drift_content", s->drift_content + o0, n);
+	static const char *const flip_key[SW_FLIP_METRICS] = { "flip_cosine", "flip_js",
+		"flip_entropy" };
+	for (size_t m = 0; m < SW_FLIP_METRICS; m++) {
+		sw_json_begin_arr(j, flip_key[m]);
+		for (size_t k = 0; k < n; k++)
+			sw_json_num(j, NULL, s->flip[(o0 + k) * SW_FLIP_METRICS + m]);
+		sw_json_end_arr(j);
+	}
+}
+
 /* The keys of `sinkwatch report --format json` for one split (report and serve). */
 void
 sw_json_attrib(sw_json *j, const sw_attrib *a)

@@ -243,5 +243,12 @@ void sw_mean_sd(const double *v, size_t n, double *mean, double *sd, size_t *use
 /* One split's JSON keys (path, endpoint), as `sinkwatch report --format json` names them. */
 struct sw_json;
 void sw_json_attrib(struct sw_json *j, const sw_attrib *a);
+/*
+ * The series of layer l (l == layers: the model) over its first n steps,
+ * as members of the open object: sink_mass, entropy, content_entropy,
+ * cum_sink, cum_content, drift_sink, drift_content, flip_cosine, flip_js,
+ * flip_entropy (report --series and serve's /api/series).
+ */
+void sw_json_series_layer(struct sw_json *j, const sw_series *s, size_t l, size_t n);
 
 #endif

@@ -569,15 +569,6 @@ json_heads(sw_json *j, const sw_agg *a, const sw_ranking *rk, double eps)
 	sw_json_end_obj(j);
 }
 
-static void
-json_nums(sw_json *j, const char *key, const double *x, size_t n)
-{
-	sw_json_begin_arr(j, key);
-	for (size_t i = 0; i < n; i++)
-		sw_json_num(j, NULL, x[i]);
-	sw_json_end_arr(j);
-}
-
 /* The dashboard's series (sw_agg_series): per layer and the model. */
 static void
 json_series(sw_json *j, const sw_series *s)
@@ -595,22 +586,7 @@ json_series(sw_json *j, const sw_series *s)
 			sw_json_int(j, "layer", (int64_t)l);
 		else
 			sw_json_str(j, "layer", "model");
-		json_nums(j, "sink_mass", s->sink_mass + l * n, n);
-		json_nums(j, "entropy", s->entropy + l * n, n);
-		json_nums(j, "cum_sink", s->cum_sink + l * n, n);
-		json_nums(j, "cum_content", s->cum_content + l * n, n);
-		/* what the web page's series has too (serve.c, /api/series) */
-		json_nums(j, "content_entropy", s->content_entropy + l * n, n);
-		json_nums(j, "drift_sink", s->drift_sink + l * n, n);
-		json_nums(j, "drift_content", s->drift_content + l * n, n);
-		static const char *const flip_key[SW_FLIP_METRICS] = { "flip_cosine",
-			"flip_js", "flip_entropy" };
-		for (size_t m = 0; m < SW_FLIP_METRICS; m++) {
-			sw_json_begin_arr(j, flip_key[m]);
-			for (size_t k = 0; k < n; k++)
-				sw_json_num(j, NULL, s->flip[(l * n + k) * SW_FLIP_METRICS + m]);
-			sw_json_end_arr(j);
-		}
+		sw_json_series_layer(j, s, l, n);	/* what /api/series has too */
 		sw_json_end_obj(j);
 	}
 	sw_json_end_arr(j);

@@ -618,15 +618,6 @@ arg_layer(sw_arg_fn arg, void *ctx, size_t L)
 	return *x && !*end && l >= 0 && (size_t)l < L ? l : -1;
 }
 
-static void
-json_nums(sw_json *j, const char *key, const double *x, size_t n)
-{
-	sw_json_begin_arr(j, key);
-	for (size_t i = 0; i < n; i++)
-		sw_json_num(j, NULL, x[i]);
-	sw_json_end_arr(j);
-}
-
 /*
  * GET /api/series?id=&layer=N|model[&to=STEP]: what the run's charts plot,
  * its stored steps up to `to` when given: a page that asks for a second
@@ -649,7 +640,7 @@ api_series(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 	long l = arg_layer(arg, ctx, ser->layers);
 	if (l < 0)
 		return reply_error(r, 400, "layer: a layer number of the run, or model");
-	size_t o0 = (size_t)l * ser->n, n = ser->n;
+	size_t n = ser->n;
 	while (n > 0 && ser->step[n - 1] > to)	/* steps ascend */
 		n--;
 	out_t o;
@@ -666,21 +657,7 @@ api_series(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 	for (size_t k = 0; k < n; k++)
 		sw_json_int(&o.j, NULL, ser->step[k]);
 	sw_json_end_arr(&o.j);
-	json_nums(&o.j, "sink_mass", ser->sink_mass + o0, n);
-	json_nums(&o.j, "entropy", ser->entropy + o0, n);
-	json_nums(&o.j, "content_entropy", ser->content_entropy + o0, n);
-	json_nums(&o.j, "cum_sink", ser->cum_sink + o0, n);
-	json_nums(&o.j, "cum_content", ser->cum_content + o0, n);
-	json_nums(&o.j, "drift_sink", ser->drift_sink + o0, n);
-	json_nums(&o.j, "drift_content", ser->drift_content + o0, n);
-	static const char *const flip_key[SW_FLIP_METRICS] = { "flip_cosine", "flip_js",
-		"flip_entropy" };
-	for (size_t m = 0; m < SW_FLIP_METRICS; m++) {
-		sw_json_begin_arr(&o.j, flip_key[m]);
-		for (size_t k = 0; k < n; k++)
-			sw_json_num(&o.j, NULL, ser->flip[(o0 + k) * SW_FLIP_METRICS + m]);
-		sw_json_end_arr(&o.j);
-	}
+	sw_json_series_layer(&o.j, ser, (size_t)l, n);
 	sw_json_end_obj(&o.j);
 	sw_json_finish(&o.j);
 	return out_reply(&o, 200, "application/json", r);
@@ -890,9 +867,9 @@ api_compare(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 			for (size_t k = 0; k < m; k++)
 				sw_json_int(j, NULL, ser->step[k]);
 			sw_json_end_arr(j);
-			json_nums(j, "sink_mass", ser->sink_mass + o0, m);
-			json_nums(j, "entropy", ser->entropy + o0, m);
-			json_nums(j, "content_entropy", ser->content_entropy + o0, m);
+			sw_json_nums(j, "sink_mass", ser->sink_mass + o0, m);
+			sw_json_nums(j, "entropy", ser->entropy + o0, m);
+			sw_json_nums(j, "content_entropy", ser->content_entropy + o0, m);
 		}
 		sw_json_end_obj(j);
 	}
