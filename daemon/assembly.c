@@ -42,6 +42,16 @@ struct ainc {
 	struct ainc *next;
 };
 
+/* A message whose data went into a layer of a step: its fate is the layer's. */
+struct mref {
+	uint32_t rank;
+	uint64_t seq;
+};
+struct mlist {
+	struct mref *v;
+	size_t n, cap;
+};
+
 /* The parts of one layer received so far (several senders). */
 struct gather {
 	uint8_t *buf;		/* [H * R * K] elements, zeros where nothing came */
@@ -52,7 +62,8 @@ struct gather {
 	int has_qpos;		/* -1: not known yet */
 	uint64_t covered;
 	swp_msg hdr;		/* the first part's header, for the layer's message */
-	size_t bytes;		/* counted in inflight */
+	size_t bytes;		/* counted in inflight (the computation's reserve too) */
+	size_t reserve;		/* conf.work_bytes of the whole layer, held for its work */
 };
 
 /* A duplicate computed, waiting for its step to be written to be compared. */
@@ -73,6 +84,7 @@ struct astep {
 	uint8_t *state;		/* [layers]: 0 none, 1 admitted, 2 in work, 3 done, 4 gathering */
 	swd_layer **layers;	/* [layers] */
 	struct gather **g;	/* [layers] or NULL */
+	struct mlist *ml;	/* [layers] or NULL: the messages in each layer */
 	struct pcopy *copies;
 	struct astep *next;
 };
@@ -131,6 +143,7 @@ struct swd_asm {
 	size_t nclosed;
 	size_t nended;
 	swd_asm_stats st;
+	int stopping;			/* swd_asm_stop was called */
 	double tokens;			/* the bucket of new runs */
 	uint64_t tokens_ms;		/* when it was filled last */
 	int tokens_init;
@@ -227,6 +240,9 @@ free_step(swd_asm *a, struct astep *s, uint32_t layers)
 		swd_layer_free(c->ly, inflight);
 		free(c);
 	}
+	for (uint32_t i = 0; s->ml && i < layers; i++)
+		free(s->ml[i].v);
+	free(s->ml);
 	free(s->layers);
 	free(s->g);
 	free(s->state);
@@ -344,6 +360,103 @@ new_sender(struct ainc *i, uint32_t rank, uint64_t seq)
 	return d;
 }
 
+/*
+ * Room for one more message in layer l of step s (so that ml_push cannot
+ * fail). 0 or -1.
+ */
+static int
+ml_reserve(const struct arun *r, struct astep *s, uint32_t l)
+{
+	if (!s->ml && !(s->ml = calloc(r->meta.layers, sizeof(*s->ml))))
+		return -1;
+	struct mlist *x = &s->ml[l];
+	if (x->n < x->cap)
+		return 0;
+	size_t cap = x->cap ? 2 * x->cap : 4;
+	struct mref *v = realloc(x->v, cap * sizeof(*v));
+	if (!v)
+		return -1;
+	x->v = v;
+	x->cap = cap;
+	return 0;
+}
+
+/* A message of d (seq) is in layer l of s now: pending until the step goes. */
+static void
+ml_push(struct astep *s, uint32_t l, struct asend *d, uint64_t seq)
+{
+	struct mlist *x = &s->ml[l];
+	x->v[x->n++] = (struct mref){ d->c.rank, seq };
+	d->c.pending++;
+}
+
+/* The message (rank, seq) leaves layer l of s: not pending any more. */
+static void
+ml_forget(struct astep *s, uint32_t l, struct asend *d, uint64_t seq)
+{
+	struct mlist *x = s->ml ? &s->ml[l] : NULL;
+	for (size_t k = x ? x->n : 0; k-- > 0;)
+		if (x->v[k].rank == d->c.rank && x->v[k].seq == seq) {
+			x->v[k] = x->v[--x->n];
+			d->c.pending--;
+			return;
+		}
+}
+
+/*
+ * The messages of layer l of s will not be stored: each is counted under
+ * reason, for its sender and for the daemon (swd_asm_stats.drops).
+ */
+static void
+ml_drop(swd_asm *a, struct astep *s, uint32_t l, int reason)
+{
+	struct mlist *x = s->ml ? &s->ml[l] : NULL;
+	for (size_t k = 0; x && k < x->n; k++) {
+		struct asend *d = find_sender(s->inc, x->v[k].rank);
+		if (d) {
+			d->c.pending--;
+			d->c.drop[reason]++;
+		}
+		a->st.drops[reason]++;
+	}
+	if (x)
+		x->n = 0;
+}
+
+/*
+ * The messages of the step's layers that are kept go to the writer with
+ * it: stored, for their senders, and counted by rank in the item (the
+ * writer's own failures are its to count against them). 0 or -1.
+ */
+static int
+ml_store(struct arun *r, struct astep *s, swd_witem *it)
+{
+	size_t cap = 0;
+	for (uint32_t l = 0; s->ml && l < r->meta.layers; l++)
+		cap += s->layers[l] ? s->ml[l].n : 0;
+	if (cap && !(it->mc = malloc(cap * sizeof(*it->mc))))
+		return -1;
+	for (uint32_t l = 0; s->ml && l < r->meta.layers; l++) {
+		struct mlist *x = &s->ml[l];
+		for (size_t k = 0; s->layers[l] && k < x->n; k++) {
+			struct asend *d = find_sender(s->inc, x->v[k].rank);
+			if (d) {
+				d->c.pending--;
+				d->c.stored++;
+			}
+			size_t j = 0;
+			while (j < it->nmc && it->mc[j].rank != x->v[k].rank)
+				j++;
+			if (j == it->nmc)
+				it->mc[it->nmc++] = (struct swd_mcount){ x->v[k].rank, 0 };
+			it->mc[j].n++;
+		}
+		if (s->layers[l])
+			x->n = 0;
+	}
+	return 0;
+}
+
 /* The senders' counters, of one incarnation or of all: to the writer. */
 static int
 fill_senders(struct arun *r, struct ainc *only, swd_witem *it)
@@ -356,9 +469,18 @@ fill_senders(struct arun *r, struct ainc *only, swd_witem *it)
 		return 0;
 	if (!(it->snd = malloc(n * sizeof(*it->snd))))
 		return -1;
+	/*
+	 * The file counts what it accounts for: a message still held here
+	 * (pending) is in no row yet, and a daemon killed now never stores it,
+	 * so the next one counts it lost (the writer's sender_gap).
+	 */
 	for (struct ainc *i = r->incs; i; i = i->next)
-		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next)
-			it->snd[it->nsnd++] = d->c;
+		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next) {
+			swd_sender c = d->c;
+			c.messages -= c.pending;
+			c.pending = 0;
+			it->snd[it->nsnd++] = c;
+		}
 	return 0;
 }
 
@@ -592,6 +714,15 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 			break;
 		}
 	r->nopen--;
+	/* parts never started (settle starts them first): not stored, counted */
+	for (uint32_t l = 0; s->g && l < r->meta.layers; l++)
+		if (s->g[l]) {
+			log_err("run %s: step %lld layer %u: its parts were never computed",
+			    r->meta.run, (long long)s->step, l);
+			ml_drop(a, s, l, a->stopping ? SWD_DROP_STOPPING : SWD_DROP_NOMEM);
+			gather_free(a, s->g[l]);
+			s->g[l] = NULL;
+		}
 	if (s->have == 0) {	/* nothing arrived that was kept: nothing to write */
 		free_step(a, s, r->meta.layers);
 		return;
@@ -622,12 +753,25 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	r->recent_whole[r->nrecent % RECENT] = s->have == r->meta.layers && !s->partial;
 	r->nrecent++;
 	swd_witem *it = item(r, WQ_STEP);
-	if (!it || fill_senders(r, s->inc, it) != 0) {
+	int stored = it && ml_store(r, s, it) == 0;
+	if (!stored || fill_senders(r, s->inc, it) != 0) {
 		log_err("run %s: out of memory: step %lld lost", r->meta.run, (long long)s->step);
-		if (it)
+		for (size_t k = 0; stored && k < it->nmc; k++) {	/* not stored after all */
+			struct asend *d = find_sender(s->inc, it->mc[k].rank);
+			if (d) {
+				d->c.stored -= it->mc[k].n;
+				d->c.drop[SWD_DROP_NOMEM] += it->mc[k].n;
+			}
+			a->st.drops[SWD_DROP_NOMEM] += it->mc[k].n;
+		}
+		if (it) {
 			free(it->snd);
+			free(it->mc);
+		}
 		free(it);
 		free(mr);
+		for (uint32_t l = 0; l < r->meta.layers; l++)	/* what ml_store did not take */
+			ml_drop(a, s, l, SWD_DROP_NOMEM);
 		free_step(a, s, r->meta.layers);
 		return;
 	}
@@ -1123,7 +1267,8 @@ new_step(swd_asm *a, struct arun *r, const swp_msg *m, struct ainc *inc, uint64_
 		}
 		if (w)
 			o = w;
-		if (!o) {
+		/* its gathered layers start as they are; it goes when they are done */
+		if (!o || !settle(a, r, o)) {
 			snprintf(why, len, "max_open_steps (%lld) steps of the run are in work",
 			    (long long)a->c.max_open_steps);
 			*reason = SWD_DROP_OPEN_STEPS;
@@ -1229,9 +1374,10 @@ launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 		free(miss);
 		return rc;
 	}
-	/* the data went with the work, counted until it is done; the rest is freed */
+	/* the data and the reserve went with the work, counted until it is done;
+	 * the rest is freed */
 	g->buf = NULL;
-	g->bytes -= g->buf_bytes;
+	g->bytes -= g->buf_bytes + g->reserve;
 	gather_free(a, g);
 	s->g[l] = NULL;
 	return SWD_ASM_ACCEPT;
@@ -1250,12 +1396,15 @@ settle(swd_asm *a, struct arun *r, struct astep *s)
 		struct gather *g = s->g[l];
 		if (!g)
 			continue;
-		if (launch(a, r, s, l, 1) == SWD_ASM_ACCEPT) {
+		int rc = launch(a, r, s, l, 1);
+		if (rc == SWD_ASM_ACCEPT) {
 			started++;
 			continue;
 		}
-		log_warn("run %s: step %lld layer %u: its parts could not be computed (budget): "
-		    "the layer is missing", r->meta.run, (long long)s->step, l);
+		/* its parts are not stored: counted, for their senders too */
+		log_warn("run %s: step %lld layer %u: its parts could not be computed (%s): "
+		    "the layer is missing", r->meta.run, (long long)s->step, l, rc == SWD_DROP_BUDGET ? "budget" : "no memory");
+		ml_drop(a, s, l, rc);
 		gather_free(a, g);
 		s->g[l] = NULL;
 		s->state[l] = 0;
@@ -1267,7 +1416,7 @@ settle(swd_asm *a, struct arun *r, struct astep *s)
 
 /* Takes a part into its layer (its cells are new). SWD_ASM_HELD or a reason. */
 static int
-take_part(swd_asm *a, struct arun *r, struct astep *s, struct asend *sd, const swp_msg *m,
+take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
     char *why, size_t len)
 {
 	uint32_t H = r->meta.heads, R = r->meta.rows, K = r->meta.keys, l = m->layer;
@@ -1278,11 +1427,17 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, struct asend *sd, const s
 		return SWD_DROP_NOMEM;
 	}
 	if (!g) {
+		/* the buffer, and what the whole layer's computation will hold */
+		swp_msg whole = *m;
+		whole.head0 = whole.row0 = 0;
+		whole.shape[0] = H;
+		whole.shape[1] = whole.rows = R;
+		size_t reserve = a->c.work_bytes ? a->c.work_bytes(a->c.work_ud, &whole) : 0;
 		size_t bb = (size_t)H * R * rowb, b = bb + (size_t)H * R + R * (sizeof(uint32_t) + 1) +
-		    sizeof(*g);
+		    sizeof(*g) + reserve;
 		if (over_budget(a, b)) {
-			snprintf(why, len, "gathering layer %u (%zu bytes) would pass the budget",
-			    l, b);
+			snprintf(why, len, "gathering layer %u (%zu bytes with its computation) would "
+			    "pass the budget", l, b);
 			return SWD_DROP_BUDGET;
 		}
 		if (!s->g && !(s->g = calloc(r->meta.layers, sizeof(*s->g))))
@@ -1300,6 +1455,7 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, struct asend *sd, const s
 		}
 		g->buf_bytes = bb;
 		g->bytes = b;
+		g->reserve = reserve;
 		g->has_qpos = -1;
 		g->hdr = *m;
 		g->hdr.qpos = NULL;
@@ -1314,7 +1470,6 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, struct asend *sd, const s
 	for (uint32_t q = 0; hq && !bad && q < m->shape[1]; q++)
 		bad = g->qset[m->row0 + q] && g->qpos[m->row0 + q] != m->qpos[q];
 	if (bad) {
-		sd->c.mismatches++;
 		snprintf(why, len, "step %lld layer %u: rank %u's part has %s qpos than the "
 		    "layer's other parts", (long long)m->step, l, m->rank,
 		    hq ? (g->has_qpos == 0 ? "a" : "another") : "no");
@@ -1357,9 +1512,10 @@ copy_ticket(struct arun *r, struct astep *s, struct asend *sd, const swp_msg *m,
 	return SWD_ASM_COPY;
 }
 
-int
-swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why,
-    size_t len)
+/* swd_asm_admit without the counting; *sdp: the message's sender, once known. */
+static int
+admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size_t len,
+    struct asend **sdp)
 {
 	swd_meta mm;
 	int reason = SWD_DROP_NOMEM;
@@ -1383,19 +1539,20 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		snprintf(why, len, "no memory for an incarnation");
 		return SWD_DROP_NOMEM;
 	}
+	struct asend *sd = get_sender(a, r, inc, m);
+	if (!sd) {
+		snprintf(why, len, "no memory for a sender");
+		return SWD_DROP_NOMEM;
+	}
+	*sdp = sd;
+	sd->c.messages++;
+	seq_check(r, inc, sd, m->seq);	/* it arrived: never lost, whatever it becomes */
 	uint32_t nsend = m->senders ? m->senders : 1;
 	if (nsend != inc->senders) {
 		snprintf(why, len, "rank %u says %u senders, incarnation %llu has %u", m->rank,
 		    nsend, (unsigned long long)inc->inc, inc->senders);
 		return SWD_DROP_SENDERS;
 	}
-	struct asend *sd = get_sender(a, r, inc, m);
-	if (!sd) {
-		snprintf(why, len, "no memory for a sender");
-		return SWD_DROP_NOMEM;
-	}
-	sd->c.messages++;
-	seq_check(r, inc, sd, m->seq);
 	if (m->has_resume && !inc->has_resume) {
 		inc->has_resume = 1;
 		inc->resume = m->resume;
@@ -1403,7 +1560,6 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		    (unsigned long long)inc->inc, (long long)m->resume);
 	}
 	if (sd->c.ended) {
-		sd->c.after_end++;
 		snprintf(why, len, "rank %u of incarnation %llu ended its part", sd->c.rank,
 		    (unsigned long long)inc->inc);
 		return SWD_DROP_AFTER_END;
@@ -1424,7 +1580,6 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		    (long long)m->step, m->layer, written == 2 ? " whole" : " incomplete");
 		if (written != 2)
 			return SWD_DROP_LATE;
-		sd->c.duplicates++;
 		if (several && find_digest(r, m->step, inc->inc))
 			return copy_ticket(r, NULL, sd, m, t);
 		if (several)
@@ -1436,14 +1591,12 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		if (cov == 0)
 			goto part;
 		if (cov < 0) {
-			sd->c.overlaps++;
 			snprintf(why, len, "step %lld layer %u: rank %u's part (heads %u-%u, rows "
 			    "%u-%u) overlaps cells another part brought", (long long)m->step,
 			    m->layer, m->rank, m->head0, m->head0 + m->shape[0] - 1, m->row0,
 			    m->row0 + m->shape[1] - 1);
 			return SWD_DROP_OVERLAP;
 		}
-		sd->c.duplicates++;
 		snprintf(why, len, "step %lld layer %u (heads %u-%u, rows %u-%u) arrived twice",
 		    (long long)m->step, m->layer, m->head0, m->head0 + m->shape[0] - 1, m->row0,
 		    m->row0 + m->shape[1] - 1);
@@ -1458,19 +1611,66 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 		s->seq_min = m->seq;
 	if (!wholemsg)
 		goto part;
+	if (ml_reserve(r, s, m->layer) != 0) {
+		snprintf(why, len, "no memory for a layer");
+		release(a, r);	/* a step left empty goes */
+		return SWD_DROP_NOMEM;
+	}
+	ml_push(s, m->layer, sd, m->seq);
 	own(r, inc, m, sd->c.rank);
 	s->state[m->layer] = 1;
 	t->run = r;
 	t->step = s;
 	t->layer = m->layer;
+	t->sender = sd;
+	t->seq = m->seq;
 	return SWD_ASM_ACCEPT;
 part:
 	s->last_ms = now;
+	if (ml_reserve(r, s, m->layer) != 0) {
+		snprintf(why, len, "no memory for a part");
+		release(a, r);
+		return SWD_DROP_NOMEM;
+	}
+	ml_push(s, m->layer, sd, m->seq);
 	own(r, inc, m, sd->c.rank);
-	reason = take_part(a, r, s, sd, m, why, len);
-	if (reason != SWD_ASM_HELD)
+	reason = take_part(a, r, s, m, why, len);
+	if (reason != SWD_ASM_HELD) {
+		ml_forget(s, m->layer, sd, m->seq);
 		release(a, r);	/* a step left empty goes */
+	}
 	return reason;
+}
+
+int
+swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why,
+    size_t len)
+{
+	struct asend *sd = NULL;
+	int rc = admit(a, m, now, t, why, len, &sd);
+	/* a message its sender sent, not stored: counted once, for the sender too */
+	if (sd && rc >= 0)
+		sd->c.drop[rc]++;
+	else if (sd && rc == SWD_ASM_COPY)
+		sd->c.drop[SWD_DROP_DUPLICATE]++;
+	return rc;
+}
+
+void
+swd_asm_refuse(swd_asm *a, const swp_msg *m, int reason)
+{
+	swd_meta mm;
+	meta_from(&mm, m);
+	struct arun *r = find_run(a, &mm);
+	uint64_t incv = r ? (m->inc ? m->inc : r->implicit) : 0;
+	struct ainc *i = incv ? find_inc(r, incv) : NULL;
+	struct asend *d = i ? find_sender(i, m->rank) : NULL;
+	if (!d)
+		return;
+	r->messages++;
+	d->c.messages++;
+	seq_check(r, i, d, m->seq);
+	d->c.drop[reason]++;
 }
 
 void
@@ -1487,14 +1687,17 @@ swd_asm_start(swd_asm *a, const swd_ticket *t)
 }
 
 void
-swd_asm_cancel(swd_asm *a, const swd_ticket *t)
+swd_asm_cancel(swd_asm *a, const swd_ticket *t, int reason)
 {
 	struct arun *r = t->run;
 	struct astep *s = t->step;
-	if (t->copy) {
-		((struct asend *)t->sender)->c.uncompared++;
+	struct asend *sd = t->sender;
+	if (t->copy) {	/* counted a duplicate already; only its comparison is lost */
+		sd->c.uncompared++;
 		return;
 	}
+	ml_forget(s, t->layer, sd, t->seq);
+	sd->c.drop[reason]++;
 	s->state[t->layer] = 0;
 	release(a, r);
 }
@@ -1544,7 +1747,8 @@ swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
 		return SWD_ASM_ACCEPT;
 	}
 	s->last_ms = now;
-	if (!ly) {
+	if (!ly) {	/* the work failed: its messages are not stored */
+		ml_drop(a, s, t->layer, SWD_DROP_NOMEM);
 		s->state[t->layer] = 0;
 	} else {
 		s->layers[t->layer] = ly;
@@ -1603,7 +1807,7 @@ inc_known(swd_asm *a, const char *run, uint64_t inc)
 int
 swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 {
-	int found = 0, inc_ended = 1;
+	int found = 0, inc_ended = 1, rc = SWD_ASM_ACCEPT;
 	/* a named end ends the runs (shapes) that heard it, or all of the id */
 	int only_known = m->inc && inc_known(a, m->run, m->inc);
 
@@ -1621,10 +1825,28 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		if (sd) {
 			sd->c.messages++;
 			seq_check(r, inc, sd, m->seq);
-			if (!sd->c.ended) {
-				sd->c.ended = 1;
-				inc->nended++;
-			}
+		}
+		/* an end that disagrees on senders ends nothing (7b.1); a second end is after_end */
+		uint32_t nsend = m->senders ? m->senders : 1;
+		int bad = SWD_ASM_ACCEPT;
+		if (inc && nsend != inc->senders) {
+			log_warn("run %s: rank %u's end says %u senders, incarnation %llu has %u: "
+			    "not taken", r->meta.run, m->rank, nsend, (unsigned long long)inc->inc,
+			    inc->senders);
+			bad = SWD_DROP_SENDERS;
+		} else if (sd && sd->c.ended) {
+			bad = SWD_DROP_AFTER_END;
+		}
+		if (bad != SWD_ASM_ACCEPT) {
+			if (sd)
+				sd->c.drop[bad]++;
+			rc = bad;
+			inc_ended = 0;
+			continue;
+		}
+		if (sd) {
+			sd->c.ended = 1;
+			inc->nended++;
 		}
 		/* several senders: the incarnation ends with the last of them (7b) */
 		if (inc && inc->nended < inc->senders) {
@@ -1644,7 +1866,7 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 	if (!found)
 		found = end_closed(a, m->run);
-	return found ? SWD_ASM_ACCEPT : SWD_DROP_UNKNOWN_RUN;
+	return !found ? SWD_DROP_UNKNOWN_RUN : rc;
 }
 
 void
@@ -1679,8 +1901,27 @@ swd_asm_tick(swd_asm *a, uint64_t now)
 }
 
 void
+swd_asm_stop(swd_asm *a)
+{
+	a->stopping = 1;
+	for (struct arun *r = a->runs; r; r = r->next)
+		for (struct astep *s = r->open, *sn; s; s = sn) {
+			sn = s->next;
+			/* whole layers start; the rest as they are, their missing heads named */
+			if (s->g && s->in_work == 0 && !memchr(s->state, 1, r->meta.layers) &&
+			    settle(a, r, s))
+				emit_step(a, r, s);
+			else if (s->g)
+				for (uint32_t l = 0; l < r->meta.layers; l++)
+					if (s->g[l] && launch(a, r, s, l, 1) == SWD_ASM_ACCEPT)
+						s->timed_out = 1;
+		}
+}
+
+void
 swd_asm_shutdown(swd_asm *a)
 {
+	a->stopping = 1;
 	while (a->runs) {
 		struct arun *r = a->runs;
 		emit_all(a, r);

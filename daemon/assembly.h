@@ -52,6 +52,13 @@ typedef struct swd_asm_conf {
 	/* new runs taken into the table: a token bucket (0: no limit) */
 	int64_t new_runs_per_s;		/* its rate */
 	int64_t new_runs_burst;		/* its size (0: the rate, at least 1) */
+	/*
+	 * The bytes a whole layer's computation holds (its result, scratch),
+	 * given the layer's message; NULL: 0. A gathered layer reserves them
+	 * with its first part, so that once whole it is always computed: the
+	 * budget refuses a layer's first part, never a part that waits.
+	 */
+	size_t (*work_bytes)(void *ud, const swp_msg *m);
 } swd_asm_conf;
 
 /* Where assembled steps and run ends go (the writer); the callee owns it. */
@@ -82,13 +89,22 @@ typedef struct swd_ticket {
 	uint32_t layer;
 	int copy;		/* SWD_ASM_COPY: compared, never stored */
 	int64_t cstep;		/* a copy's step */
-	void *sender;
+	void *sender;		/* the sender of the message (a gathered layer: NULL) */
+	uint64_t seq;		/* the message's seq */
 	uint32_t head0, row0;	/* a copy's place in its layer */
 } swd_ticket;
 
 /* Counters the daemon reports (status). */
 typedef struct swd_asm_stats {
 	int64_t steps_complete, steps_incomplete;
+	/*
+	 * Messages the assembly gave up after it took them (held parts whose
+	 * layer could not be computed, work that failed), by drop reason; the
+	 * reasons swd_asm_admit, _end and _refuse return, and those given to
+	 * swd_asm_cancel, are the caller's to count. Each sender's own counts
+	 * (swd_sender.drop) hold both.
+	 */
+	int64_t drops[SWD_DROP_REASONS];
 } swd_asm_stats;
 
 /* What status shows of one run. */
@@ -116,8 +132,15 @@ int swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t,
     char *why, size_t len);
 /* The admitted layer is in work; swd_asm_done follows. */
 void swd_asm_start(swd_asm *a, const swd_ticket *t);
-/* The admitted layer will not be computed (budget): forget it. */
-void swd_asm_cancel(swd_asm *a, const swd_ticket *t);
+/* The admitted layer will not be computed: forget it; its message counts
+ * under reason (budget, nomem) for its sender (the caller counts it too). */
+void swd_asm_cancel(swd_asm *a, const swd_ticket *t, int reason);
+/*
+ * A decoded snapshot the caller drops before admission (stopping): its
+ * sender's seq goes on and the reason is counted for the sender, if its
+ * run is known; nothing is created.
+ */
+void swd_asm_refuse(swd_asm *a, const swp_msg *m, int reason);
 /*
  * The layer's result (NULL: the work failed, nomem) at time now. Steps
  * that are whole go to the writer. Ownership of ly passes to the assembly.
@@ -125,13 +148,22 @@ void swd_asm_cancel(swd_asm *a, const swd_ticket *t);
  */
 int swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now);
 
-/* An end message: SWD_ASM_ACCEPT, or SWD_DROP_UNKNOWN_RUN. */
+/* An end message: SWD_ASM_ACCEPT, or a drop reason: SWD_DROP_UNKNOWN_RUN,
+ * SWD_DROP_SENDERS (its senders is not its incarnation's), SWD_DROP_AFTER_END
+ * (its sender had ended). */
 int swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now);
 
 /* Timeouts and idle runs. */
 void swd_asm_tick(swd_asm *a, uint64_t now);
 
-/* Every open step goes to the writer (shutdown); runs are forgotten. */
+/*
+ * Shutdown begins: every step with gathered parts starts their layers as
+ * they are (missing heads named), so that what arrived is written; the
+ * caller runs the work in flight to its end, then calls swd_asm_shutdown.
+ */
+void swd_asm_stop(swd_asm *a);
+/* Every open step goes to the writer (shutdown); runs are forgotten. Parts
+ * still gathered (swd_asm_stop was not called) count as stopping. */
 void swd_asm_shutdown(swd_asm *a);
 
 /* Jobs in flight over all runs. */

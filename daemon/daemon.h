@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "daemon/conf.h"
+#include "daemon/status.h"
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 #include "storage/runfile.h"
@@ -86,15 +87,20 @@ typedef struct swd_sender {
 	uint32_t rank, senders;
 	uint64_t first_seq;	/* the first seq of it this session saw */
 	uint64_t seq_next;	/* the next seq expected of it */
-	int64_t messages;	/* received, whatever became of them */
+	int64_t messages;	/* received, whatever became of them (ends included) */
 	int64_t lost;		/* missing by seq */
-	int64_t duplicates;	/* parts or layers it sent that another had sent */
-	int64_t overlaps;	/* parts dropped: partly another's */
-	int64_t mismatches;	/* parts dropped: qpos unlike the layer's other parts */
+	int64_t stored;		/* messages whose data went into a step handed to the writer */
+	int64_t pending;	/* messages held: gathered, in work, or in a step still open */
+	/*
+	 * Its messages not stored, by drop reason (SWD_DROP_*), each counted
+	 * once: duplicate (parts or layers another sender had sent, and layers
+	 * sent again), overlap, part_mismatch, after_end, budget, late, ...
+	 * messages = stored + pending + sum(drop) + ended (the end message).
+	 */
+	int64_t drop[SWD_DROP_REASONS];
 	int64_t disagree;	/* duplicates that differ from the kept data */
 	int64_t uncompared;	/* duplicates that could not be compared */
 	int64_t missing;	/* heads of layers it was to send that never came */
-	int64_t after_end;	/* messages after its end */
 	int ended;
 } swd_sender;
 
@@ -121,6 +127,12 @@ typedef struct swd_witem {
 				 * for every head; a layer never sent names its owner */
 	swd_sender *snd;	/* WQ_SENDERS (and with WQ_STEP): counters to store */
 	size_t nsnd;
+	/* WQ_STEP: the messages whose data the step holds, by rank of inc */
+	struct swd_mcount {
+		uint32_t rank;
+		int64_t n;
+	} *mc;
+	size_t nmc;
 	struct swd_witem *next;
 } swd_witem;
 
@@ -148,6 +160,12 @@ void swd_writer_push(swd_writer *w, swd_witem *it);
 /* Writes everything queued, closes every file, joins the thread. */
 void swd_writer_stop(swd_writer **w);
 const swd_wstats *swd_writer_stats(const swd_writer *w);
+/*
+ * A sender's counters (the assembly's) with the writer's share: messages
+ * handed over that it did not store (duplicate, write_error, locked) move
+ * from stored to their reason. Any thread.
+ */
+void swd_writer_fates(swd_writer *w, const char *run, swd_sender *c);
 /* The writer thread's CPU seconds so far (its thread clock). */
 double swd_writer_cpu_s(const swd_writer *w);
 

@@ -327,8 +327,7 @@ after_work_cb(uv_work_t *req, int status)
 	atomic_fetch_add(&D.rows, j->rows_counted);
 	for (int s = 1; s < SWM_STATUS__N; s++)
 		atomic_fetch_add(&D.rejects[s], j->rejects[s]);
-	if (!j->out) {
-		D.drops[SWD_DROP_NOMEM]++;
+	if (!j->out) {	/* its messages are counted by the assembly (nomem) */
 		atomic_fetch_sub(&D.inflight, (long long)(j->reserved - tensor_bytes));
 	} else {
 		j->out->bytes -= tensor_bytes;	/* the frame is gone; the result stays */
@@ -386,12 +385,16 @@ handle(zmq_msg_t *frames, size_t n)
 		return;
 	}
 	if (m.type == SWP_END) {
-		if (swd_asm_end(D.as, &m, mono_ms()) != SWD_ASM_ACCEPT)
-			drop(SWD_DROP_UNKNOWN_RUN, m.run, "end of a run with nothing in flight");
+		rc = swd_asm_end(D.as, &m, mono_ms());
+		if (rc != SWD_ASM_ACCEPT)
+			drop(rc, m.run, rc == SWD_DROP_UNKNOWN_RUN ? "end of a run with nothing in "
+			    "flight" : rc == SWD_DROP_SENDERS ? "an end whose senders is not its "
+			    "incarnation's" : "a second end of its sender");
 		swp_msg_clear(&m);
 		return;
 	}
 	if (D.stopping) {
+		swd_asm_refuse(D.as, &m, SWD_DROP_STOPPING);
 		drop(SWD_DROP_STOPPING, m.run, "shutting down");
 		swp_msg_clear(&m);
 		return;
@@ -408,7 +411,7 @@ handle(zmq_msg_t *frames, size_t n)
 	}
 	size_t need = m.tensor_bytes + result_bytes(&m, m.fixed_probe);
 	if ((int64_t)atomic_load(&D.inflight) + (int64_t)need > D.cfg.budget_mb << 20) {
-		swd_asm_cancel(D.as, &t);
+		swd_asm_cancel(D.as, &t, SWD_DROP_BUDGET);
 		if (t.copy)	/* counted a duplicate already; only its comparison is lost */
 			goto out;
 		snprintf(why, sizeof(why), "%zu bytes would pass the budget of %lld MiB", need,
@@ -418,8 +421,9 @@ handle(zmq_msg_t *frames, size_t n)
 	}
 	struct job *j = calloc(1, sizeof(*j));
 	if (!j) {
-		swd_asm_cancel(D.as, &t);
-		drop(SWD_DROP_NOMEM, m.run, "no memory for a job");
+		swd_asm_cancel(D.as, &t, SWD_DROP_NOMEM);
+		if (!t.copy)
+			drop(SWD_DROP_NOMEM, m.run, "no memory for a job");
 		goto out;
 	}
 	j->t = t;
@@ -434,12 +438,13 @@ handle(zmq_msg_t *frames, size_t n)
 	atomic_fetch_add(&D.inflight, (long long)need);
 	if (uv_queue_work(D.loop, &j->req, timed_work_cb, after_work_cb) != 0) {
 		/* cannot happen with a valid loop; undo */
-		swd_asm_cancel(D.as, &t);
+		swd_asm_cancel(D.as, &t, SWD_DROP_NOMEM);
 		atomic_fetch_sub(&D.inflight, (long long)need);
 		zmq_msg_close(&j->tensor);
 		swp_msg_clear(&j->msg);
 		free(j);
-		drop(SWD_DROP_NOMEM, m.run, "uv_queue_work failed");
+		if (!t.copy)
+			drop(SWD_DROP_NOMEM, m.run, "uv_queue_work failed");
 		goto out;
 	}
 	swd_asm_start(D.as, &t);
@@ -448,11 +453,19 @@ out:
 	swp_msg_clear(&m);
 }
 
+/* What a gathered layer's computation holds (the assembly reserves it). */
+static size_t
+gathered_bytes(void *ud, const swp_msg *m)
+{
+	(void)ud;
+	return result_bytes(m, m->fixed_probe);
+}
+
 /*
  * The assembly's gathered layers (parts of several senders, PROTOCOL.md
- * 7b): data and bytes are counted in inflight already; the result's bytes
- * are added here. SWD_ASM_ACCEPT, or a drop reason (the assembly keeps
- * what it passed).
+ * 7b): data and bytes, and the result's bytes (gathered_bytes, reserved
+ * with the layer's first part), are counted in inflight already.
+ * SWD_ASM_ACCEPT, or a drop reason (the assembly keeps what it passed).
  */
 static int
 start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes,
@@ -460,8 +473,6 @@ start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size
 {
 	(void)ud;
 	size_t need = result_bytes(m, m->fixed_probe);
-	if ((int64_t)atomic_load(&D.inflight) + (int64_t)need > D.cfg.budget_mb << 20)
-		return SWD_DROP_BUDGET;
 	struct job *j = calloc(1, sizeof(*j));
 	if (!j)
 		return SWD_DROP_NOMEM;
@@ -475,10 +486,8 @@ start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size
 	j->data = data;
 	j->data_bytes = bytes;
 	j->miss = miss;
-	atomic_fetch_add(&D.inflight, (long long)need);
 	if (uv_queue_work(D.loop, &j->req, timed_work_cb, after_work_cb) != 0) {
 		/* cannot happen with a valid loop: the assembly keeps what it passed */
-		atomic_fetch_sub(&D.inflight, (long long)need);
 		zmq_msg_close(&j->tensor);
 		free(j);
 		return SWD_DROP_NOMEM;
@@ -688,10 +697,12 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	static swd_status_sender ss[1024];
 	size_t ns = swd_asm_senders(D.as, sd, sr, 1024);
 	for (size_t i = 0; i < ns; i++)
+		swd_writer_fates(D.writer, sr[i], &sd[i]);
+	for (size_t i = 0; i < ns; i++)
 		ss[i] = (swd_status_sender){ sr[i], sd[i].inc, sd[i].rank, sd[i].senders,
-		    sd[i].messages, sd[i].lost, sd[i].duplicates, sd[i].disagree, sd[i].uncompared,
-		    sd[i].overlaps, sd[i].mismatches, sd[i].missing, sd[i].after_end,
-		    sd[i].seq_next, sd[i].ended };
+		    sd[i].messages, sd[i].lost, sd[i].drop[SWD_DROP_DUPLICATE], sd[i].disagree,
+		    sd[i].uncompared, sd[i].drop[SWD_DROP_OVERLAP], sd[i].drop[SWD_DROP_PART_MISMATCH],
+		    sd[i].missing, sd[i].drop[SWD_DROP_AFTER_END], sd[i].seq_next, sd[i].ended };
 	st->nsenders = ns;
 	st->senders = ss;
 	static swd_asm_refused ra[SWD_ASM_REFUSED_MAX];
@@ -730,6 +741,9 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 		st->msgs_per_s = (double)(D.ring_msgs[now] - D.ring_msgs[then]) / span;
 	}
 	memcpy(st->drops, D.drops, sizeof(st->drops));
+	/* messages the assembly gave up after taking them (parts, failed work) */
+	for (int i = 0; i < SWD_DROP_REASONS; i++)
+		st->drops[i] += swd_asm_get_stats(D.as)->drops[i];
 	/* steps the writer did not store: duplicates of an incarnation's rows, and
 	 * steps of a run whose file could not be opened */
 	st->drops[SWD_DROP_DUPLICATE] += atomic_load(&swd_writer_stats(D.writer)->duplicates);
@@ -1019,6 +1033,8 @@ signal_cb(uv_signal_t *h, int signum)
 		uv_idle_stop(&D.drain_idle);
 		D.draining_idle = 0;
 	}
+	/* parts still gathered are computed as they are and written (README) */
+	swd_asm_stop(D.as);
 	uv_timer_stop(&D.tick);
 	uv_timer_start(&D.tick, tick_cb, 0, 10);
 }
@@ -1381,9 +1397,13 @@ main(int argc, char **argv)
 		log_err("cannot start the writer thread");
 		return 2;
 	}
-	swd_asm_conf ac = { D.cfg.step_timeout_ms, D.cfg.max_open_steps, D.cfg.max_runs,
-	    D.cfg.run_idle_s, &D.inflight, D.cfg.budget_mb << 20, start_gathered, NULL,
-	    D.cfg.new_runs_per_s, D.cfg.new_runs_burst };
+	swd_asm_conf ac = {
+		.step_timeout_ms = D.cfg.step_timeout_ms, .max_open_steps = D.cfg.max_open_steps,
+		.max_runs = D.cfg.max_runs, .run_idle_s = D.cfg.run_idle_s,
+		.inflight = &D.inflight, .budget_bytes = D.cfg.budget_mb << 20,
+		.work_bytes = gathered_bytes, .work = start_gathered,
+		.new_runs_per_s = D.cfg.new_runs_per_s, .new_runs_burst = D.cfg.new_runs_burst,
+	};
 	if (!(D.as = swd_asm_new(&ac, to_writer, NULL))) {
 		log_err("out of memory");
 		return 2;

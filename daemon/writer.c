@@ -34,8 +34,27 @@ struct winc {
 				 * the daemon that stopped never stored */
 	int seen;		/* it spoke in this session */
 	int resumed;		/* its resume record is in the file */
+	int64_t gap;		/* what first_seen added, for its sender's row (one sender) */
 	struct winc *next;
 };
+
+/*
+ * Messages of a sender that the writer did not store although the
+ * assembly handed them over (swd_witem.mc): the row of the step was there
+ * already (duplicate), the file failed (write_error), or another process
+ * holds the run (locked). Kept for the life of the writer, the oldest
+ * entry replaced past WFATES, so that status can say each sender's.
+ */
+#define WFATES 4096
+struct wfate {
+	char run[SWP_RUN_MAX + 1];
+	uint64_t inc;
+	uint32_t rank;
+	int64_t n[3];		/* duplicate, write_error, locked */
+	uint64_t seq;		/* order of the last change, 0: unused */
+};
+enum { WF_DUP, WF_WRITE, WF_LOCKED };
+static const int wf_reason[3] = { SWD_DROP_DUPLICATE, SWD_DROP_WRITE, SWD_DROP_LOCKED };
 
 /*
  * A row of the file's sender table: what earlier daemon sessions stored
@@ -62,8 +81,10 @@ struct wrun {
 	sw_runlock *lock;	/* the run's lock (storage/runlock.c), held while open */
 	int dirty;
 	int cross_warned;	/* the cross_layer_pairs mismatch was logged */
+	uint32_t generation;	/* of its file (NAME@g.h5), 0: none open */
 	int has_prev;
 	int64_t prev_step, prev_row;	/* the last row written, if has_prev */
+	uint64_t prev_inc;	/* its incarnation */
 	int64_t max_step;	/* the largest step of any row, -1 none */
 	swm_head *prev;		/* [L * H] values of the last stored step */
 	swd_layer **prev_layers;	/* [L], fixed probes: rows and ln parts */
@@ -94,7 +115,78 @@ struct swd_writer {
 	 */
 	sw_runlock *ended_locks[SWD_ENDED_LOCKS];
 	size_t ended_next;
+	pthread_mutex_t fmu;	/* fates, read by other threads */
+	struct wfate *fates;	/* [WFATES] */
+	uint64_t fate_seq;
 };
+
+/* Counts n messages of (run, inc, rank) under fate f. */
+static void
+fate_add(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int f, int64_t n)
+{
+	if (n == 0 || !w->fates)
+		return;
+	pthread_mutex_lock(&w->fmu);
+	struct wfate *e = NULL, *old = &w->fates[0];
+	for (size_t i = 0; i < WFATES && !e; i++) {
+		struct wfate *x = &w->fates[i];
+		if (x->seq && x->inc == inc && x->rank == rank && !strcmp(x->run, run))
+			e = x;
+		else if (x->seq < old->seq)
+			old = x;
+	}
+	if (!e) {
+		e = old;
+		memset(e, 0, sizeof(*e));
+		snprintf(e->run, sizeof(e->run), "%s", run);
+		e->inc = inc;
+		e->rank = rank;
+	}
+	e->n[f] += n;
+	e->seq = ++w->fate_seq;
+	pthread_mutex_unlock(&w->fmu);
+}
+
+/* The messages of a step item the writer did not store, by their senders. */
+static long long
+fate_item(swd_writer *w, const swd_witem *it, int f)
+{
+	long long n = 0;
+	for (size_t k = 0; k < it->nmc; k++) {
+		fate_add(w, it->meta.run, it->inc, it->mc[k].rank, f, it->mc[k].n);
+		n += it->mc[k].n;
+	}
+	return n;
+}
+
+/* What the writer did not store of one sender's messages, by fate. */
+static void
+fate_get(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int64_t n[3])
+{
+	n[0] = n[1] = n[2] = 0;
+	if (!w->fates)
+		return;
+	pthread_mutex_lock(&w->fmu);
+	for (size_t i = 0; i < WFATES; i++) {
+		const struct wfate *x = &w->fates[i];
+		if (x->seq && x->inc == inc && x->rank == rank && !strcmp(x->run, run)) {
+			memcpy(n, x->n, sizeof(x->n));
+			break;
+		}
+	}
+	pthread_mutex_unlock(&w->fmu);
+}
+
+void
+swd_writer_fates(swd_writer *w, const char *run, swd_sender *c)
+{
+	int64_t n[3];
+	fate_get(w, run, c->inc, c->rank, n);
+	for (int f = 0; f < 3; f++) {
+		c->drop[wf_reason[f]] += n[f];
+		c->stored -= n[f];
+	}
+}
 
 static int64_t
 mono_ms(void)
@@ -137,6 +229,7 @@ free_item(swd_witem *it, atomic_llong *inflight)
 	free_layers(it->layers, it->meta.layers, inflight);
 	free(it->missing_rank);
 	free(it->snd);
+	free(it->mc);
 	free(it);
 }
 
@@ -303,10 +396,24 @@ get_wsend(struct wrun *r, uint64_t inc, uint32_t rank)
 static void
 sender_gap(swd_writer *w, struct wrun *r, struct wsend *d, const swd_sender *c)
 {
-	uint64_t held = d->base[SW_S_SEQ_NEXT];
+	/*
+	 * What the row accounts for: its messages (stored, or dropped and
+	 * counted; a daemon counts there only what it no longer holds) and
+	 * those lost. Not its seq_next: a killed daemon may have flushed a
+	 * seq_next past messages it still held in memory.
+	 */
+	uint64_t held = d->base[SW_S_MESSAGES] + d->base[SW_S_LOST];
 	d->seen = 1;
-	if (c->senders <= 1 || c->first_seq <= held)
-		return;	/* one sender: counted per incarnation (first_seen) */
+	if (c->senders <= 1) {	/* one sender: counted per incarnation (first_seen) */
+		struct winc *wi = get_winc(r, c->inc);
+		if (wi) {
+			d->base[SW_S_LOST] += (uint64_t)wi->gap;
+			wi->gap = 0;
+		}
+		return;
+	}
+	if (c->first_seq <= held)
+		return;
 	int64_t gap = (int64_t)(c->first_seq - held);
 	d->base[SW_S_LOST] += (uint64_t)gap;
 	struct winc *wi = get_winc(r, c->inc);
@@ -338,13 +445,16 @@ put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n)
 		v[SW_S_SENDERS] = c->senders;
 		v[SW_S_MESSAGES] = b[SW_S_MESSAGES] + (uint64_t)c->messages;
 		v[SW_S_LOST] = b[SW_S_LOST] + (uint64_t)c->lost;
-		v[SW_S_DUPLICATES] = b[SW_S_DUPLICATES] + (uint64_t)c->duplicates;
-		v[SW_S_OVERLAPS] = b[SW_S_OVERLAPS] + (uint64_t)c->overlaps;
-		v[SW_S_MISMATCHES] = b[SW_S_MISMATCHES] + (uint64_t)c->mismatches;
+		int64_t fn[3];
+		fate_get(w, r->meta.run, c->inc, c->rank, fn);
+		v[SW_S_DUPLICATES] = b[SW_S_DUPLICATES] + (uint64_t)(c->drop[SWD_DROP_DUPLICATE] +
+		    fn[WF_DUP]);
+		v[SW_S_OVERLAPS] = b[SW_S_OVERLAPS] + (uint64_t)c->drop[SWD_DROP_OVERLAP];
+		v[SW_S_MISMATCHES] = b[SW_S_MISMATCHES] + (uint64_t)c->drop[SWD_DROP_PART_MISMATCH];
 		v[SW_S_DISAGREE] = b[SW_S_DISAGREE] + (uint64_t)c->disagree;
 		v[SW_S_UNCOMPARED] = b[SW_S_UNCOMPARED] + (uint64_t)c->uncompared;
 		v[SW_S_MISSING] = b[SW_S_MISSING] + (uint64_t)c->missing;
-		v[SW_S_AFTER_END] = b[SW_S_AFTER_END] + (uint64_t)c->after_end;
+		v[SW_S_AFTER_END] = b[SW_S_AFTER_END] + (uint64_t)c->drop[SWD_DROP_AFTER_END];
 		v[SW_S_SEQ_NEXT] = c->seq_next > b[SW_S_SEQ_NEXT] ? c->seq_next : b[SW_S_SEQ_NEXT];
 		v[SW_S_ENDED] = c->ended || b[SW_S_ENDED];
 		if (sw_runfile_put_sender(r->f, d->row, v, err, sizeof(err)) != 0) {
@@ -428,6 +538,13 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 	 */
 	uint32_t g, last = 0, free_g = 0;
 	for (g = 1; g <= 1000 && !free_g; g++) {
+		/* a generation this writer holds open is another shape's: not probed
+		 * (HDF5 refuses a second open of a file in this process) */
+		int held = 0;
+		for (const struct wrun *o = w->runs; o && !held; o = o->next)
+			held = o != r && o->f && o->generation == g && !strcmp(o->meta.run, m->run);
+		if (held)
+			continue;
 		rm.generation = g;
 		int rc = sw_runfile_probe(w->cfg.data_dir, &rm, err, sizeof(err));
 		if (rc == 0)
@@ -456,6 +573,7 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 	if (sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err)) != 0)
 		goto fail;
 opened:
+	r->generation = rm.generation;
 	if (rm.generation > 1)
 		log_info("run %s: generation %u of its id (%s)", m->run, rm.generation,
 		    sw_runfile_path(r->f));
@@ -585,6 +703,7 @@ first_seen(swd_writer *w, struct wrun *r, struct winc *wi, uint64_t first_seq)
 		return;
 	int64_t gap = (int64_t)(first_seq - held);
 	wi->lost_prev += gap;
+	wi->gap += gap;		/* and in its sender's row (sender_gap) */
 	r->lost_prev += gap;
 	atomic_fetch_add(&w->st.lost_restart, gap);
 	log_warn("run %s: %lld message(s) of incarnation %llu no daemon stored (seq below "
@@ -601,16 +720,6 @@ inc_seen(swd_writer *w, swd_witem *it)
 	/* several senders: per sender, from the sender table (sender_gap) */
 	if (wi && !wi->seen && it->inc_senders <= 1)
 		first_seen(w, r, wi, it->first_seq);
-}
-
-/* The messages a step item carries: its layers that arrived. */
-static long long
-layers_of(const swd_witem *it)
-{
-	long long n = 0;
-	for (uint32_t l = 0; it->layers && l < it->meta.layers; l++)
-		n += it->layers[l] != NULL;
-	return n;
 }
 
 /*
@@ -702,7 +811,7 @@ write_step(swd_writer *w, swd_witem *it)
 	uint32_t L = m->layers, H = m->heads;
 	/* the same incarnation sending a stored step again: not stored, counted */
 	if (has_key(r, it->step, it->inc)) {
-		atomic_fetch_add(&w->st.duplicates, layers_of(it));
+		atomic_fetch_add(&w->st.duplicates, fate_item(w, it, WF_DUP));
 		log_warn("run %s: step %lld of incarnation %llu is already stored: duplicate "
 		    "not stored", m->run, (long long)it->step, (unsigned long long)it->inc);
 		return 0;
@@ -722,8 +831,13 @@ write_step(swd_writer *w, swd_witem *it)
 			wi->resumed = 1;
 		}
 	}
-	/* live dH and drift only against the step right before, as written in order */
-	int adjacent = r->has_prev && r->prev_step == r->max_step && it->step > r->prev_step;
+	/*
+	 * Live dH and drift only against the step right before, as written in
+	 * order, of the same incarnation (LAYOUT.md, prev_row): another
+	 * incarnation's row (a sweep's other worker) is another trajectory.
+	 */
+	int adjacent = r->has_prev && r->prev_step == r->max_step && it->step > r->prev_step &&
+	    r->prev_inc == it->inc;
 	size_t LH = (size_t)L * H, LHH = LH * H;
 	int rc = -1;
 	double *hv[SW_HEAD_FIELDS] = { 0 }, *pv[SW_PAIR_FIELDS] = { 0 }, *flip = NULL, *xp = NULL;
@@ -877,6 +991,7 @@ write_step(swd_writer *w, swd_witem *it)
 	r->has_prev = 1;
 	r->prev_step = it->step;
 	r->prev_row = row;
+	r->prev_inc = it->inc;
 	/* keep this step's rows for the next paired split and drift */
 	free_layers(r->prev_layers, L, w->inflight);
 	r->prev_layers = NULL;
@@ -1028,7 +1143,7 @@ writer_main(void *arg)
 			int wrc = it->type == WQ_STEP ? write_step(w, it) : 0;
 			if (wrc != 0)	/* locked: another process writes the run */
 				atomic_fetch_add(wrc == -2 ? &w->st.locked_drops : &w->st.write_drops,
-				    layers_of(it));
+				    fate_item(w, it, wrc == -2 ? WF_LOCKED : WF_WRITE));
 			else if (it->type == WQ_STEP)
 				;
 			else if (it->type == WQ_END)
@@ -1062,9 +1177,15 @@ swd_writer_start(swd_writer **wp, const swd_config *cfg, atomic_llong *inflight)
 	w->cfg = *cfg;
 	w->inflight = inflight;
 	w->last_flush_ms = mono_ms();
+	if (!(w->fates = calloc(WFATES, sizeof(*w->fates)))) {
+		free(w);
+		return -1;
+	}
+	pthread_mutex_init(&w->fmu, NULL);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	if (pthread_create(&w->th, NULL, writer_main, w) != 0) {
+		free(w->fates);
 		free(w);
 		return -1;
 	}
@@ -1099,7 +1220,9 @@ swd_writer_stop(swd_writer **wp)
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(w->th, NULL);
 	pthread_mutex_destroy(&w->mu);
+	pthread_mutex_destroy(&w->fmu);
 	pthread_cond_destroy(&w->cv);
+	free(w->fates);
 	free(w);
 	*wp = NULL;
 }

@@ -762,7 +762,7 @@ START_TEST(test_parts_by_rows)
 	}
 	swd_asm_free(&a);
 	const swd_sender *d = sender_of(99, 1);
-	ck_assert_int_eq(d->mismatches, 1);
+	ck_assert_int_eq(d->drop[SWD_DROP_PART_MISMATCH], 1);
 	ck_assert_int_eq(d->missing, PH);
 }
 END_TEST
@@ -844,11 +844,11 @@ START_TEST(test_overlap_and_copies)
 	swd_sender sd[4];
 	const char *rn[4];
 	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 4), 2);
-	ck_assert_int_eq(sd[1].duplicates, 3);
+	ck_assert_int_eq(sd[1].drop[SWD_DROP_DUPLICATE], 3);
 	ck_assert_int_eq(sd[1].disagree, 2);
 	ck_assert_int_eq(sd[1].uncompared, 0);
-	ck_assert_int_eq(sd[1].overlaps, 1);
-	ck_assert_int_eq(sd[0].duplicates + sd[0].disagree + sd[0].overlaps, 0);
+	ck_assert_int_eq(sd[1].drop[SWD_DROP_OVERLAP], 1);
+	ck_assert_int_eq(sd[0].drop[SWD_DROP_DUPLICATE] + sd[0].disagree + sd[0].drop[SWD_DROP_OVERLAP], 0);
 	swd_asm_free(&a);
 }
 END_TEST
@@ -890,9 +890,21 @@ START_TEST(test_senders_end_and_seq)
 	const swd_sender *d0 = sender_of(99, 0), *d1 = sender_of(99, 1);
 	ck_assert(d0->ended && d1->ended);
 	ck_assert_int_eq(d0->lost, 0);
-	ck_assert_int_eq(d1->lost, 1);
-	ck_assert_int_eq(d0->after_end, 1);
+	/* rank 1's seq 0 is below its first seq here: the writer's to count
+	 * (sender_gap); the message that said 3 senders arrived: counted under
+	 * senders_mismatch only, never lost as well (issue 26, item 5) */
+	ck_assert_uint_eq(d1->first_seq, 1);
+	ck_assert_int_eq(d1->lost, 0);
+	ck_assert_int_eq(d1->drop[SWD_DROP_SENDERS], 1);
+	ck_assert_int_eq(d0->drop[SWD_DROP_AFTER_END], 1);
 	ck_assert_uint_eq(d1->seq_next, 5);
+	/* every message of each sender: stored, dropped once, or its end */
+	for (const swd_sender *d = d0; d; d = d == d0 ? d1 : NULL) {
+		int64_t n = d->stored + d->pending + d->ended;
+		for (int k = 0; k < SWD_DROP_REASONS; k++)
+			n += d->drop[k];
+		ck_assert_int_eq(n, d->messages);
+	}
 	swd_asm_free(&a);
 }
 END_TEST
@@ -924,6 +936,151 @@ START_TEST(test_end_settles_gathered_layers)
 	ck_assert_int_eq(out[0].mrank[PH + 2], -2);	/* nobody ever sent them: no rank known */
 	ck_assert_int_eq(out[0].mrank[PH + 1], -1);
 	ck_assert_int_eq(out[1].type, WQ_END);
+	swd_asm_free(&a);
+}
+END_TEST
+
+/* Every message of each sender is stored, pending, dropped once or its end. */
+static void
+check_accounting(const swd_asm *a)
+{
+	swd_sender sd[16];
+	const char *rn[16];
+	size_t n = swd_asm_senders(a, sd, rn, 16);
+	for (size_t i = 0; i < n; i++) {
+		int64_t k = sd[i].stored + sd[i].pending + sd[i].ended;
+		for (int r = 0; r < SWD_DROP_REASONS; r++)
+			k += sd[i].drop[r];
+		ck_assert_int_eq(k, sd[i].messages);
+	}
+}
+
+/* Issue 26, item 2: at shutdown (SIGTERM) the parts still gathered are
+ * computed as they are and written, their missing heads named, never
+ * freed unseen; a part held at the final shutdown counts as stopping. */
+START_TEST(test_stop_writes_gathered_parts)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	/* rank 0 sends its heads of both layers of step 0; rank 1 nothing */
+	for (uint32_t l = 0; l < 2; l++)
+		ck_assert_int_eq(give(a, part(0, l, 0, l, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 0);
+	swd_asm_stop(a);
+	ck_assert_int_eq(nworks, 2);
+	ck_assert_ptr_nonnull(works[0].miss);
+	ck_assert_int_eq(works[0].miss[0], -1);
+	ck_assert_int_eq(works[0].miss[2], -2);	/* rank 1 never sent: no rank known */
+	finish_works(a, 0, 0.5, 1);
+	ck_assert_int_eq(nout, 1);
+	ck_assert_int_eq(out[0].type, WQ_STEP);
+	ck_assert_uint_eq(out[0].have, 2);
+	const swd_sender *d0 = sender_of(99, 0);
+	ck_assert_int_eq(d0->stored, 2);
+	ck_assert_int_eq(d0->pending, 0);
+	check_accounting(a);
+	swd_asm_shutdown(a);
+	swd_asm_free(&a);
+
+	/* without swd_asm_stop: the final shutdown counts the held part */
+	a = mk2();
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	swd_sender sd[2];
+	const char *rn[2];
+	swd_asm_shutdown(a);
+	ck_assert_int_eq(nout, 0);
+	ck_assert_int_eq(swd_asm_get_stats(a)->drops[SWD_DROP_STOPPING], 1);
+	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 2), 0);	/* forgotten, after counting */
+	swd_asm_free(&a);
+}
+END_TEST
+
+static size_t reserve_bytes;
+static size_t
+work_bytes(void *ud, const swp_msg *m)
+{
+	(void)ud;
+	ck_assert_uint_eq(m->shape[0], PH);
+	ck_assert_uint_eq(m->shape[1], PR);
+	return reserve_bytes;
+}
+
+/* Issue 26, item 3: a gathered layer reserves its computation with its
+ * first part, so the budget refuses first parts (budget), never a part
+ * that waits; parts discarded when their layer cannot start count under
+ * budget, for the daemon and for each sender. */
+START_TEST(test_gather_budget_counted)
+{
+	atomic_llong inflight = 0;
+	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL, 0, 0, work_bytes };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	reserve_bytes = 1000;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	char why[256];
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	long long one = atomic_load(&inflight);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
+
+	/* room for the buffer, not with its computation: the first part is refused */
+	c.budget_bytes = one - 1;
+	nout = nincs = nsenders = nworks = 0;
+	a = swd_asm_new(&c, emit, NULL);
+	swp_msg m = part(0, 0, 0, 0, 0, 2, 0, PR);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t, why, sizeof(why)), SWD_DROP_BUDGET);
+	ck_assert_ptr_nonnull(strstr(why, "with its computation"));
+	/* the reserve is the work's: once whole the layer starts whatever the budget */
+	c.budget_bytes = 0;
+	swd_asm_free(&a);
+
+	a = swd_asm_new(&c, emit, NULL);
+	nout = nincs = nsenders = nworks = 0;
+	work_refuse = 1;	/* the callee refuses: its parts wait, then are given up */
+	ck_assert_int_eq(give(a, part(0, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(0, 0, 1, 0, 2, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(0, 1, 0, 1, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	swd_asm_tick(a, 2000);	/* the step's timeout */
+	ck_assert_int_eq(swd_asm_get_stats(a)->drops[SWD_DROP_BUDGET], 3);
+	swd_sender sd[2];
+	const char *rn[2];
+	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 2), 2);
+	ck_assert_int_eq(sd[0].drop[SWD_DROP_BUDGET], 2);
+	ck_assert_int_eq(sd[1].drop[SWD_DROP_BUDGET], 1);
+	check_accounting(a);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
+}
+END_TEST
+
+/* Issue 26, item 5: an end whose senders is not its incarnation's ends
+ * nothing (senders_mismatch); a second end is after_end. */
+START_TEST(test_end_senders_checked)
+{
+	swd_asm *a = mk2();
+	swd_ticket t;
+	give(a, part(0, 0, 0, 0, 0, PH, 0, PR), 0, &t);
+	swd_asm_start(a, &t);
+	swd_asm_done(a, &t, result(PH, PR, 0.5, NULL), 0);
+	swp_msg e = part(0, 0, 1, 0, 0, PH, 0, PR);
+	e.type = SWP_END;
+	e.senders = 3;
+	ck_assert_int_eq(swd_asm_end(a, &e, 1), SWD_DROP_SENDERS);
+	e.senders = 2;
+	e.seq = 1;
+	ck_assert_int_eq(swd_asm_end(a, &e, 1), SWD_ASM_ACCEPT);
+	e.seq = 2;
+	ck_assert_int_eq(swd_asm_end(a, &e, 1), SWD_DROP_AFTER_END);
+	const swd_sender *d1 = NULL;
+	swd_sender sd[2];
+	const char *rn[2];
+	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 2), 2);
+	d1 = &sd[1];
+	ck_assert_int_eq(d1->drop[SWD_DROP_SENDERS], 1);
+	ck_assert_int_eq(d1->drop[SWD_DROP_AFTER_END], 1);
+	ck_assert_int_eq(d1->lost, 0);
+	ck_assert(d1->ended);
+	check_accounting(a);
 	swd_asm_free(&a);
 }
 END_TEST
@@ -1323,7 +1480,7 @@ START_TEST(test_copy_of_old_step_uncompared)
 	const char *rn[4];
 	ck_assert_uint_eq(swd_asm_senders(a, sd, rn, 4), 2);
 	ck_assert_int_eq(sd[1].rank, 1);
-	ck_assert_int_eq(sd[1].duplicates, 2);
+	ck_assert_int_eq(sd[1].drop[SWD_DROP_DUPLICATE], 2);
 	ck_assert_int_eq(sd[1].uncompared, 1);
 	ck_assert_int_eq(sd[1].disagree, 0);
 	ck_assert_int_eq(swd_asm_jobs(a), 0);
@@ -1372,7 +1529,7 @@ START_TEST(test_refused_at_timeout_gathered_anew)
 	int32_t want[2 * PH] = { -1, -1, -2, -2, 0, 0, -1, -1 };
 	for (uint32_t i = 0; i < 2 * PH; i++)
 		ck_assert_int_eq(out[0].mrank[i], want[i]);
-	ck_assert_int_eq(sender_of(99, 1)->duplicates, 0);
+	ck_assert_int_eq(sender_of(99, 1)->drop[SWD_DROP_DUPLICATE], 0);
 	swd_asm_free(&a);
 }
 END_TEST
@@ -1413,6 +1570,9 @@ suite(void)
 	tcase_add_test(tp, test_overlap_and_copies);
 	tcase_add_test(tp, test_senders_end_and_seq);
 	tcase_add_test(tp, test_parts_wait_for_budget);
+	tcase_add_test(tp, test_stop_writes_gathered_parts);
+	tcase_add_test(tp, test_gather_budget_counted);
+	tcase_add_test(tp, test_end_senders_checked);
 	tcase_add_test(tp, test_end_settles_gathered_layers);
 	tcase_add_test(tp, test_drop_reasons_named);
 	tcase_add_test(tp, test_gather_edges);
