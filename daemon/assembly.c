@@ -1862,7 +1862,9 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 		    (long long)r->lost, (long long)r->incomplete);
 		maybe_finish(a, r);
 	}
-	if (m->inc && inc_ended && !was_ended(a, m->run, m->inc))
+	/* an end of a run not held here (unknown_run) ends nothing: one rank's end
+	 * after a restart must not drop its incarnation's other ranks (after_end) */
+	if (found && m->inc && inc_ended && !was_ended(a, m->run, m->inc))
 		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
 	if (!found)
 		found = end_closed(a, m->run);

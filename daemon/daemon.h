@@ -157,6 +157,8 @@ typedef struct swd_writer swd_writer;
 int swd_writer_start(swd_writer **w, const swd_config *cfg, atomic_llong *inflight);
 /* Queues an item (the writer frees it). */
 void swd_writer_push(swd_writer *w, swd_witem *it);
+/* Returns once every item queued before the call is processed. */
+void swd_writer_sync(swd_writer *w);
 /* Writes everything queued, closes every file, joins the thread. */
 void swd_writer_stop(swd_writer **w);
 const swd_wstats *swd_writer_stats(const swd_writer *w);

@@ -102,6 +102,8 @@ struct swd_writer {
 	pthread_cond_t cv;
 	swd_witem *head, *tail;
 	int stop;
+	int64_t pushed, done;	/* items queued, and taken and processed (under mu) */
+	pthread_cond_t done_cv;
 	swd_config cfg;
 	atomic_llong *inflight;
 	swd_wstats st;
@@ -699,6 +701,11 @@ first_seen(swd_writer *w, struct wrun *r, struct winc *wi, uint64_t first_seq)
 {
 	wi->seen = 1;
 	uint64_t held = (uint64_t)wi->stored + (uint64_t)wi->lost_file;
+	/* its sender row (layout 3) accounts for the messages dropped too */
+	for (const struct wsend *d = r->snd; d; d = d->next)
+		if (d->inc == wi->inc && d->rank == 0 && d->base[SW_S_MESSAGES] + d->base[SW_S_LOST] >
+		    held)
+			held = d->base[SW_S_MESSAGES] + d->base[SW_S_LOST];
 	if (first_seq <= held)
 		return;
 	int64_t gap = (int64_t)(first_seq - held);
@@ -809,18 +816,20 @@ write_step(swd_writer *w, swd_witem *it)
 		return r && r->locked ? -2 : -1;
 	const swd_meta *m = &r->meta;
 	uint32_t L = m->layers, H = m->heads;
-	/* the same incarnation sending a stored step again: not stored, counted */
-	if (has_key(r, it->step, it->inc)) {
-		atomic_fetch_add(&w->st.duplicates, fate_item(w, it, WF_DUP));
-		log_warn("run %s: step %lld of incarnation %llu is already stored: duplicate "
-		    "not stored", m->run, (long long)it->step, (unsigned long long)it->inc);
-		return 0;
-	}
 	struct winc *wi = get_winc(r, it->inc);
 	if (!wi)
 		return -1;
 	if (!wi->seen && it->inc_named && it->inc_senders <= 1)
 		first_seen(w, r, wi, it->first_seq);
+	/* the same incarnation sending a stored step again: not stored, counted
+	 * (its senders' counters, which the item carries, are stored all the same) */
+	if (has_key(r, it->step, it->inc)) {
+		atomic_fetch_add(&w->st.duplicates, fate_item(w, it, WF_DUP));
+		put_senders(w, r, it->snd, it->nsnd);
+		log_warn("run %s: step %lld of incarnation %llu is already stored: duplicate "
+		    "not stored", m->run, (long long)it->step, (unsigned long long)it->inc);
+		return 0;
+	}
 	put_senders(w, r, it->snd, it->nsnd);
 	char rerr[512];
 	if (it->has_resume && !wi->resumed) {
@@ -1155,6 +1164,10 @@ writer_main(void *arg)
 			else if (it->type == WQ_SENDERS)
 				senders_item(w, it);
 			free_item(it, w->inflight);
+			pthread_mutex_lock(&w->mu);
+			w->done++;
+			pthread_cond_broadcast(&w->done_cv);
+			pthread_mutex_unlock(&w->mu);
 		}
 		if (mono_ms() - w->last_flush_ms >= w->cfg.flush_ms || stopping)
 			flush_all(w);
@@ -1183,6 +1196,7 @@ swd_writer_start(swd_writer **wp, const swd_config *cfg, atomic_llong *inflight)
 	}
 	pthread_mutex_init(&w->fmu, NULL);
 	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->done_cv, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	if (pthread_create(&w->th, NULL, writer_main, w) != 0) {
 		free(w->fates);
@@ -1203,6 +1217,7 @@ swd_writer_push(swd_writer *w, swd_witem *it)
 	else
 		w->head = it;
 	w->tail = it;
+	w->pushed++;
 	atomic_fetch_add(&w->st.queue_depth, 1);
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
@@ -1222,9 +1237,20 @@ swd_writer_stop(swd_writer **wp)
 	pthread_mutex_destroy(&w->mu);
 	pthread_mutex_destroy(&w->fmu);
 	pthread_cond_destroy(&w->cv);
+	pthread_cond_destroy(&w->done_cv);
 	free(w->fates);
 	free(w);
 	*wp = NULL;
+}
+
+void
+swd_writer_sync(swd_writer *w)
+{
+	pthread_mutex_lock(&w->mu);
+	int64_t target = w->pushed;
+	while (w->done < target)
+		pthread_cond_wait(&w->done_cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
 }
 
 const swd_wstats *
