@@ -763,7 +763,7 @@ ctl_poll_cb(uv_poll_t *h, int status, int events)
 	(void)h;
 	(void)status;
 	(void)events;
-	static char out[1 << 18];	/* a line per sender: 1024 of them fit */
+	static char small[256];	/* the reply when there is no memory for it */
 	static swd_status_run runs[256];
 	while (D.ctl && sock_readable(D.ctl)) {
 		char req[256];
@@ -780,9 +780,16 @@ ctl_poll_cb(uv_poll_t *h, int status, int events)
 		}
 		swd_status st;
 		fill_status(&st, runs, sizeof(runs) / sizeof(runs[0]));
-		size_t len = swd_control_reply(req, (size_t)(n < (int)sizeof(req) ? n : (int)sizeof(req)),
-		    &st, out, sizeof(out));
-		zmq_send(D.ctl, out, len, 0);
+		/* the whole reply, however long the lists (fill_status caps them) */
+		size_t rl = (size_t)(n < (int)sizeof(req) ? n : (int)sizeof(req)), len;
+		char *out = swd_control_reply_alloc(req, rl, &st, &len);
+		if (out) {
+			zmq_send(D.ctl, out, len, 0);
+			free(out);
+		} else {
+			len = swd_control_reply(req, rl, &st, small, sizeof(small));
+			zmq_send(D.ctl, small, len, 0);
+		}
 	}
 }
 
