@@ -1103,7 +1103,7 @@ curve_client(void *sock, const char *server_key, const char *secret, char *err, 
 static int
 setup_sockets(char *err, size_t errlen)
 {
-	char secret[SWP_KEY_LEN + 1] = "";
+	char secret[SWP_KEY_LEN + 1] = "", ep[sizeof(D.cfg.listen) + 16];
 	if (!(D.zctx = zmq_ctx_new())) {
 		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		return -1;
@@ -1172,7 +1172,7 @@ setup_sockets(char *err, size_t errlen)
 			    zmq_strerror(errno));
 			return -1;
 		}
-	} else if (zmq_bind(D.sub, D.cfg.listen) != 0) {
+	} else if (zmq_bind(D.sub, swd_bind_endpoint(D.cfg.listen, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", D.cfg.listen, zmq_strerror(errno));
 		return -1;
 	}
@@ -1185,7 +1185,7 @@ setup_sockets(char *err, size_t errlen)
 		snprintf(err, errlen, "control socket: %s", zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(D.ctl, D.cfg.control) != 0) {
+	if (zmq_bind(D.ctl, swd_bind_endpoint(D.cfg.control, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "cannot bind the control endpoint %s: %s", D.cfg.control,
 		    zmq_strerror(errno));
 		return -1;

@@ -1194,6 +1194,30 @@ def t_no_warning_delivered(d):
     assert steps_of(path) == list(range(5)), steps_of(path)
 
 
+def t_localhost():
+    """Issue 26 item 12: a daemon told to listen (and answer) on
+    tcp://localhost:P binds 127.0.0.1 (ZeroMQ took localhost for an
+    interface: "No such device") and stores what a client sends there."""
+    d = Daemon()
+    d.listen = "tcp://localhost:%d" % d.port
+    d.control = "tcp://localhost:%d" % d.cport
+    d.start()
+    try:
+        x = probs(np.random.default_rng(10))
+        c = sinkwatch.Client("py-localhost", layers=1, heads=2, endpoint=d.listen)
+        assert c.send(0, 0, x) is True and c.end() is True
+        final = c.close()
+        assert final["sent"] == 2 and final["dropped"] == 0, final
+        path = wait_ended(d, "py-localhost")
+        assert steps_of(path) == [0], steps_of(path)
+        st = d.status()
+        assert st["server"]["listen"] == d.listen and st["server"]["control"] == d.control, \
+            st["server"]
+    finally:
+        assert d.stop() == 0
+        shutil.rmtree(d.tmp, ignore_errors=True)
+
+
 def t_dtypes_kinds(d):
     rng = np.random.default_rng(6)
     H, R, K, L = 3, 4, 10, 2
@@ -1542,6 +1566,7 @@ CASES = {
     "wire_equals_c_client_v2": lambda: t_wire_equals_c_client_v2(),
     "close_bounded": lambda: t_close_bounded(),
     "warn_undelivered": lambda: t_warn_undelivered(),
+    "localhost": lambda: t_localhost(),
     "down_then_up": lambda: t_down_then_up(),
     "daemon_restart": lambda: t_daemon_restart(),
     "slow_joiner": "daemon",

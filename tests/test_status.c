@@ -246,6 +246,28 @@ START_TEST(test_cpu)
 }
 END_TEST
 
+/* Issue 26 item 12: localhost is bound as 127.0.0.1, nothing else changes. */
+START_TEST(test_bind_endpoint)
+{
+	char b[64];
+	ck_assert_str_eq(swd_bind_endpoint("tcp://localhost:5710", b, sizeof(b)),
+	    "tcp://127.0.0.1:5710");
+	ck_assert_str_eq(swd_bind_endpoint("ws://localhost:80/sw", b, sizeof(b)),
+	    "ws://127.0.0.1:80/sw");
+	ck_assert_str_eq(swd_bind_endpoint("wss://localhost:443", b, sizeof(b)),
+	    "wss://127.0.0.1:443");
+	const char *same[] = { "tcp://127.0.0.1:5710", "tcp://*:5710", "tcp://localhostx:1",
+	    "tcp://lo:5710", "ipc:///tmp/localhost:1", "inproc://localhost:1", "localhost:1",
+	    "tcp://[::1]:5710", "tcp://localhost" };
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+		ck_assert_ptr_eq(swd_bind_endpoint(same[i], b, sizeof(b)), same[i]);
+	/* never cut: a buffer too small leaves it as it is */
+	char small[12];
+	const char *lh = "tcp://localhost:5710";
+	ck_assert_ptr_eq(swd_bind_endpoint(lh, small, sizeof(small)), lh);
+}
+END_TEST
+
 START_TEST(test_config)
 {
 	swd_config c;
@@ -494,6 +516,7 @@ main(void)
 	tcase_add_test(tc, test_cpu);
 	tcase_add_test(tc, test_long_lists);
 	tcase_add_test(tc, test_config);
+	tcase_add_test(tc, test_bind_endpoint);
 	tcase_add_test(tc, test_log);
 	tcase_add_test(tc, test_subscribe);
 	suite_add_tcase(s, tc);
