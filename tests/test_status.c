@@ -156,8 +156,8 @@ START_TEST(test_long_lists)
 	swd_status st = sample(runs);
 	memset(id, 'r', SWP_RUN_MAX);
 	for (int i = 0; i < SHOWN; i++)
-		snd[i] = (swd_status_sender){ id, 7, (uint32_t)i, LIVE, 3, 0, 0, 0, 0, 0, 0, 0, 0,
-		    3, 0 };
+		snd[i] = (swd_status_sender){ .run = id, .inc = 7, .rank = (uint32_t)i,
+		    .senders = LIVE, .messages = 3, .seq_next = 3 };
 	st.senders = snd;
 	st.nsenders = SHOWN;
 	st.senders_live = LIVE;
