@@ -777,7 +777,7 @@ ctl_poll_cb(uv_poll_t *h, int status, int events)
 	(void)h;
 	(void)status;
 	(void)events;
-	static char out[1 << 18];	/* a line per sender: 1024 of them fit */
+	static char small[256];	/* the reply when there is no memory for it */
 	static swd_status_run runs[256];
 	while (D.ctl && sock_readable(D.ctl)) {
 		char req[256];
@@ -794,9 +794,16 @@ ctl_poll_cb(uv_poll_t *h, int status, int events)
 		}
 		swd_status st;
 		fill_status(&st, runs, sizeof(runs) / sizeof(runs[0]));
-		size_t len = swd_control_reply(req, (size_t)(n < (int)sizeof(req) ? n : (int)sizeof(req)),
-		    &st, out, sizeof(out));
-		zmq_send(D.ctl, out, len, 0);
+		/* the whole reply, however long the lists (fill_status caps them) */
+		size_t rl = (size_t)(n < (int)sizeof(req) ? n : (int)sizeof(req)), len;
+		char *out = swd_control_reply_alloc(req, rl, &st, &len);
+		if (out) {
+			zmq_send(D.ctl, out, len, 0);
+			free(out);
+		} else {
+			len = swd_control_reply(req, rl, &st, small, sizeof(small));
+			zmq_send(D.ctl, small, len, 0);
+		}
 	}
 }
 
@@ -1112,7 +1119,7 @@ curve_client(void *sock, const char *server_key, const char *secret, char *err, 
 static int
 setup_sockets(char *err, size_t errlen)
 {
-	char secret[SWP_KEY_LEN + 1] = "";
+	char secret[SWP_KEY_LEN + 1] = "", ep[sizeof(D.cfg.listen) + 16];
 	if (!(D.zctx = zmq_ctx_new())) {
 		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		return -1;
@@ -1181,7 +1188,7 @@ setup_sockets(char *err, size_t errlen)
 			    zmq_strerror(errno));
 			return -1;
 		}
-	} else if (zmq_bind(D.sub, D.cfg.listen) != 0) {
+	} else if (zmq_bind(D.sub, swd_bind_endpoint(D.cfg.listen, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", D.cfg.listen, zmq_strerror(errno));
 		return -1;
 	}
@@ -1194,7 +1201,7 @@ setup_sockets(char *err, size_t errlen)
 		snprintf(err, errlen, "control socket: %s", zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(D.ctl, D.cfg.control) != 0) {
+	if (zmq_bind(D.ctl, swd_bind_endpoint(D.cfg.control, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "cannot bind the control endpoint %s: %s", D.cfg.control,
 		    zmq_strerror(errno));
 		return -1;

@@ -1,6 +1,7 @@
 /* status.c: control requests and status text (see status.h). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/status.h"
@@ -23,22 +24,90 @@ const char *const swd_stage_help[SWD_STAGES_N] = {
 #undef SWD_STAGE_HELP
 };
 
+/*
+ * The text being built. A fixed buffer (grow 0) keeps what fits and marks
+ * the cut at finish(); a growing one (grow 1, p from malloc) reallocates.
+ * need counts every byte asked for, whether it fit or not.
+ */
 struct buf {
 	char *p;
-	size_t len, cap;
+	size_t len, cap, need;
+	int grow, cut;
+	const char *cutfmt;	/* the line that says so: needed, then held */
 };
+
+/* Room for at least want bytes, NUL included: 0, or -1 (no more memory). */
+static int
+buf_grow(struct buf *b, size_t want)
+{
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < want)
+		cap *= 2;
+	char *p = realloc(b->p, cap);
+	if (!p)
+		return -1;
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
 
 static void
 put(struct buf *b, const char *fmt, ...)
 {
 	va_list ap;
-	if (b->len + 1 >= b->cap)
-		return;
-	va_start(ap, fmt);
-	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+	for (;;) {
+		/* once cut, only count: what follows a cut is never half there */
+		size_t room = !b->cut && b->len < b->cap ? b->cap - b->len : 0;
+		va_start(ap, fmt);
+		int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if ((size_t)n < room) {
+			b->len += (size_t)n;
+			b->need += (size_t)n;
+			return;
+		}
+		if (b->cut || !b->grow || buf_grow(b, b->len + (size_t)n + 1) != 0) {
+			b->cut = 1;
+			b->need += (size_t)n;
+			if (b->len < b->cap)
+				b->p[b->len] = '\0';
+			return;
+		}
+	}
+}
+
+/*
+ * Ends the text. A cut one keeps its whole lines and ends with a line
+ * saying what was cut (cutfmt: the bytes needed, the bytes held), as much
+ * of that line as fits: the cut is never silent. Returns the length.
+ */
+static size_t
+finish(struct buf *b)
+{
+	if (b->cap == 0)
+		return 0;
+	if (!b->cut) {
+		b->p[b->len] = '\0';
+		return b->len;
+	}
+	char note[160];
+	int m = snprintf(note, sizeof(note), b->cutfmt, b->need + 1, b->cap);
+	size_t nl = m < 0 ? 0 : (size_t)m < sizeof(note) ? (size_t)m : sizeof(note) - 1;
+	size_t keep = 0;
+	if (nl < b->cap)
+		for (size_t i = b->len < b->cap - nl ? b->len : b->cap - 1 - nl; i > 0; i--)
+			if (b->p[i - 1] == '\n') {
+				keep = i;
+				break;
+			}
+	if (nl >= b->cap)
+		nl = b->cap - 1;
+	memcpy(b->p + keep, note, nl);
+	b->len = keep + nl;
+	b->p[b->len] = '\0';
+	return b->len;
 }
 
 /* CPU seconds by stage, and per message received (ms). */
@@ -95,6 +164,9 @@ section(struct buf *b, const char *name, const swd_status *st)
 			    (long long)st->upstream_failed);
 	} else if (!strcmp(name, "runs")) {
 		put(b, "# runs\nruns: %zu\n", st->nruns);
+		if (st->runs_live > (int64_t)st->nruns)
+			put(b, "runs_total: %lld\nruns_not_shown: %lld\n", (long long)st->runs_live,
+			    (long long)(st->runs_live - (int64_t)st->nruns));
 		for (size_t i = 0; i < st->nruns; i++) {
 			const swd_status_run *r = &st->runs[i];
 			put(b, "run: %s model=%s layers=%u heads=%u split=%s steps=%lld "
@@ -108,6 +180,10 @@ section(struct buf *b, const char *name, const swd_status *st)
 		}
 	} else if (!strcmp(name, "senders")) {
 		put(b, "# senders\nsenders: %zu\n", st->nsenders);
+		if (st->senders_live > (int64_t)st->nsenders)
+			put(b, "senders_total: %lld\nsenders_not_shown: %lld\n",
+			    (long long)st->senders_live,
+			    (long long)(st->senders_live - (int64_t)st->nsenders));
 		for (size_t i = 0; i < st->nsenders; i++) {
 			const swd_status_sender *d = &st->senders[i];
 			put(b, "sender: %s inc=%llu rank=%u/%u messages=%lld lost=%lld "
@@ -168,15 +244,12 @@ static const char *const sections[] = {
 	"writer", "loop", "cpu"
 };
 
-size_t
-swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *out,
-    size_t outlen)
+static const char control_cut[] = "cut: this reply needs a buffer of %zu bytes, it had %zu\n";
+
+static void
+control_reply(struct buf *b, const char *req, size_t reqlen, const swd_status *st)
 {
 	char cmd[64];
-	struct buf b = { out, 0, outlen };
-	if (outlen == 0)
-		return 0;
-	out[0] = '\0';
 	/* the request is untrusted bytes: copy, cut at the first newline */
 	size_t n = reqlen < sizeof(cmd) - 1 ? reqlen : sizeof(cmd) - 1;
 	memcpy(cmd, req, n);
@@ -186,27 +259,48 @@ swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *ou
 	if (arg)
 		*arg++ = '\0';
 	if (!strcmp(cmd, "ping")) {
-		put(&b, "pong\n");
+		put(b, "pong\n");
 	} else if (!strcmp(cmd, "help")) {
-		put(&b, "commands: status [SECTION], ping, help\nsections:");
+		put(b, "commands: status [SECTION], ping, help\nsections:");
 		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
-			put(&b, " %s", sections[i]);
-		put(&b, "\n");
+			put(b, " %s", sections[i]);
+		put(b, "\n");
 	} else if (!strcmp(cmd, "status")) {
 		int found = 0;
 		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
 			if (arg && *arg && strcmp(arg, sections[i]))
 				continue;
 			if (found++)
-				put(&b, "\n");
-			section(&b, sections[i], st);
+				put(b, "\n");
+			section(b, sections[i], st);
 		}
 		if (!found)
-			put(&b, "error: unknown section '%s'\n", arg);
+			put(b, "error: unknown section '%s'\n", arg);
 	} else {
-		put(&b, "error: unknown command '%s' (try help)\n", cmd);
+		put(b, "error: unknown command '%s' (try help)\n", cmd);
 	}
-	return b.len;
+}
+
+size_t
+swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *out,
+    size_t outlen)
+{
+	struct buf b = { .p = out, .cap = outlen, .cutfmt = control_cut };
+	if (outlen == 0)
+		return 0;
+	control_reply(&b, req, reqlen, st);
+	return finish(&b);
+}
+
+char *
+swd_control_reply_alloc(const char *req, size_t reqlen, const swd_status *st, size_t *len)
+{
+	struct buf b = { .grow = 1, .cutfmt = control_cut };
+	if (buf_grow(&b, 1) != 0)
+		return NULL;
+	control_reply(&b, req, reqlen, st);
+	*len = finish(&b);
+	return b.p;
 }
 
 /* ---- Prometheus --------------------------------------------------------------- */
@@ -224,13 +318,15 @@ one(struct buf *b, const char *name, const char *type, const char *help, double 
 	put(b, "%s %.17g\n", name, v);
 }
 
+/* a comment line in the exposition format: the text stays valid */
+static const char metrics_cut[] = "# cut: this text needs a buffer of %zu bytes, it had %zu\n";
+
 size_t
 swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 {
-	struct buf b = { out, 0, outlen };
+	struct buf b = { .p = out, .cap = outlen, .cutfmt = metrics_cut };
 	if (outlen == 0)
 		return 0;
-	out[0] = '\0';
 	metric(&b, "sinkwatch_build_info", "gauge", "The daemon's version (always 1).");
 	put(&b, "sinkwatch_build_info{version=\"%s\",protocol=\"%d\"} 1\n", st->version,
 	    SWP_VERSION);
@@ -314,5 +410,5 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	put(&b, "sinkwatch_upstream_handshakes_failed_total{reason=\"key_not_allowed\"} %lld\n"
 	    "sinkwatch_upstream_handshakes_failed_total{reason=\"handshake_failed\"} %lld\n",
 	    (long long)st->upstream_refused, (long long)st->upstream_failed);
-	return b.len;
+	return finish(&b);
 }

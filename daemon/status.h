@@ -114,17 +114,31 @@ typedef struct swd_status {
 /*
  * Answers one control request (a command line: "status", "status SECTION",
  * "ping", "help") into out. Sections: server, auth, runs, senders, refused,
- * traffic, drops, rejects, queue, writer, loop, cpu. Returns the reply length (truncated to
- * outlen - 1, always NUL-terminated).
+ * traffic, drops, rejects, queue, writer, loop, cpu. A list longer than the
+ * one given (runs_live > nruns, senders_live > nsenders) says so: lines
+ * runs_total and runs_not_shown, senders_total and senders_not_shown.
+ * Returns the reply length, always NUL-terminated and under outlen; a
+ * reply that does not fit keeps its whole lines and ends with a line
+ * "cut: this reply needs a buffer of N bytes, it had M" (as much of it as
+ * fits), never cut silently.
  */
 size_t swd_control_reply(const char *req, size_t reqlen, const swd_status *st,
     char *out, size_t outlen);
 
 /*
+ * The same reply, whole, in a buffer it allocates (the caller frees it);
+ * *len is its length. NULL when out of memory at the start; short of memory
+ * later, the reply is cut as above.
+ */
+char *swd_control_reply_alloc(const char *req, size_t reqlen, const swd_status *st,
+    size_t *len);
+
+/*
  * The figures of st in Prometheus' text exposition format (version 0.0.4):
  * HELP and TYPE lines, counters ending in _total, drops by reason as a
  * label; no label whose values grow with the runs. Returns the length
- * written (truncated to outlen - 1, NUL-terminated).
+ * written, NUL-terminated; text that does not fit keeps its whole lines and
+ * ends with a comment line "# cut: ..." saying so.
  */
 size_t swd_metrics_text(const swd_status *st, char *out, size_t outlen);
 

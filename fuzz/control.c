@@ -3,8 +3,11 @@
  * (swd_control_reply, daemon/status.c), the bytes any client of the
  * control socket sends. Input: a request. Properties: the reply is
  * terminated, its length is what was returned and fits the buffer, for a
- * large buffer and for a small one (the truncation path).
+ * large buffer and for a small one (the truncation path, which ends with a
+ * "cut" line); the reply the daemon sends (swd_control_reply_alloc) is
+ * the large buffer's.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/status.h"
@@ -55,5 +58,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		init_status();
 	reply(data, size, 1 << 16);
 	reply(data, size, 1 + (size ? data[0] % 97 : 0));
+	size_t n, m;
+	char *whole = swd_control_reply_alloc((const char *)data, size, &st, &n);
+	char *out = malloc(1 << 16);
+	FUZZ_ASSERT(whole != NULL && out != NULL && strlen(whole) == n);
+	m = swd_control_reply((const char *)data, size, &st, out, 1 << 16);
+	FUZZ_ASSERT(m == n && !memcmp(out, whole, n + 1));
+	free(out);
+	free(whole);
 	return 0;
 }

@@ -6,20 +6,24 @@ the first ones are stored whole, the files stay as few as the limits allow
 and the daemon answers. A full run table (--max-runs) closes its idle runs
 first, never one with a step open, and only past them refuses new runs
 (too_many_runs); the refused run ids are listed with their counts (status
-refused) for the sender to read.
+refused) for the sender to read. A run of more senders than the status
+lists (1,100 with a 128-byte id, issue 26) is said to be cut, with its true
+length, and every section after it is there, whole.
 
     SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd /usr/bin/python3 tests/flood.py [CASE...]
 """
 import glob
 import os
+import subprocess
 import sys
 import time
 
 import h5py
+import msgpack
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swharness import SINKWATCHD, Daemon, Results, Sender, random_probs  # noqa: E402
+from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, Sender, child_env, random_probs  # noqa: E402
 
 if not SINKWATCHD:
     print("SINKWATCHD must be set: skipped")
@@ -139,7 +143,45 @@ def case_table():
                      "live.h5"], files
 
 
-CASES = {"rate": case_rate, "table": case_table}
+def case_status_lists():
+    """1,100 senders of one run with a 128-byte id, one layer each
+    (PROTOCOL.md 7b): the status lists 1,024 of them, says so with the
+    true length, and every section after the list is there, whole; so is
+    sinkwatch status's copy (it used to stop at 256 KiB mid-line)."""
+    N, SHOWN = 1100, 1024
+    run = ("status-lists-" + "x" * 128)[:128]
+    rng = np.random.default_rng(5)
+    x = random_probs(rng, 1, 2, 4)
+    d = Daemon().start()
+    try:
+        snd = Sender(d.listen, run, N, 1)
+        for rank in range(N):
+            snd.seq = 0
+            snd.snapshot(0, rank, x, v=2, inc=9, rank=rank, senders=N)
+        d.wait(lambda s: s["traffic"]["messages"] >= N, what="the senders' messages")
+        text = d.ctl("status")
+        tool = subprocess.run([SINKWATCH, "status", "--control", d.control],
+                              capture_output=True, env=child_env(), timeout=30)
+        snd.close()
+    finally:
+        assert d.stop() == 0
+    assert len(text) > 1 << 18, len(text)
+    assert "\n# senders\nsenders: %d\nsenders_total: %d\nsenders_not_shown: %d\n" % (
+        SHOWN, N, N - SHOWN) in text, text[:2000]
+    assert text.count("\nsender: %s inc=9 rank=" % run) == SHOWN
+    heads = [line for line in text.splitlines() if line.startswith("# ")]
+    assert heads == ["# " + n for n in ("server", "auth", "runs", "senders", "refused",
+                                        "traffic", "drops", "rejects", "queue", "writer",
+                                        "loop", "cpu")], heads
+    assert text.endswith("\n") and text.splitlines()[-1].startswith("process_s: "), text[-200:]
+    assert "\ncut: " not in text
+    assert tool.returncode == 0, tool.stderr
+    out = tool.stdout.decode()
+    assert len(out) > 1 << 18 and "senders_total: %d\n" % N in out, len(out)
+    assert out.splitlines()[-1].startswith("process_s: "), out[-200:]
+
+
+CASES = {"rate": case_rate, "table": case_table, "status_lists": case_status_lists}
 
 
 def main():

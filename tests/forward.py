@@ -14,10 +14,14 @@ the runs of their prefixes (--subscribe, repeatable).
   and counts (hwm), never loses a message without a count;
 - lock: two daemons on one data directory with overlapping prefixes: one
   writes the run, the other refuses it (locked), the file holds each step
-  once.
+  once;
+- since: a forwarder bound on tcp://localhost:P (as 127.0.0.1) passes a
+  run; its status says since when its counters count, and that they
+  restart with it (issue 26).
 
     SINKWATCH=./sinkwatch SINKWATCHD=./sinkwatchd /usr/bin/python3 tests/forward.py [CASE...]
 """
+import calendar
 import os
 import re
 import signal
@@ -268,9 +272,38 @@ def case_errors():
     assert rc == 2 and "subscribe: byte 0x01 at 1" in err, (rc, err)
 
 
+def case_since():
+    """localhost endpoints on both sides, and the counters' start."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-fwd-")
+    fw = Forwarder(tmp)
+    fw.inp, fw.out, fw.control = ("tcp://localhost:%d" % free_port() for _ in range(3))
+    t0 = time.time()
+    fw.start()
+    d = Daemon(tmp=tmp, extra=["--connect", fw.out])
+    d.listen = "tcp://localhost:%d" % d.port        # not bound with --connect
+    d.control = "tcp://localhost:%d" % d.cport
+    d.start()
+    try:
+        fw.wait(lambda s: s["subscriptions"]["prefixes"] == 1, what="the daemon's subscription")
+        sent, n = send_run(fw.inp, "since/r", np.random.default_rng(26), [0, 5])
+        d.wait_ended("since/r")
+        st = fw.wait(lambda s: s["traffic"]["forwarded"] == n, what="the run forwarded")
+        rc, out, err = run_cmd([SINKWATCH, "status", "--control", fw.control, "server"])
+    finally:
+        assert d.stop() == 0
+        assert fw.stop() == 0
+    check_file(d.run_file("since/r"), sent)
+    since = st["server"]["counters_since"]
+    m = re.fullmatch(r"(\S+) \(they restart with the forwarder\)", since)
+    assert m, since
+    t = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%SZ"))
+    assert t0 - 2 <= t <= time.time() + 1, (since, t0)
+    assert rc == 0 and "\ncounters_since: %s\n" % since in out, (rc, out, err)
+
+
 def main():
     cases = {"routing": case_routing, "nodrop": case_nodrop, "lock": case_lock,
-             "errors": case_errors}
+             "errors": case_errors, "since": case_since}
     want = sys.argv[1:] or list(cases)
     r = Results()
     for name in want:

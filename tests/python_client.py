@@ -1133,6 +1133,91 @@ def t_close_bounded():
     c.close()
 
 
+def t_warn_undelivered():
+    """Issue 26 item 11: five messages to a port where no daemon listens
+    are queued, not dropped, while the job runs; close() gives them up and
+    says so once, naming the endpoint and the count (it used to say
+    nothing: the only warning came when the queue filled)."""
+    ep = "tcp://127.0.0.1:%d" % free_port()
+    x = probs(np.random.default_rng(8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = sinkwatch.Client("py-nowhere", layers=1, heads=2, endpoint=ep, linger=0.1)
+        assert all(c.send(t, 0, x) for t in range(5))
+        during = [str(w.message) for w in caught]
+        final = c.close()
+        c.close()       # twice: no second warning
+    ours = [w for w in caught if issubclass(w.category, sinkwatch.SinkwatchWarning)]
+    assert during == [], during
+    assert final["dropped"] == 5 and final["sent"] == 0, final
+    assert len(ours) == 1, [str(w.message) for w in caught]
+    msg = str(ours[0].message)
+    assert ep in msg and "5 of 5 messages not delivered" in msg and "py-nowhere" in msg, msg
+    assert "no daemon subscribed" in msg, msg
+    assert ours[0].filename == __file__, ours[0].filename      # points at the close()
+    # a drop while running: one warning then (endpoint and counts), one at close
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = sinkwatch.Client("py-nowhere", layers=1, heads=2, endpoint=ep, linger=0,
+                             queue_max=2)
+        assert [c.send(t, 0, x) for t in range(5)] == [True, True, False, False, False]
+        assert c.end() is False
+        c.close()
+    ours = [str(w.message) for w in caught
+            if issubclass(w.category, sinkwatch.SinkwatchWarning)]
+    assert len(ours) == 2, ours
+    assert ep in ours[0] and "dropped message 2" in ours[0] and "1 dropped, 0 sent, 2 queued" \
+        in ours[0], ours[0]
+    assert ep in ours[1] and "6 of 6 messages not delivered" in ours[1] and \
+        "2 still queued" in ours[1] and "4 dropped before" in ours[1], ours[1]
+    # warnings as errors: close() still returns its counters
+    c = sinkwatch.Client("py-nowhere", layers=1, heads=2, endpoint=ep, linger=0)
+    c.send(0, 0, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert c.close()["dropped"] == 1
+
+
+def t_no_warning_delivered(d):
+    """With a daemon, a whole run and close(): no warning at all."""
+    x = probs(np.random.default_rng(9))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = sinkwatch.Client("py-quiet", layers=1, heads=2, endpoint=d.listen)
+        for t in range(5):
+            assert c.send(t, 0, x) is True
+        assert c.end() is True
+        final = c.close()
+    assert final["dropped"] == 0 and final["sent"] == 6, final
+    assert [str(w.message) for w in caught] == [], [str(w.message) for w in caught]
+    path = wait_ended(d, "py-quiet")
+    assert steps_of(path) == list(range(5)), steps_of(path)
+
+
+def t_localhost():
+    """Issue 26 item 12: a daemon told to listen (and answer) on
+    tcp://localhost:P binds 127.0.0.1 (ZeroMQ took localhost for an
+    interface: "No such device") and stores what a client sends there."""
+    d = Daemon()
+    d.listen = "tcp://localhost:%d" % d.port
+    d.control = "tcp://localhost:%d" % d.cport
+    d.start()
+    try:
+        x = probs(np.random.default_rng(10))
+        c = sinkwatch.Client("py-localhost", layers=1, heads=2, endpoint=d.listen)
+        assert c.send(0, 0, x) is True and c.end() is True
+        final = c.close()
+        assert final["sent"] == 2 and final["dropped"] == 0, final
+        path = wait_ended(d, "py-localhost")
+        assert steps_of(path) == [0], steps_of(path)
+        st = d.status()
+        assert st["server"]["listen"] == d.listen and st["server"]["control"] == d.control, \
+            st["server"]
+    finally:
+        assert d.stop() == 0
+        shutil.rmtree(d.tmp, ignore_errors=True)
+
+
 def t_dtypes_kinds(d):
     rng = np.random.default_rng(6)
     H, R, K, L = 3, 4, 10, 2
@@ -1480,14 +1565,17 @@ CASES = {
     "wire_equals_c_client": lambda: t_wire_equals_c_client(),
     "wire_equals_c_client_v2": lambda: t_wire_equals_c_client_v2(),
     "close_bounded": lambda: t_close_bounded(),
+    "warn_undelivered": lambda: t_warn_undelivered(),
+    "localhost": lambda: t_localhost(),
     "down_then_up": lambda: t_down_then_up(),
     "daemon_restart": lambda: t_daemon_restart(),
     "slow_joiner": "daemon",
     "blocking": "daemon",
     "dtypes_kinds": "daemon",
+    "no_warning_delivered": "daemon",
 }
 WITH_DAEMON = {"slow_joiner": t_slow_joiner, "blocking": t_blocking,
-               "dtypes_kinds": t_dtypes_kinds}
+               "dtypes_kinds": t_dtypes_kinds, "no_warning_delivered": t_no_warning_delivered}
 
 
 def main():

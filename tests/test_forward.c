@@ -139,6 +139,77 @@ START_TEST(test_reply)
 }
 END_TEST
 
+/*
+ * Issue 26 item 12: the server section says since when the counters count
+ * (they restart with the forwarder); localhost binds as 127.0.0.1.
+ */
+START_TEST(test_since_and_bind)
+{
+	sw_fwd_stats st;
+	char out[8192], b[64];
+	memset(&st, 0, sizeof(st));
+	st.version = "9.9";
+	st.in = st.out = st.control = "-";
+	st.started = 86400 + 3600 + 61;
+	sw_fwd_reply("status server", 13, &st, out, sizeof(out));
+	ck_assert_msg(strstr(out, "\nuptime_s: 0.0\ncounters_since: 1970-01-02T01:01:01Z (they "
+	    "restart with the forwarder)\nin: -\n"), "%s", out);
+	ck_assert_str_eq(sw_fwd_bind_endpoint("tcp://localhost:5720", b, sizeof(b)),
+	    "tcp://127.0.0.1:5720");
+	ck_assert_str_eq(sw_fwd_bind_endpoint("ws://localhost:1/x", b, sizeof(b)),
+	    "ws://127.0.0.1:1/x");
+	const char *same = "tcp://*:5720";
+	ck_assert_ptr_eq(sw_fwd_bind_endpoint(same, b, sizeof(b)), same);
+	same = "tcp://localhost:5720";
+	ck_assert_ptr_eq(sw_fwd_bind_endpoint(same, b, 8), same);
+}
+END_TEST
+
+/*
+ * The most prefixes, each of bytes written as \xHH: the whole reply fits
+ * SW_FWD_REPLY_MAX (the forwarder's buffer), and a smaller buffer (the old
+ * 256 KiB) gets whole lines and a line that says it was cut.
+ */
+START_TEST(test_reply_longest)
+{
+	sw_fwd_subs *s = calloc(1, sizeof(*s));
+	sw_fwd_stats st;
+	unsigned char msg[1 + SW_FWD_PREFIX_MAX];
+	memset(&st, 0, sizeof(st));
+	st.version = "9.9";
+	st.in = st.out = st.control = "-";
+	st.subs = s;
+	for (int i = 0; i < SW_FWD_SUBS_MAX; i++) {
+		msg[0] = 1;
+		memset(msg + 1, 0x01, SW_FWD_PREFIX_MAX);
+		memcpy(msg + 1, &i, sizeof(i));
+		ck_assert_int_eq(sw_fwd_subs_apply(s, msg, sizeof(msg)), 1);
+	}
+	ck_assert_uint_eq(s->n, SW_FWD_SUBS_MAX);
+	char *out = malloc(SW_FWD_REPLY_MAX);
+	size_t n = sw_fwd_reply("status", 6, &st, out, SW_FWD_REPLY_MAX);
+	ck_assert_uint_eq(n, strlen(out));
+	ck_assert_uint_gt(n, (size_t)1 << 18);
+	ck_assert_uint_lt(n + 1, SW_FWD_REPLY_MAX);
+	size_t lines = 0;
+	for (const char *p = out; (p = strstr(p, "\nprefix: ")); p++)
+		lines++;
+	ck_assert_uint_eq(lines, SW_FWD_SUBS_MAX);
+	ck_assert(!strstr(out, "\ncut: ") && out[n - 1] == '\n');
+	static char small[1 << 18];
+	size_t m = sw_fwd_reply("status", 6, &st, small, sizeof(small));
+	char want[128];
+	snprintf(want, sizeof(want), "\ncut: this reply needs a buffer of %zu bytes, it had %zu\n",
+	    n + 1, sizeof(small));
+	ck_assert_uint_eq(m, strlen(small));
+	ck_assert_msg(m > strlen(want) && !strcmp(small + m - strlen(want), want), "%s",
+	    small + m - 200);
+	ck_assert(!strncmp(small, out, m - strlen(want) + 1));
+	free(out);
+	free(s);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -147,6 +218,8 @@ main(void)
 	tcase_add_test(tc, test_check);
 	tcase_add_test(tc, test_subs);
 	tcase_add_test(tc, test_reply);
+	tcase_add_test(tc, test_since_and_bind);
+	tcase_add_test(tc, test_reply_longest);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -108,7 +108,7 @@ START_TEST(test_reply)
 	char small[16];
 	n = swd_control_reply("status", 6, &st, small, sizeof(small));
 	ck_assert_uint_eq(n, 15);
-	ck_assert_uint_eq(strlen(small), 15);
+	ck_assert_str_eq(small, "cut: this reply");	/* even here, not silent */
 	ck_assert_uint_eq(swd_control_reply("status", 6, &st, small, 0), 0);
 	for (int i = 0; i < SWD_DROP_REASONS; i++)
 		ck_assert(swd_drop_names[i] && *swd_drop_names[i]);
@@ -141,6 +141,79 @@ START_TEST(test_reply)
 }
 END_TEST
 
+/*
+ * Issue 26 item 9: more senders than the list holds, and more than a
+ * fixed buffer holds. The list says it was cut and its true length, every
+ * section follows it, and a reply that does not fit ends with whole lines
+ * and a line saying so.
+ */
+START_TEST(test_long_lists)
+{
+	enum { SHOWN = 1024, LIVE = 1100 };
+	static char id[SWP_RUN_MAX + 1];
+	static swd_status_sender snd[SHOWN];
+	swd_status_run runs[1];
+	swd_status st = sample(runs);
+	memset(id, 'r', SWP_RUN_MAX);
+	for (int i = 0; i < SHOWN; i++)
+		snd[i] = (swd_status_sender){ .run = id, .inc = 7, .rank = (uint32_t)i,
+		    .senders = LIVE, .messages = 3, .seq_next = 3 };
+	st.senders = snd;
+	st.nsenders = SHOWN;
+	st.senders_live = LIVE;
+	st.runs_live = 300;	/* one run shown */
+
+	size_t len;
+	char *all = swd_control_reply_alloc("status", 6, &st, &len);
+	ck_assert_ptr_nonnull(all);
+	ck_assert_uint_eq(len, strlen(all));
+	ck_assert_uint_gt(len, (size_t)1 << 18);	/* the old reply buffer */
+	ck_assert(strstr(all, "# senders\nsenders: 1024\nsenders_total: 1100\n"
+	    "senders_not_shown: 76\nsender: "));
+	ck_assert(strstr(all, "# runs\nruns: 1\nruns_total: 300\nruns_not_shown: 299\nrun: r1 "));
+	size_t lines = 0;
+	for (const char *p = all; (p = strstr(p, "\nsender: ")); p++)
+		lines++;
+	ck_assert_uint_eq(lines, SHOWN);
+	/* every section after the long list, whole */
+	ck_assert(strstr(all, "\n# refused\n") && strstr(all, "\n# drops\n"));
+	ck_assert_msg(len > 20 && !strcmp(all + len - 20, "process_s: 0.000000\n"), "%s",
+	    all + len - 40);
+	ck_assert(!strstr(all, "\ncut: "));
+	/* the same into a fixed buffer equals it when it fits */
+	char *fit = malloc(len + 1);
+	ck_assert_uint_eq(swd_control_reply("status", 6, &st, fit, len + 1), len);
+	ck_assert_str_eq(fit, all);
+	free(fit);
+
+	/* a buffer too small: whole lines, then the cut, with the size needed */
+	static char small[1 << 16];
+	size_t n = swd_control_reply("status", 6, &st, small, sizeof(small));
+	ck_assert_uint_eq(n, strlen(small));
+	ck_assert_uint_lt(n, sizeof(small));
+	char want[128];
+	snprintf(want, sizeof(want), "\ncut: this reply needs a buffer of %zu bytes, it had %zu\n",
+	    len + 1, sizeof(small));
+	ck_assert_msg(n > strlen(want) && !strcmp(small + n - strlen(want), want), "%s",
+	    small + n - 200);
+	ck_assert(!strncmp(small, all, n - strlen(want) + 1));	/* a prefix of lines */
+	free(all);
+
+	/* a list that is not cut says nothing more */
+	st.senders_live = SHOWN;
+	st.runs_live = 1;
+	all = swd_control_reply_alloc("status senders", 14, &st, &len);
+	ck_assert(!strncmp(all, "# senders\nsenders: 1024\nsender: ", 32));
+	ck_assert(!strstr(all, "_not_shown"));
+	free(all);
+	/* the metrics text is cut the same way, as a comment */
+	char mt[256];
+	n = swd_metrics_text(&st, mt, sizeof(mt));
+	ck_assert_uint_eq(n, strlen(mt));
+	ck_assert_msg(strstr(mt, "\n# cut: this text needs a buffer of "), "%s", mt);
+}
+END_TEST
+
 /* The cpu section: every stage, its seconds and ms per message received. */
 START_TEST(test_cpu)
 {
@@ -170,6 +243,28 @@ START_TEST(test_cpu)
 	ck_assert(strstr(out, "sinkwatch_stage_cpu_seconds_total{stage=\"drift\"} 3.5\n"));
 	ck_assert(strstr(out, "sinkwatch_stage_cpu_seconds_total{stage=\"pairs\"} 3\n"));
 	ck_assert(strstr(out, "sinkwatch_process_cpu_seconds_total 15\n"));
+}
+END_TEST
+
+/* Issue 26 item 12: localhost is bound as 127.0.0.1, nothing else changes. */
+START_TEST(test_bind_endpoint)
+{
+	char b[64];
+	ck_assert_str_eq(swd_bind_endpoint("tcp://localhost:5710", b, sizeof(b)),
+	    "tcp://127.0.0.1:5710");
+	ck_assert_str_eq(swd_bind_endpoint("ws://localhost:80/sw", b, sizeof(b)),
+	    "ws://127.0.0.1:80/sw");
+	ck_assert_str_eq(swd_bind_endpoint("wss://localhost:443", b, sizeof(b)),
+	    "wss://127.0.0.1:443");
+	const char *same[] = { "tcp://127.0.0.1:5710", "tcp://*:5710", "tcp://localhostx:1",
+	    "tcp://lo:5710", "ipc:///tmp/localhost:1", "inproc://localhost:1", "localhost:1",
+	    "tcp://[::1]:5710", "tcp://localhost" };
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+		ck_assert_ptr_eq(swd_bind_endpoint(same[i], b, sizeof(b)), same[i]);
+	/* never cut: a buffer too small leaves it as it is */
+	char small[12];
+	const char *lh = "tcp://localhost:5710";
+	ck_assert_ptr_eq(swd_bind_endpoint(lh, small, sizeof(small)), lh);
 }
 END_TEST
 
@@ -419,7 +514,9 @@ main(void)
 	TCase *tc = tcase_create("status");
 	tcase_add_test(tc, test_reply);
 	tcase_add_test(tc, test_cpu);
+	tcase_add_test(tc, test_long_lists);
 	tcase_add_test(tc, test_config);
+	tcase_add_test(tc, test_bind_endpoint);
 	tcase_add_test(tc, test_log);
 	tcase_add_test(tc, test_subscribe);
 	suite_add_tcase(s, tc);

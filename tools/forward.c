@@ -272,7 +272,7 @@ sample(struct fwd *F, int64_t now)
 static void
 answer(struct fwd *F)
 {
-	static char out[1 << 18];
+	static char out[SW_FWD_REPLY_MAX];	/* every prefix fits */
 	for (;;) {
 		char req[256];
 		int n = zmq_recv(F->ctl, req, sizeof(req), ZMQ_DONTWAIT);
@@ -365,7 +365,7 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 		F->st.curve = 1;
 		F->st.curve_public = F->public_key;
 	}
-	char mep[64];
+	char mep[64], ep[1024];
 	snprintf(mep, sizeof(mep), "inproc://sinkwatch-forward-monitor-%ld", (long)getpid());
 	if (zmq_socket_monitor(F->xsub, mep, ZMQ_EVENT_DISCONNECTED |
 	    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
@@ -373,15 +373,15 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 		snprintf(err, errlen, "socket monitor: %s", zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(F->xsub, F->st.in) != 0) {
+	if (zmq_bind(F->xsub, sw_fwd_bind_endpoint(F->st.in, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "--in: cannot bind %s: %s", F->st.in, zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(F->xpub, F->st.out) != 0) {
+	if (zmq_bind(F->xpub, sw_fwd_bind_endpoint(F->st.out, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "--out: cannot bind %s: %s", F->st.out, zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(F->ctl, F->st.control) != 0) {
+	if (zmq_bind(F->ctl, sw_fwd_bind_endpoint(F->st.control, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "--control: cannot bind %s: %s", F->st.control,
 		    zmq_strerror(errno));
 		return -1;
@@ -497,6 +497,7 @@ sw_forward_main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	F.started = F.last_sample = mono_ms();
+	F.st.started = (int64_t)time(NULL);
 	fprintf(stderr, "sinkwatch forward: jobs publish to %s, daemons connect to %s, "
 	    "control on %s\n", F.st.in, F.st.out, F.st.control);
 	if (F.auth) {

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "tools/fwdcore.h"
 
@@ -68,20 +69,67 @@ sw_fwd_subs_match(const sw_fwd_subs *s, const void *topic, size_t len)
 
 struct buf {
 	char *p;
-	size_t len, cap;
+	size_t len, cap, need;
+	int cut;
 };
 
+/* Once a piece does not fit, only counted: what follows a cut is never half there. */
 static void
 put(struct buf *b, const char *fmt, ...)
 {
 	va_list ap;
-	if (b->len + 1 >= b->cap)
-		return;
+	size_t room = !b->cut && b->len < b->cap ? b->cap - b->len : 0;
 	va_start(ap, fmt);
-	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
 	va_end(ap);
-	if (n > 0)
-		b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+	if (n < 0)
+		return;
+	b->need += (size_t)n;
+	if ((size_t)n < room) {
+		b->len += (size_t)n;
+	} else {
+		b->cut = 1;
+		b->p[b->len] = '\0';
+	}
+}
+
+/* A cut reply: its whole lines, then a line saying so (as status.c does). */
+static size_t
+finish(struct buf *b)
+{
+	if (!b->cut)
+		return b->len;
+	char note[128];
+	int m = snprintf(note, sizeof(note), "cut: this reply needs a buffer of %zu bytes, "
+	    "it had %zu\n", b->need + 1, b->cap);
+	size_t nl = m < 0 ? 0 : (size_t)m < sizeof(note) ? (size_t)m : sizeof(note) - 1;
+	size_t keep = 0;
+	if (nl < b->cap)
+		for (size_t i = b->len < b->cap - nl ? b->len : b->cap - 1 - nl; i > 0; i--)
+			if (b->p[i - 1] == '\n') {
+				keep = i;
+				break;
+			}
+	if (nl >= b->cap)
+		nl = b->cap - 1;
+	memcpy(b->p + keep, note, nl);
+	b->len = keep + nl;
+	b->p[b->len] = '\0';
+	return b->len;
+}
+
+const char *
+sw_fwd_bind_endpoint(const char *ep, char *out, size_t outlen)
+{
+	static const char *const tr[] = { "tcp://", "ws://", "wss://" };
+	for (size_t i = 0; i < sizeof(tr) / sizeof(tr[0]); i++) {
+		size_t n = strlen(tr[i]);
+		if (strncmp(ep, tr[i], n) || strncmp(ep + n, "localhost:", 10))
+			continue;
+		int m = snprintf(out, outlen, "%s127.0.0.1%s", tr[i], ep + n + 9);
+		return m < 0 || (size_t)m >= outlen ? ep : out;
+	}
+	return ep;
 }
 
 static const char *const sections[] = { "server", "auth", "traffic", "drops", "subscriptions" };
@@ -101,9 +149,16 @@ static void
 section(struct buf *b, const char *name, const sw_fwd_stats *st)
 {
 	if (!strcmp(name, "server")) {
+		char since[32] = "-";
+		struct tm tm;
+		time_t t = (time_t)st->started;
+		if (gmtime_r(&t, &tm))
+			strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		/* nothing keeps them across restarts: a reader must not add them up */
 		put(b, "# server\nprogram: sinkwatch forward\nversion: %s\npid: %ld\n"
-		    "uptime_s: %.1f\nin: %s\nout: %s\ncontrol: %s\nmax_frame_bytes: %lld\n"
-		    "hwm: %lld\nhwm_wait_ms: %lld\n", st->version, st->pid, st->uptime_s,
+		    "uptime_s: %.1f\ncounters_since: %s (they restart with the forwarder)\n"
+		    "in: %s\nout: %s\ncontrol: %s\nmax_frame_bytes: %lld\n"
+		    "hwm: %lld\nhwm_wait_ms: %lld\n", st->version, st->pid, st->uptime_s, since,
 		    st->in, st->out, st->control, (long long)st->max_frame, (long long)st->hwm,
 		    (long long)st->hwm_wait_ms);
 	} else if (!strcmp(name, "auth")) {
@@ -152,7 +207,7 @@ size_t
 sw_fwd_reply(const char *req, size_t reqlen, const sw_fwd_stats *st, char *out, size_t outlen)
 {
 	char cmd[64];
-	struct buf b = { out, 0, outlen };
+	struct buf b = { out, 0, outlen, 0, 0 };
 	if (outlen == 0)
 		return 0;
 	out[0] = '\0';
@@ -185,5 +240,5 @@ sw_fwd_reply(const char *req, size_t reqlen, const sw_fwd_stats *st, char *out, 
 	} else {
 		put(&b, "error: unknown command '%s' (try help)\n", cmd);
 	}
-	return b.len;
+	return finish(&b);
 }

@@ -59,6 +59,8 @@ typedef struct sw_fwd_stats {
 	const char *version, *in, *out, *control;
 	long pid;
 	double uptime_s;
+	int64_t started;	/* the wall clock at start (s since the epoch): every
+				 * counter counts from there, none across restarts */
 	int64_t max_frame, hwm, hwm_wait_ms;
 	int64_t received, received_bytes;	/* whole messages read from XSUB */
 	int64_t forwarded, forwarded_bytes;
@@ -82,12 +84,27 @@ typedef struct sw_fwd_stats {
 
 /*
  * Answers one control request ("ping", "help", "status [SECTION]";
- * sections: server, traffic, drops, subscriptions), as sinkwatchd's control
- * socket does, into out. Returns the length (truncated to outlen - 1,
- * NUL-terminated). An unknown request or section: a reply that starts with
- * "error:".
+ * sections: server, auth, traffic, drops, subscriptions), as sinkwatchd's
+ * control socket does, into out. The server section says since when the
+ * counters count (counters_since: they restart with the forwarder).
+ * Returns the length, NUL-terminated and under outlen; a reply that does
+ * not fit keeps its whole lines and ends with a line "cut: this reply
+ * needs a buffer of N bytes, it had M" (as much of it as fits), never cut
+ * silently. SW_FWD_REPLY_MAX holds the longest reply. An unknown request or
+ * section: a reply that starts with "error:".
  */
 size_t sw_fwd_reply(const char *req, size_t reqlen, const sw_fwd_stats *st, char *out,
     size_t outlen);
+/* every prefix written as \xHH, on its line, and the rest with room to spare */
+#define SW_FWD_REPLY_MAX ((size_t)SW_FWD_SUBS_MAX * (4 * SW_FWD_PREFIX_MAX + 16) + 65536)
+
+/*
+ * The endpoint to bind for ep: ZeroMQ takes a bound host for an interface
+ * name and never resolves it, so tcp://localhost:P ("No such device") is
+ * bound as 127.0.0.1 (tcp, ws, wss), as sinkwatchd does (swd_bind_endpoint,
+ * daemon/conf.c). Anything else, or a result longer than outlen - 1, is ep
+ * as it is. Returns out or ep.
+ */
+const char *sw_fwd_bind_endpoint(const char *ep, char *out, size_t outlen);
 
 #endif

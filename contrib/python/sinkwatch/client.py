@@ -29,7 +29,11 @@ layers (senders=1, the default) sends what version 1 says, byte for byte.
 
 Contract: send() never waits (unless blocking=True) and never raises because
 the daemon is away or a queue is full; it returns False and counts the drop
-(one warning per client, then only the counters). Bad arguments raise
+(one warning per client, then only the counters). A run that reaches no
+daemon often drops nothing while it runs (its messages wait in the queue):
+close() gives them up, and warns once, naming the endpoint and the counts,
+whenever a message was not delivered (SinkwatchWarning, never raised into
+the caller even with warnings as errors). Bad arguments raise
 ValueError. A Client is used by one thread at a time (calls are serialized
 by a lock, so a hook called from another thread is safe, but not faster).
 """
@@ -403,18 +407,39 @@ class Client:
             except zmq.ZMQError:
                 time.sleep(wait / 1000.0)
 
+    @staticmethod
+    def _warn(text, stacklevel):
+        try:
+            warnings.warn(text, SinkwatchWarning, stacklevel=stacklevel + 1)
+        except Exception:   # noqa: BLE001 - warnings as errors must not reach the loop
+            pass
+
     def _drop(self, why):
         self._dropped += 1
         self.last_error = "dropped message %d: %s" % (self._seq - 1, why)
         if not self._warned:
             self._warned = True
-            try:
-                warnings.warn("sinkwatch: run %r: %s; further drops are only counted "
-                              "(Client.stats)" % (self.run, self.last_error),
-                              SinkwatchWarning, stacklevel=4)
-            except Exception:   # noqa: BLE001 - warnings as errors must not reach the loop
-                pass
+            self._warn("sinkwatch: run %r to %s: %s (%d dropped, %d sent, %d queued so "
+                       "far); further drops are only counted (Client.stats), close() "
+                       "warns with the totals" % (self.run, self.endpoint, self.last_error,
+                                                  self._dropped, self._sent,
+                                                  len(self._pending)), 4)
         return False
+
+    def _warn_undelivered(self, given_up, linger):
+        """close(): one warning when anything was not delivered."""
+        if not self._dropped:
+            return
+        total = self._sent + self._dropped
+        why = [] if self._nsubs > 0 else ["no daemon subscribed"]
+        if given_up:
+            why.append("%d still queued when close() gave up after the %.3g s linger"
+                       % (given_up, linger))
+        if self._dropped > given_up:
+            why.append("%d dropped before" % (self._dropped - given_up))
+        self._warn("sinkwatch: run %r to %s: %d of %d messages not delivered (%s); "
+                   "%d sent" % (self.run, self.endpoint, self._dropped, total,
+                                "; ".join(why), self._sent), 3)
 
     def _dispatch(self, hdr, frame, nbytes):
         """Sends or queues the message; True, or False when dropped (counted)."""
@@ -648,7 +673,9 @@ class Client:
         """Sends what is queued for at most linger seconds, counts the rest
         as dropped, and closes the socket and the context (bounded linger).
         Returns the final stats (as stats does afterwards): dropped names
-        every message that never reached ZeroMQ. Safe to call twice."""
+        every message that never reached ZeroMQ. When that is not 0, one
+        SinkwatchWarning names the endpoint and the counts. Safe to call
+        twice."""
         with self._lock:
             if self._closed:
                 return self.stats
@@ -667,6 +694,7 @@ class Client:
                 self._pending.clear()
                 self._pending_bytes = 0
                 self._dropped += n
+                self._warn_undelivered(n, self.linger)
                 left = max(0.0, self.linger - (time.monotonic() - start))
                 self._poll_monitor()
                 sock, ctx, mon = self._sock, self._ctx, self._mon
