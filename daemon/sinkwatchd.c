@@ -702,7 +702,10 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 		ss[i] = (swd_status_sender){ sr[i], sd[i].inc, sd[i].rank, sd[i].senders,
 		    sd[i].messages, sd[i].lost, sd[i].drop[SWD_DROP_DUPLICATE], sd[i].disagree,
 		    sd[i].uncompared, sd[i].drop[SWD_DROP_OVERLAP], sd[i].drop[SWD_DROP_PART_MISMATCH],
-		    sd[i].missing, sd[i].drop[SWD_DROP_AFTER_END], sd[i].seq_next, sd[i].ended };
+		    sd[i].missing, sd[i].drop[SWD_DROP_AFTER_END], sd[i].seq_next, sd[i].ended,
+		    sd[i].stored, sd[i].pending, { 0 } };
+	for (size_t i = 0; i < ns; i++)
+		memcpy(ss[i].drop, sd[i].drop, sizeof(ss[i].drop));
 	st->nsenders = ns;
 	st->senders = ss;
 	static swd_asm_refused ra[SWD_ASM_REFUSED_MAX];

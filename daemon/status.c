@@ -186,14 +186,23 @@ section(struct buf *b, const char *name, const swd_status *st)
 			    (long long)(st->senders_live - (int64_t)st->nsenders));
 		for (size_t i = 0; i < st->nsenders; i++) {
 			const swd_status_sender *d = &st->senders[i];
+			/* the rest of its account: stored, held, every other drop reason */
+			char more[64 + SWD_DROP_REASONS * 40];
+			size_t ml = (size_t)snprintf(more, sizeof(more), " stored=%lld pending=%lld",
+			    (long long)d->stored, (long long)d->pending);
+			for (int r = 0; r < SWD_DROP_REASONS && ml < sizeof(more); r++)
+				if (d->drop[r] && r != SWD_DROP_DUPLICATE && r != SWD_DROP_OVERLAP &&
+				    r != SWD_DROP_PART_MISMATCH && r != SWD_DROP_AFTER_END)
+					ml += (size_t)snprintf(more + ml, sizeof(more) - ml, " %s=%lld",
+					    swd_drop_names[r], (long long)d->drop[r]);
 			put(b, "sender: %s inc=%llu rank=%u/%u messages=%lld lost=%lld "
 			    "duplicates=%lld disagree=%lld uncompared=%lld overlaps=%lld "
-			    "mismatches=%lld missing=%lld after_end=%lld seq_next=%llu ended=%d\n",
+			    "mismatches=%lld missing=%lld after_end=%lld seq_next=%llu ended=%d%s\n",
 			    d->run, (unsigned long long)d->inc, d->rank, d->senders,
 			    (long long)d->messages, (long long)d->lost, (long long)d->duplicates,
 			    (long long)d->disagree, (long long)d->uncompared, (long long)d->overlaps,
 			    (long long)d->mismatches, (long long)d->missing, (long long)d->after_end,
-			    (unsigned long long)d->seq_next, d->ended);
+			    (unsigned long long)d->seq_next, d->ended, more);
 		}
 	} else if (!strcmp(name, "refused")) {
 		/* what a sender refused a run can read: its run is in no table */

@@ -67,6 +67,9 @@ typedef struct swd_status_sender {
 	    missing, after_end;
 	uint64_t seq_next;
 	int ended;
+	/* issue 26: messages = stored + pending + dropped (by reason) + its end */
+	int64_t stored, pending;
+	int64_t drop[SWD_DROP_REASONS];	/* those above under their own names too */
 } swd_status_sender;
 
 /* A run id refused lately: no room in the run table, or past the rate. */

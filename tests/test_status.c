@@ -31,6 +31,10 @@ sample(swd_status_run *runs)
 	static swd_status_sender snd[2];
 	snd[0] = (swd_status_sender){ "r1", 77, 0, 2, 11, 0, 0, 0, 0, 0, 0, 0, 0, 11, 1 };
 	snd[1] = (swd_status_sender){ "r1", 77, 1, 2, 10, 1, 3, 1, 2, 4, 5, 2, 6, 12, 0 };
+	snd[0].stored = 10;
+	snd[1].pending = 1;
+	snd[1].drop[SWD_DROP_BUDGET] = 2;
+	snd[1].drop[SWD_DROP_DUPLICATE] = 3;	/* printed as duplicates, once */
 	st.nsenders = 2;
 	st.senders = snd;
 	static swd_status_refused rf[2];
@@ -74,9 +78,9 @@ START_TEST(test_reply)
 	    "gap: r1 step 5 layer 1 heads 2-3 missing (rank 1)\n"));
 	ck_assert(strstr(out, "# senders\nsenders: 2\nsender: r1 inc=77 rank=0/2 messages=11 "
 	    "lost=0 duplicates=0 disagree=0 uncompared=0 overlaps=0 mismatches=0 missing=0 "
-	    "after_end=0 seq_next=11 ended=1\nsender: r1 inc=77 rank=1/2 messages=10 lost=1 "
-	    "duplicates=3 disagree=1 uncompared=2 overlaps=4 mismatches=5 missing=2 "
-	    "after_end=6 seq_next=12 ended=0\n"));
+	    "after_end=0 seq_next=11 ended=1 stored=10 pending=0\nsender: r1 inc=77 rank=1/2 "
+	    "messages=10 lost=1 duplicates=3 disagree=1 uncompared=2 overlaps=4 mismatches=5 "
+	    "missing=2 after_end=6 seq_next=12 ended=0 stored=0 pending=1 budget=2\n"));
 	ck_assert(strstr(out, "# refused\nmax_runs: 8\nnew_runs_per_s: 5\nnew_runs_burst: 10\n"
 	    "refused_runs: 2\nrefused: flood-9 too_many_runs=0 run_rate=4\n"
 	    "refused: flood-3 too_many_runs=2 run_rate=1\n"));
