@@ -82,6 +82,19 @@ def check_report(srv, rid, path, frm=None, to=None):
     return got
 
 
+def check_empty_dir(tmp):
+    """An empty data directory: no runs, no error, and no undefined
+    behaviour (qsort of no names, issue 26 item 12)."""
+    empty = os.path.join(tmp, "empty")
+    os.makedirs(empty)
+    srv = Server([empty])
+    try:
+        assert srv.json("/api/runs")["runs"] == []
+        srv.json("/api/compare?ids=0%2Fnone.h5")
+    finally:
+        assert srv.stop() == 0
+
+
 def main():
     res = Results()
     d = Daemon().start()
@@ -270,6 +283,8 @@ def main():
                 p.wait(timeout=10)
         res.check("--allow-remote: the token (header, query then cookie) and the Host "
                   "check", token)
+
+        res.check("an empty data directory", lambda: check_empty_dir(d.tmp))
 
         def live():
             proc = sim(d, "growing", "--steps", "30", "--every-ms", "200", "--layers", "2",

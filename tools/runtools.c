@@ -1168,7 +1168,7 @@ rep_scan_dir(const char *dir, const struct rep_opts *o, struct rep_list *runs,
 		n++;
 	}
 	closedir(d);
-	if (rc == 0)
+	if (rc == 0 && n > 1)	/* names is NULL in an empty directory */
 		qsort(names, n, sizeof(*names), name_cmp);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		const char *name = names[i];
@@ -1600,7 +1600,8 @@ report_many(char **paths, size_t np, const struct rep_opts *o)
 			goto oom;
 		rep_load(e, o);
 	}
-	qsort(runs.v, runs.n, sizeof(*runs.v), rep_cmp);
+	if (runs.n > 1)	/* runs.v is NULL when no run was found */
+		qsort(runs.v, runs.n, sizeof(*runs.v), rep_cmp);
 	rep_once(&runs);
 	rep_majority(&runs);
 	if (!(cmp = malloc((runs.n + 1) * sizeof(*cmp))) ||
