@@ -254,8 +254,11 @@ class Daemon:
                              % (run, timeout, self.read_log()))
 
     def run_file(self, run):
+        # a str run id holds bytes that are not UTF-8 as surrogate escapes
+        # (os.fsencode gives sinkwatch sim those bytes)
         safe = "".join(c if (c.isascii() and (c.isalnum() or c in "-_.")) else
-                       "".join("%%%02X" % b for b in c.encode()) for c in run)
+                       "".join("%%%02X" % b for b in c.encode("utf-8", "surrogateescape"))
+                       for c in run)
         if safe.startswith("."):
             safe = "%2E" + safe[1:]
         return os.path.join(self.data, safe + ".h5")
