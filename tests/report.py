@@ -43,7 +43,8 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, Sender  # noqa: E402
+from swharness import (SINKWATCH, SINKWATCHD, Daemon, Results, Sender,  # noqa: E402
+                       set_sender_table)
 
 if not SINKWATCHD or not SINKWATCH:
     print("SINKWATCHD and SINKWATCH must be set: skipped")
@@ -358,6 +359,30 @@ def t_golden_text():
     assert re.search(r"^\s+1\s+0 .* stable ", out, re.M), out
 
 
+def t_ranks_not_ended():
+    """ranks_not_ended compares each incarnation's senders with the sender
+    table (issue 26 item 4): a rank that never sent has no row and is named,
+    in JSON and text."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-report-")
+    path = os.path.join(tmp, "ranks.h5")
+    for rows, want in (([(1, 0, 2, 1)], [(1, 1, False)]),
+                       ([(1, 0, 2, 0)], [(1, 0, True), (1, 1, False)]),
+                       ([(7, 1, 2, 1), (5, 0, 2, 1)], [(5, 1, False), (7, 0, False)]),
+                       ([(3, 0, 2, 1), (3, 1, 2, 1)], [])):
+        shutil.copy(os.path.join(GOLDEN, "golden.h5"), path)
+        set_sender_table(path, rows)
+        got = report_json([path])
+        assert [(x["inc"], x["rank"], x["sent"]) for x in got["ranks_not_ended"]] == want, \
+            (rows, got["ranks_not_ended"])
+        rc, out, err = report([path])
+        assert rc == 0, err
+        for inc, rank, sent in want:
+            line = "rank %d of 2 (incarnation %d) never sent %s" % (
+                rank, inc, "its end" if sent else "anything")
+            assert line in out, (rows, line, out)
+    shutil.rmtree(tmp)
+
+
 # ---- ranges ---------------------------------------------------------------------
 
 def t_ranges():
@@ -635,6 +660,7 @@ def main():
     R.check("golden: the expected reports", t_golden_expected)
     R.check("golden: numpy reference", t_golden_reference)
     R.check("golden: text marks what is missing", t_golden_text)
+    R.check("ranks not ended, against senders", t_ranks_not_ended)
     R.check("ranges vs numpy", t_ranges)
     R.check("range errors name the nearest steps", t_range_errors)
     R.check("CSV: documented columns, JSON values", t_csv)

@@ -267,6 +267,24 @@ class Daemon:
 DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
 
 
+def set_sender_table(path, rows):
+    """Rewrites the sender table of a run file (layout 3) to rows of
+    (inc, rank, senders, ended), every other field 0; the tools' view of
+    which ranks never ended (issue 26 item 4) reads only this table."""
+    import h5py
+    with h5py.File(path, "r+") as f:
+        names = f.attrs["sender_fields"].split(",")
+        t = f["senders"]
+        t.resize(len(rows), axis=0)
+        v = np.zeros((len(rows), len(names)), dtype=np.uint64)
+        for k, (inc, rank, senders, ended) in enumerate(rows):
+            v[k, names.index("inc")] = inc
+            v[k, names.index("rank")] = rank
+            v[k, names.index("senders")] = senders
+            v[k, names.index("ended")] = ended
+        t[...] = v
+
+
 class Sender:
     """Speaks the wire protocol directly (header keys in canonical order)."""
 

@@ -1,6 +1,8 @@
 /*
  * test_tools.c: parts of the tools that need no file: the JSON strings of
- * ids that are not UTF-8 (tools/json.c, issue 26 item 10).
+ * ids that are not UTF-8 (tools/json.c, issue 26 item 10) and the ranks
+ * that never ended, against the sender table's senders (tools/runagg.c,
+ * issue 26 item 4).
  */
 #include <check.h>
 #include <stdio.h>
@@ -8,6 +10,7 @@
 #include <string.h>
 
 #include "tools/json.h"
+#include "tools/runagg.h"
 
 /* The JSON document of one string value, NUL-terminated (the caller frees it). */
 static char *
@@ -57,12 +60,65 @@ START_TEST(test_json_utf8)
 }
 END_TEST
 
+/* A sender table row: inc, rank, senders, ended (the other fields 0). */
+static void
+row(uint64_t *t, int k, uint64_t inc, uint64_t rank, uint64_t senders, uint64_t ended)
+{
+	uint64_t *v = t + (size_t)k * SW_SENDER_FIELDS;
+	memset(v, 0, SW_SENDER_FIELDS * sizeof(*v));
+	v[SW_S_INC] = inc;
+	v[SW_S_RANK] = rank;
+	v[SW_S_SENDERS] = senders;
+	v[SW_S_ENDED] = ended;
+}
+
+START_TEST(test_ranks_not_ended)
+{
+	uint64_t t[8 * SW_SENDER_FIELDS];
+	sw_open_rank *o;
+
+	/* only rank 0 of 2 sent, and ended: rank 1 is named, never sent */
+	row(t, 0, 7, 0, 2, 1);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 1, &o), 1);
+	ck_assert(o[0].inc == 7 && o[0].rank == 1 && o[0].senders == 2 && !o[0].sent);
+	free(o);
+	/* two processes both claimed rank 0: one row, not ended; rank 1 none */
+	row(t, 0, 7, 0, 2, 0);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 1, &o), 2);
+	ck_assert(o[0].rank == 0 && o[0].sent && o[1].rank == 1 && !o[1].sent);
+	free(o);
+	/* ranks in different incarnations: each lacks the other rank */
+	row(t, 0, 9, 1, 2, 1);
+	row(t, 1, 8, 0, 2, 1);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 2, &o), 2);
+	ck_assert(o[0].inc == 8 && o[0].rank == 1 && !o[0].sent);
+	ck_assert(o[1].inc == 9 && o[1].rank == 0 && !o[1].sent);
+	free(o);
+	/* every rank ended, in any order; single-sender incarnations are not named */
+	row(t, 0, 5, 2, 3, 1);
+	row(t, 1, 5, 0, 3, 1);
+	row(t, 2, 5, 1, 3, 1);
+	row(t, 3, 4, 0, 1, 0);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 4, &o), 0);
+	free(o);
+	/* the largest senders of an incarnation's rows counts */
+	row(t, 0, 5, 0, 2, 1);
+	row(t, 1, 5, 1, 3, 1);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 2, &o), 1);
+	ck_assert(o[0].rank == 2 && o[0].senders == 3);
+	free(o);
+	ck_assert_int_eq(sw_ranks_not_ended(NULL, 0, &o), 0);
+	free(o);
+}
+END_TEST
+
 int
 main(void)
 {
 	Suite *s = suite_create("tools");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_json_utf8);
+	tcase_add_test(tc, test_ranks_not_ended);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/swproto.h"
 #include "tools/json.h"
 #include "tools/runagg.h"
 
@@ -837,6 +838,74 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 	}
 	free(hs);
 	return 0;
+}
+
+/* ---- senders ------------------------------------------------------------------ */
+
+struct srow {
+	uint64_t inc, rank, senders, ended;
+};
+
+static int
+srow_cmp(const void *x, const void *y)
+{
+	const struct srow *a = x, *b = y;
+	if (a->inc != b->inc)
+		return (a->inc > b->inc) - (a->inc < b->inc);
+	return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+int64_t
+sw_ranks_not_ended(const uint64_t *t, int64_t n, sw_open_rank **out)
+{
+	struct srow *r = malloc((size_t)n * sizeof(*r) + 1);
+	sw_open_rank *o = NULL;
+	size_t no = 0, cap = 0;
+
+	*out = NULL;
+	if (!r)
+		return -1;
+	for (int64_t k = 0; k < n; k++) {
+		const uint64_t *v = t + k * SW_SENDER_FIELDS;
+		r[k] = (struct srow){ v[SW_S_INC], v[SW_S_RANK], v[SW_S_SENDERS], v[SW_S_ENDED] };
+	}
+	if (n > 1)
+		qsort(r, (size_t)n, sizeof(*r), srow_cmp);
+	for (int64_t a = 0, b; a < n; a = b) {
+		uint64_t N = 0;
+		for (b = a; b < n && r[b].inc == r[a].inc; b++)
+			N = r[b].senders > N ? r[b].senders : N;
+		if (N <= 1)	/* one sender: the run's own ended mark says it */
+			continue;
+		if (N > SWP_SENDERS_MAX)
+			N = SWP_SENDERS_MAX;
+		/* rows a .. b - 1 are this incarnation's, by rank */
+		int64_t p = a;
+		for (uint64_t rank = 0; rank < N; rank++) {
+			int sent = 0, ended = 0;
+			for (; p < b && r[p].rank <= rank; p++)
+				if (r[p].rank == rank) {
+					sent = 1;
+					ended |= r[p].ended != 0;
+				}
+			if (ended)
+				continue;
+			if (no == cap) {
+				cap = cap ? 2 * cap : 16;
+				sw_open_rank *g = realloc(o, cap * sizeof(*g));
+				if (!g) {
+					free(o);
+					free(r);
+					return -1;
+				}
+				o = g;
+			}
+			o[no++] = (sw_open_rank){ r[a].inc, (uint32_t)rank, (uint32_t)N, sent };
+		}
+	}
+	free(r);
+	*out = o;
+	return (int64_t)no;
 }
 
 /* ---- families ------------------------------------------------------------------- */

@@ -234,6 +234,26 @@ typedef struct sw_ranking {
 int sw_agg_rank(const sw_agg *a, sw_ranking *out);
 void sw_ranking_free(sw_ranking *r);
 
+/* ---- senders ---------------------------------------------------------------------- */
+
+/*
+ * The ranks that never ended (PROTOCOL.md 7b.6), from the sender table t
+ * [n rows of SW_SENDER_FIELDS] (sw_reader_senders): for every incarnation
+ * of several senders in the table, each rank 0 .. senders - 1 without a
+ * row that says ended. A rank that never sent has no row: it is named all
+ * the same (sent 0), and so is the second of two processes that both
+ * claimed one rank (one row, so the other rank has none). senders: the
+ * largest the incarnation's rows say. Sorted by incarnation, then rank.
+ * Returns the count and *out (malloc'd, the caller frees it; NULL for
+ * none), or -1 out of memory.
+ */
+typedef struct sw_open_rank {
+	uint64_t inc;
+	uint32_t rank, senders;
+	int sent;		/* 1: the rank has a row (it sent), 0: none */
+} sw_open_rank;
+int64_t sw_ranks_not_ended(const uint64_t *t, int64_t n, sw_open_rank **out);
+
 /* ---- families of runs ------------------------------------------------------------ */
 
 /* Mean and sample standard deviation (n - 1) of the finite values of
