@@ -13,8 +13,8 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", "."), "tests"))
-from servelib import (Daemon, Server, SINKWATCH, drift_flip_want, run_cmd,  # noqa: E402
-                      same_series, sim)
+from servelib import (Daemon, Server, SINKWATCH, drift_flip_want, drift_gaps,  # noqa: E402
+                      run_cmd, same_series, sim)
 from swharness import Results  # noqa: E402
 
 SRC = os.environ.get("SW_SRCDIR", ".")
@@ -129,6 +129,27 @@ def check_raw_ids(d, srv):
     for name in os.listdir(os.path.join(out, "static")):
         with open(os.path.join(out, "static", name), "rb") as f:
             f.read().decode("utf-8")
+
+
+def check_drift_gaps(tmp):
+    """/api/series gives a gap where the stored drift was taken against
+    another step than the view's previous one (issue 26 item 1), and equals
+    the stored values elsewhere."""
+    gdir = os.path.join(tmp, "gaps")
+    os.makedirs(gdir)
+    path = os.path.join(gdir, "gaps.h5")
+    want = drift_gaps(GOLDEN, path)
+    srv = Server([gdir])
+    try:
+        assert check_drift_flip(srv, "0/gaps.h5", path) > 0
+        for layer in ("model", "0", "1"):
+            got = srv.json("/api/series?id=0%2Fgaps.h5&layer=" + layer)
+            for st, w in want.items():
+                k = got["step"].index(st)
+                pair = (got["drift_sink"][k], got["drift_content"][k])
+                assert pair == ((None, None) if w is None else w), (layer, st, pair)
+    finally:
+        assert srv.stop() == 0
 
 
 def check_empty_dir(tmp):
@@ -342,6 +363,8 @@ def main():
         res.check("run ids that are not UTF-8: check, report, /api/runs and the export "
                   "are UTF-8 JSON; the ids come back with surrogateescape",
                   lambda: check_raw_ids(d, srv))
+        res.check("drift: a gap where prev_row is not the view's previous step",
+                  lambda: check_drift_gaps(d.tmp))
         res.check("an empty data directory", lambda: check_empty_dir(d.tmp))
 
         def live():

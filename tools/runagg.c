@@ -24,14 +24,14 @@ static const char *const col_names[SW_RUN_COLS] = {
 	[SW_RC_MISSING_RANK] = "missing_rank", [SW_RC_MISSING] = "missing",
 	[SW_RC_LOST] = "lost", [SW_RC_INCOMPLETE] = "incomplete",
 	[SW_RC_DRIFT_SINK] = "drift_sink", [SW_RC_DRIFT_CONTENT] = "drift_content",
-	[SW_RC_FLIP] = "flip_rate",
+	[SW_RC_FLIP] = "flip_rate", [SW_RC_PREV_ROW] = "prev_row",
 };
 
 /* Values per committed row of column c. */
 static size_t
 col_width(const sw_run *run, int c)
 {
-	if (c == SW_RC_LOST || c == SW_RC_INCOMPLETE)
+	if (c == SW_RC_LOST || c == SW_RC_INCOMPLETE || c == SW_RC_PREV_ROW)
 		return 1;
 	if (c == SW_RC_MISSING)
 		return run->L;
@@ -746,6 +746,18 @@ col_mean(const sw_run *run, int c, size_t i, size_t n)
 	return run->col[c] ? finite_mean(run->col[c] + i, n) : NAN;
 }
 
+int
+sw_run_drift_ok(const sw_run *run, int64_t k)
+{
+	const double *prev = run->col[SW_RC_PREV_ROW];
+	if (k <= 0 || k >= run->view.n)
+		return 0;
+	if (!prev)	/* layout 1: one writer in order; drift was taken against the
+			 * row written before, so that row must be the view's previous */
+		return run->view.row[k - 1] == run->view.row[k] - 1;
+	return prev[run->view.row[k]] == (double)run->view.row[k - 1];
+}
+
 /* The flip rates of layer l at committed row t (l == L: the mean of the
  * layers' finite ones, per metric). */
 static void
@@ -791,6 +803,7 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 {
 	size_t L = a->L, H = a->H, LH = a->LH, n = (size_t)a->steps, m = (L + 1) * n;
 	double *hs = malloc((2 * LH + 1) * sizeof(double));
+	char *drift_ok = malloc(n + 1);
 
 	memset(out, 0, sizeof(*out));
 	out->n = n;
@@ -804,15 +817,18 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 	out->drift_sink = malloc(m * sizeof(double) + 1);
 	out->drift_content = malloc(m * sizeof(double) + 1);
 	out->flip = malloc(m * SW_FLIP_METRICS * sizeof(double) + 1);
-	if (!a->parts || !hs || !out->step || !out->sink_mass || !out->entropy ||
+	if (!a->parts || !hs || !drift_ok || !out->step || !out->sink_mass || !out->entropy ||
 	    !out->cum_sink || !out->cum_content || !out->content_entropy ||
 	    !out->drift_sink || !out->drift_content || !out->flip) {
 		free(hs);
+		free(drift_ok);
 		sw_series_free(out);
 		snprintf(err, errlen, a->parts ? "out of memory" : "no series computed");
 		return -1;
 	}
 	memcpy(out->step, a->step, n * sizeof(int64_t));
+	for (size_t j = 0; j < n; j++)
+		drift_ok[j] = (char)sw_run_drift_ok(run, a->range.k0 + (int64_t)j);
 	for (size_t l = 0; l <= L; l++) {	/* l == L: the model */
 		size_t h0 = l < L ? l * H : 0, nh = l < L ? H : LH;
 		memset(hs, 0, 2 * LH * sizeof(double));
@@ -821,8 +837,12 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 			out->sink_mass[o] = finite_mean(run->col[SW_RC_SINK_MASS] + t * LH + h0, nh);
 			out->entropy[o] = finite_mean(run->col[SW_RC_ENTROPY] + t * LH + h0, nh);
 			out->content_entropy[o] = col_mean(run, SW_RC_CONTENT_ENTROPY, t * LH + h0, nh);
-			out->drift_sink[o] = col_mean(run, SW_RC_DRIFT_SINK, t * LH + h0, nh);
-			out->drift_content[o] = col_mean(run, SW_RC_DRIFT_CONTENT, t * LH + h0, nh);
+			if (drift_ok[j]) {
+				out->drift_sink[o] = col_mean(run, SW_RC_DRIFT_SINK, t * LH + h0, nh);
+				out->drift_content[o] = col_mean(run, SW_RC_DRIFT_CONTENT, t * LH + h0,
+				    nh);
+			} else	/* taken against another step than the view's previous: a gap */
+				out->drift_sink[o] = out->drift_content[o] = NAN;
 			flip_at(run, t, l, out->flip + o * SW_FLIP_METRICS);
 			double s = 0, c = 0;
 			for (size_t i = h0; i < h0 + nh; i++) {
@@ -837,6 +857,7 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 		}
 	}
 	free(hs);
+	free(drift_ok);
 	return 0;
 }
 
