@@ -13,7 +13,7 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", "."), "tests"))
-from servelib import Daemon, Server, SINKWATCH, run_cmd, sim  # noqa: E402
+from servelib import Daemon, Server, SINKWATCH, drift_gaps, run_cmd, sim  # noqa: E402
 from swharness import Results  # noqa: E402
 
 try:
@@ -267,6 +267,36 @@ def main():
             st, _, _ = srv.raw("/", headers={"Host": "attacker.example:%d" % srv.port})
             assert st == 403, st
         res.check("a traversal request and a foreign Host header refused", refused)
+
+        def drift_gap():
+            # last: another server, whose requests the offline check would name
+            gdir = os.path.join(d.tmp, "gaps")
+            os.makedirs(gdir)
+            want = drift_gaps(os.path.join(os.environ.get("SW_SRCDIR", "."), "tests", "data",
+                                           "golden_run", "golden.h5"),
+                              os.path.join(gdir, "gaps.h5"))
+            srv2 = Server([gdir])
+            try:
+                drv.get(srv2.url + "#/run?id=0%2Fgaps.h5")
+                wait(lambda: drv.execute_script("return window.swCharts && "
+                                                "window.swCharts.length") == 5, 10, "charts")
+                # the drift chart: its points per step (NaN where the series
+                # has null), and a line that breaks at NaN
+                got = wait(lambda: drv.execute_script(
+                    "var g = window.swCharts[3], o = {};"
+                    "if (g.numRows() < 9) return null;"
+                    "for (var r = 0; r < g.numRows(); r++) o[g.getValue(r, 0)] ="
+                    " [g.getValue(r, 1), g.getValue(r, 2)].map(function (v) {"
+                    " return isNaN(v) ? 'gap' : v; });"
+                    "return [g.getOption('connectSeparatedPoints'), o];"), 10, "drift rows")
+                assert got[0] is False, got
+                for st, w in want.items():
+                    assert got[1][str(st)] == (["gap", "gap"] if w is None else list(w)), \
+                        (st, got[1])
+                drv.save_screenshot(os.path.join(SHOTS, "drift-gap.png"))
+            finally:
+                srv2.stop()
+        res.check("drift taken against another step: a gap in the drift chart", drift_gap)
     finally:
         if drv:
             drv.quit()

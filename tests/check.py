@@ -21,12 +21,16 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, run_cmd  # noqa: E402
+from swharness import (SINKWATCH, SINKWATCHD, Daemon, Results, run_cmd,  # noqa: E402
+                       set_sender_table)
 
 if not SINKWATCH or not SINKWATCHD:
     print("SINKWATCH and SINKWATCHD must be set: skipped")
     sys.exit(77)
 H5LS = shutil.which("h5ls")
+GOLDEN = os.path.join(os.environ.get("SW_SRCDIR") or
+                      os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      "tests", "data", "golden_run", "golden.h5")
 
 
 def check(*args):
@@ -265,6 +269,42 @@ def case_not_runfile():
     assert missing in err and "No such file" in err, err
 
 
+# (inc, rank, senders, ended) rows of the sender table, and the ranks that
+# never ended as (inc, rank, sent): compared with each incarnation's senders,
+# so that a rank without a row is named too (issue 26 item 4)
+RANK_CASES = [
+    ("only rank 0 of 2 sent, then ended", [(1, 0, 2, 1)], [(1, 1, False)]),
+    ("two processes claimed rank 0 of 2", [(1, 0, 2, 0)], [(1, 0, True), (1, 1, False)]),
+    ("the ranks in different incarnations", [(7, 1, 2, 1), (5, 0, 2, 1)],
+     [(5, 1, False), (7, 0, False)]),
+    ("every rank ended; one sender alone", [(3, 1, 2, 1), (3, 0, 2, 1), (4, 0, 1, 0)], []),
+]
+
+
+def case_ranks():
+    """Every rank of a several-sender incarnation that never ended is named,
+    also one that never sent (no row in the sender table), per incarnation;
+    JSON and text."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-check-")
+    for what, rows, want in RANK_CASES:
+        path = os.path.join(tmp, "ranks.h5")
+        shutil.copy(GOLDEN, path)
+        set_sender_table(path, rows)
+        rc, js, err = check_json(path)
+        f = js["files"][0]
+        got = [(x["inc"], x["rank"], x["sent"]) for x in f["ranks_not_ended"]]
+        assert rc == 0 and got == want, (what, got, want, err)
+        assert f["ranks_not_ended_count"] == len(want), (what, f)
+        assert all(x["senders"] == 2 for x in f["ranks_not_ended"]), (what, f)
+        rc, out, err = check(path)
+        for inc, rank, sent in want:
+            line = "rank %d of 2 of incarnation %d never sent %s" % (
+                rank, inc, "its end" if sent else "anything")
+            assert line in out, (what, line, out)
+        assert ("not ended:" in out) == bool(want), (what, out)
+    shutil.rmtree(tmp)
+
+
 def case_usage():
     """Usage errors exit 2, --help 0."""
     assert check()[0] == 2
@@ -274,7 +314,8 @@ def case_usage():
     assert rc == 0 and "--no-clear" in out, out
 
 
-CASES = [case_crash, case_eoa, case_clean, case_leftovers, case_not_runfile, case_usage]
+CASES = [case_crash, case_eoa, case_clean, case_leftovers, case_not_runfile, case_ranks,
+         case_usage]
 
 if __name__ == "__main__":
     want = set(sys.argv[1:])

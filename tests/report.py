@@ -43,7 +43,9 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, Sender  # noqa: E402
+from swharness import (SINKWATCH, SINKWATCHD, Daemon, Results, Sender,  # noqa: E402
+                       set_sender_table)
+from servelib import drift_gaps  # noqa: E402
 
 if not SINKWATCHD or not SINKWATCH:
     print("SINKWATCHD and SINKWATCH must be set: skipped")
@@ -358,6 +360,58 @@ def t_golden_text():
     assert re.search(r"^\s+1\s+0 .* stable ", out, re.M), out
 
 
+def t_drift_gaps():
+    """Drift holds for the view only where prev_row is the winning row of the
+    previous view step (LAYOUT.md; issue 26 item 1): a row taken against
+    another step gives a gap (null) in --series, per layer and the model,
+    however finite the stored value; the path sums are recomputed from the
+    view (no prev_row) and stay as they were."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-report-")
+    path = os.path.join(tmp, "gaps.h5")
+    want = drift_gaps(os.path.join(GOLDEN, "golden.h5"), path)
+    got = report_json([path, "--series"])
+    steps = got["series"]["step"]
+    for lay in got["series"]["layers"]:
+        for st, w in want.items():
+            k = steps.index(st)
+            if w is None:
+                assert lay["drift_sink"][k] is None and lay["drift_content"][k] is None, \
+                    (lay["layer"], st, lay["drift_sink"][k], lay["drift_content"][k])
+            else:
+                assert (lay["drift_sink"][k], lay["drift_content"][k]) == w, (lay["layer"], st)
+    gold = report_json([os.path.join(GOLDEN, "golden.h5"), "--series"])
+    for a, b in zip(got["series"]["layers"], gold["series"]["layers"]):
+        for k, st in enumerate(steps):
+            if st not in want:
+                assert a["drift_content"][k] == b["drift_content"][k], (a["layer"], st)
+    same(got["model_attribution"], gold["model_attribution"], "model_attribution")
+    shutil.rmtree(tmp)
+
+
+def t_ranks_not_ended():
+    """ranks_not_ended compares each incarnation's senders with the sender
+    table (issue 26 item 4): a rank that never sent has no row and is named,
+    in JSON and text."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-report-")
+    path = os.path.join(tmp, "ranks.h5")
+    for rows, want in (([(1, 0, 2, 1)], [(1, 1, False)]),
+                       ([(1, 0, 2, 0)], [(1, 0, True), (1, 1, False)]),
+                       ([(7, 1, 2, 1), (5, 0, 2, 1)], [(5, 1, False), (7, 0, False)]),
+                       ([(3, 0, 2, 1), (3, 1, 2, 1)], [])):
+        shutil.copy(os.path.join(GOLDEN, "golden.h5"), path)
+        set_sender_table(path, rows)
+        got = report_json([path])
+        assert [(x["inc"], x["rank"], x["sent"]) for x in got["ranks_not_ended"]] == want, \
+            (rows, got["ranks_not_ended"])
+        rc, out, err = report([path])
+        assert rc == 0, err
+        for inc, rank, sent in want:
+            line = "rank %d of 2 (incarnation %d) never sent %s" % (
+                rank, inc, "its end" if sent else "anything")
+            assert line in out, (rows, line, out)
+    shutil.rmtree(tmp)
+
+
 # ---- ranges ---------------------------------------------------------------------
 
 def t_ranges():
@@ -635,6 +689,8 @@ def main():
     R.check("golden: the expected reports", t_golden_expected)
     R.check("golden: numpy reference", t_golden_reference)
     R.check("golden: text marks what is missing", t_golden_text)
+    R.check("drift: gaps where prev_row is not the view's previous step", t_drift_gaps)
+    R.check("ranks not ended, against senders", t_ranks_not_ended)
     R.check("ranges vs numpy", t_ranges)
     R.check("range errors name the nearest steps", t_range_errors)
     R.check("CSV: documented columns, JSON values", t_csv)

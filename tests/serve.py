@@ -13,14 +13,18 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", "."), "tests"))
-from servelib import (Daemon, Server, SINKWATCH, drift_flip_want, run_cmd,  # noqa: E402
-                      same_series, sim)
+from servelib import (Daemon, Server, SINKWATCH, drift_flip_want, drift_gaps,  # noqa: E402
+                      run_cmd, same_series, sim)
 from swharness import Results  # noqa: E402
 
 SRC = os.environ.get("SW_SRCDIR", ".")
 GOLDEN = os.path.join(SRC, "tests", "data", "golden_run", "golden.h5")
 EVIL = "<script>alert('x')</script>&\"q\""
 FAMILY = [(1.4e9, "fam-1.4b"), (70e6, "fam-70m"), (410e6, "fam-410m")]
+# run ids with bytes that are not UTF-8 (PROTOCOL.md section 3 allows
+# 0x80-0xff), as str with surrogate escapes: b"run-\xff\xfe", and a valid
+# "é" beside a lone 0xc3 (issue 26 item 10)
+RAW_IDS = ["run-\udcff\udcfe", "caf\u00e9-\udcc3x"]
 
 
 def q(s):
@@ -82,6 +86,85 @@ def check_report(srv, rid, path, frm=None, to=None):
     return got
 
 
+def strict_json(raw, where):
+    """JSON from bytes that must be UTF-8 (a strict parser's view)."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise AssertionError("%s: not UTF-8 JSON: %s" % (where, e))
+
+
+def check_raw_ids(d, srv):
+    """JSON that names a run id with bytes that are not UTF-8 is UTF-8, and
+    its strings give the id back with surrogateescape: check, report,
+    /api/runs and the export's data.js (issue 26 item 10)."""
+    want = {r.encode("utf-8", "surrogateescape") for r in RAW_IDS}
+    for r in RAW_IDS:
+        path = d.run_file(r)
+        for tool in ("check", "report"):
+            p = subprocess.run([SINKWATCH, tool, path, "--format", "json"],
+                               capture_output=True, timeout=60)
+            assert p.returncode == 0, (tool, p.stderr)
+            j = strict_json(p.stdout, tool)
+            run = j["files"][0]["run"] if tool == "check" else j["run"]
+            assert run.encode("utf-8", "surrogateescape") == r.encode("utf-8", "surrogateescape"), \
+                (tool, run, r)
+    st, _, body = srv.raw("/api/runs")
+    assert st == 200, st
+    runs = strict_json(body, "/api/runs")["runs"]
+    got = {x["run"].encode("utf-8", "surrogateescape") for x in runs}
+    assert want <= got, (want, got)
+    out = os.path.join(d.tmp, "export-raw")
+    argv = [SINKWATCH, "serve", d.data, "--export", out]
+    for r in RAW_IDS:
+        argv += ["--run", "0/" + os.path.basename(d.run_file(r))]
+    rc, so, err = run_cmd(argv, timeout=120)
+    assert rc == 0, (rc, so, err)
+    with open(os.path.join(out, "static", "data.js"), "rb") as f:
+        js = f.read()
+    head = b"window.SW_STATIC = "
+    data = strict_json(js[js.index(head) + len(head):].rstrip().rstrip(b";"), "data.js")
+    got = {x["run"].encode("utf-8", "surrogateescape") for x in data["runs"]["runs"]}
+    assert want <= got, (want, got)
+    for name in os.listdir(os.path.join(out, "static")):
+        with open(os.path.join(out, "static", name), "rb") as f:
+            f.read().decode("utf-8")
+
+
+def check_drift_gaps(tmp):
+    """/api/series gives a gap where the stored drift was taken against
+    another step than the view's previous one (issue 26 item 1), and equals
+    the stored values elsewhere."""
+    gdir = os.path.join(tmp, "gaps")
+    os.makedirs(gdir)
+    path = os.path.join(gdir, "gaps.h5")
+    want = drift_gaps(GOLDEN, path)
+    srv = Server([gdir])
+    try:
+        assert check_drift_flip(srv, "0/gaps.h5", path) > 0
+        for layer in ("model", "0", "1"):
+            got = srv.json("/api/series?id=0%2Fgaps.h5&layer=" + layer)
+            for st, w in want.items():
+                k = got["step"].index(st)
+                pair = (got["drift_sink"][k], got["drift_content"][k])
+                assert pair == ((None, None) if w is None else w), (layer, st, pair)
+    finally:
+        assert srv.stop() == 0
+
+
+def check_empty_dir(tmp):
+    """An empty data directory: no runs, no error, and no undefined
+    behaviour (qsort of no names, issue 26 item 12)."""
+    empty = os.path.join(tmp, "empty")
+    os.makedirs(empty)
+    srv = Server([empty])
+    try:
+        assert srv.json("/api/runs")["runs"] == []
+        srv.json("/api/compare?ids=0%2Fnone.h5")
+    finally:
+        assert srv.stop() == 0
+
+
 def main():
     res = Results()
     d = Daemon().start()
@@ -94,6 +177,12 @@ def main():
                 "--heads", "3", "--model", name, "--sink-share", "0.6")
         evil_path = sim(d, EVIL, "--steps", "6", "--layers", "2", "--heads", "2",
                         "--model", "<b>m</b>")
+        for r in RAW_IDS:  # sim's own output names the id as bytes: not text
+            p = subprocess.run([SINKWATCH, "sim", "--connect", d.listen, "--run", r, "--steps",
+                                "3", "--layers", "1", "--heads", "2"], capture_output=True,
+                               timeout=120)
+            assert p.returncode == 0, p.stderr
+            d.wait_ended(r, timeout=60)
         data = d.data
         shutil.copy(GOLDEN, os.path.join(data, "golden.h5"))
         shutil.copy(GOLDEN, os.path.join(outside, "secret.h5"))
@@ -270,6 +359,13 @@ def main():
                 p.wait(timeout=10)
         res.check("--allow-remote: the token (header, query then cookie) and the Host "
                   "check", token)
+
+        res.check("run ids that are not UTF-8: check, report, /api/runs and the export "
+                  "are UTF-8 JSON; the ids come back with surrogateescape",
+                  lambda: check_raw_ids(d, srv))
+        res.check("drift: a gap where prev_row is not the view's previous step",
+                  lambda: check_drift_gaps(d.tmp))
+        res.check("an empty data directory", lambda: check_empty_dir(d.tmp))
 
         def live():
             proc = sim(d, "growing", "--steps", "30", "--every-ms", "200", "--layers", "2",

@@ -3,6 +3,7 @@
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,12 +47,18 @@ def drift_flip_want(path):
     stored values read with h5py over view_rows: per layer the mean over
     heads of the finite drift values (the model: over every head), the
     layer's flip rates (the model: the mean of the layers' finite ones).
+    Drift only where the row's prev_row is the winning row of the previous
+    view step (LAYOUT.md, the view), else NaN.
     (steps, {"model" | "0".. : {key: array}})."""
     with h5py.File(path, "r") as f:
         view = view_rows(f)
         rows = [t for _, t in view]
         ds, dc = f["drift_sink"][:][rows], f["drift_content"][:][rows]   # [n, L, H]
         fl = f["flip_rate"][:][rows]                                      # [n, L, 3]
+        prev = f["prev_row"][:][rows]
+    ok = np.array([k > 0 and prev[k] == rows[k - 1] for k in range(len(rows))], dtype=bool)
+    ds[~ok] = np.nan
+    dc[~ok] = np.nan
     n, L = ds.shape[0], ds.shape[1]
     out = {"model": {"drift_sink": finite_mean(ds.reshape(n, -1), 1),
                      "drift_content": finite_mean(dc.reshape(n, -1), 1),
@@ -64,6 +71,28 @@ def drift_flip_want(path):
         for m, k in enumerate(("flip_cosine", "flip_js", "flip_entropy")):
             w[k] = fm[:, m]
     return [int(s_) for s_, _ in view], out
+
+
+def drift_gaps(src, dst):
+    """A copy of the golden run (src) whose drift breaks LAYOUT.md's
+    prev_row rule as a two-worker sweep left it (issue 26 item 1): step 50's
+    row was taken against step 30's row; step 80's winning row (incarnation
+    2) against step 70's superseded row of incarnation 1, with a value. Step
+    70's winning row is taken against step 60's winning row of the other
+    incarnation, with a value: that one holds for the view. Returns
+    {step: drift the series must give (None: a gap)} for the three."""
+    shutil.copy(src, dst)
+    with h5py.File(dst, "r+") as f:
+        step, inc, prev = f["step"][:], f["inc"][:], f["prev_row"]
+        row = {(int(s_), int(i)): t for t, (s_, i) in enumerate(zip(step, inc))}
+        prev[row[(50, 1)]] = row[(30, 1)]
+        prev[row[(80, 2)]] = row[(70, 1)]
+        prev[row[(70, 2)]] = row[(60, 1)]
+        for name, v in (("drift_sink", 0.5), ("drift_content", 5.0)):
+            ds = f[name]
+            ds[row[(80, 2)]] = np.full(ds.shape[1:], v)
+            ds[row[(70, 2)]] = np.full(ds.shape[1:], 3 * v)
+    return {50: None, 80: None, 70: (1.5, 15.0)}
 
 
 def same_series(got, want, where):

@@ -254,14 +254,35 @@ class Daemon:
                              % (run, timeout, self.read_log()))
 
     def run_file(self, run):
+        # a str run id holds bytes that are not UTF-8 as surrogate escapes
+        # (os.fsencode gives sinkwatch sim those bytes)
         safe = "".join(c if (c.isascii() and (c.isalnum() or c in "-_.")) else
-                       "".join("%%%02X" % b for b in c.encode()) for c in run)
+                       "".join("%%%02X" % b for b in c.encode("utf-8", "surrogateescape"))
+                       for c in run)
         if safe.startswith("."):
             safe = "%2E" + safe[1:]
         return os.path.join(self.data, safe + ".h5")
 
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
+
+
+def set_sender_table(path, rows):
+    """Rewrites the sender table of a run file (layout 3) to rows of
+    (inc, rank, senders, ended), every other field 0; the tools' view of
+    which ranks never ended (issue 26 item 4) reads only this table."""
+    import h5py
+    with h5py.File(path, "r+") as f:
+        names = f.attrs["sender_fields"].split(",")
+        t = f["senders"]
+        t.resize(len(rows), axis=0)
+        v = np.zeros((len(rows), len(names)), dtype=np.uint64)
+        for k, (inc, rank, senders, ended) in enumerate(rows):
+            v[k, names.index("inc")] = inc
+            v[k, names.index("rank")] = rank
+            v[k, names.index("senders")] = senders
+            v[k, names.index("ended")] = ended
+        t[...] = v
 
 
 class Sender:

@@ -28,6 +28,7 @@
 #include "storage/h5util.h"
 #include "storage/runfile.h"
 #include "tools/json.h"
+#include "tools/runagg.h"
 #include "tools/tools.h"
 
 #define REFRESH_TRIES 100	/* about 100 ms of 1 ms waits, as the reader */
@@ -63,9 +64,8 @@ struct filecheck {
 	struct oddlist under;	/* shorter than /step: damage */
 	int has_view;		/* the view below could be read */
 	sw_view view;		/* the steps the rows stand for (LAYOUT.md) */
-	int nopen;		/* senders that never sent their end (PROTOCOL.md 7b) */
-	uint64_t open_inc[OPEN_MAX];
-	uint32_t open_rank[OPEN_MAX];
+	int64_t nopen;		/* ranks that never sent their end (PROTOCOL.md 7b) */
+	sw_open_rank open[OPEN_MAX];	/* the first OPEN_MAX of them */
 };
 
 static const char hint[] = "to read a run file while sinkwatchd writes it: "
@@ -397,16 +397,17 @@ view_of(struct filecheck *fc)
 		fc->has_view = sw_view_build(&rows, &fc->view) == 0;
 		sw_rows_free(&rows);
 	}
-	/* senders of several-sender incarnations that never sent their end */
+	/* the ranks of several-sender incarnations that never sent their end,
+	 * also those that never sent at all (no row: compared with senders) */
 	uint64_t *t = NULL;
+	sw_open_rank *o = NULL;
 	int64_t n = sw_reader_senders(r, &t, err, sizeof(err));
-	for (int64_t k = 0; k < n && fc->nopen < OPEN_MAX; k++) {
-		const uint64_t *v = t + k * SW_SENDER_FIELDS;
-		if (!v[SW_S_ENDED] && v[SW_S_SENDERS] > 1) {
-			fc->open_inc[fc->nopen] = v[SW_S_INC];
-			fc->open_rank[fc->nopen++] = (uint32_t)v[SW_S_RANK];
-		}
-	}
+	if (n > 0 && (fc->nopen = sw_ranks_not_ended(t, n, &o)) > 0)
+		memcpy(fc->open, o, (size_t)(fc->nopen < OPEN_MAX ? fc->nopen : OPEN_MAX) *
+		    sizeof(*o));
+	if (fc->nopen < 0)
+		fc->nopen = 0;
+	free(o);
 	free(t);
 	sw_reader_close(&r);
 }
@@ -486,9 +487,13 @@ text_report(const struct filecheck *fc)
 			    (long long)fc->view.seg[k].last_step, (long long)fc->view.seg[k].steps);
 	}
 	printf("  %-15s%s\n", "ended:", fc->ended ? "yes" : "no");
-	for (int k = 0; k < fc->nopen; k++)
-		printf("  %-15srank %u of incarnation %llu never sent its end\n",
-		    k ? "" : "not ended:", fc->open_rank[k], (unsigned long long)fc->open_inc[k]);
+	for (int64_t k = 0; k < fc->nopen && k < OPEN_MAX; k++)
+		printf("  %-15srank %u of %u of incarnation %llu %s\n", k ? "" : "not ended:",
+		    fc->open[k].rank, fc->open[k].senders, (unsigned long long)fc->open[k].inc,
+		    fc->open[k].sent ? "never sent its end" : "never sent anything");
+	if (fc->nopen > OPEN_MAX)
+		printf("  %-15s%lld more (%lld ranks in all)\n", "", (long long)(fc->nopen - OPEN_MAX),
+		    (long long)fc->nopen);
 	text_flags(fc);
 	if (fc->beyond_eoa > 0)
 		printf("  %-15s%lld bytes past the end of allocation (a killed writer's "
@@ -556,13 +561,17 @@ json_report(sw_json *j, const struct filecheck *fc)
 		sw_json_end_arr(j);
 	}
 	sw_json_begin_arr(j, "ranks_not_ended");
-	for (int k = 0; k < fc->nopen; k++) {
+	for (int64_t k = 0; k < fc->nopen && k < OPEN_MAX; k++) {
 		sw_json_begin_obj(j, NULL);
-		sw_json_uint(j, "inc", fc->open_inc[k]);
-		sw_json_int(j, "rank", fc->open_rank[k]);
+		sw_json_uint(j, "inc", fc->open[k].inc);
+		sw_json_int(j, "rank", fc->open[k].rank);
+		sw_json_int(j, "senders", fc->open[k].senders);
+		sw_json_bool(j, "sent", fc->open[k].sent);
 		sw_json_end_obj(j);
 	}
 	sw_json_end_arr(j);
+	/* the list holds the first OPEN_MAX; this is how many there are */
+	sw_json_int(j, "ranks_not_ended_count", fc->nopen);
 	sw_json_end_obj(j);
 }
 

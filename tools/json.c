@@ -14,11 +14,67 @@ sw_json_init(sw_json *j, FILE *f)
 	j->isobj[0] = 0;
 }
 
+/*
+ * The length of the well-formed UTF-8 sequence at p (1 to 4; Unicode
+ * table 3-7: no overlong form, no surrogate, nothing over U+10FFFF), or 0
+ * when p does not start one. p is NUL-terminated, so the checks of the
+ * continuation bytes never read past it.
+ */
+static int
+utf8_len(const unsigned char *p)
+{
+	unsigned char c = p[0], lo = 0x80, hi = 0xbf;
+	int n;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		if (c == 0xe0)
+			lo = 0xa0;	/* overlong */
+		else if (c == 0xed)
+			hi = 0x9f;	/* U+D800..U+DFFF */
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		if (c == 0xf0)
+			lo = 0x90;	/* overlong */
+		else if (c == 0xf4)
+			hi = 0x8f;	/* over U+10FFFF */
+	} else
+		return 0;
+	if (p[1] < lo || p[1] > hi)
+		return 0;
+	for (int i = 2; i < n; i++)
+		if (p[i] < 0x80 || p[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/*
+ * A JSON string of s. Run ids and model names may hold any byte but NUL
+ * (PROTOCOL.md section 3), and JSON text is UTF-8: well-formed UTF-8 is
+ * copied as it is, and each byte that is not part of it is written as
+ * \udcXX, the lone surrogate U+DC80..U+DCFF that Python's surrogateescape
+ * gives that byte, so that strict parsers accept the output and
+ * s.encode("utf-8", "surrogateescape") gives back the bytes.
+ */
 static void
 put_string(FILE *f, const char *s)
 {
 	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		int n = utf8_len(p);
+		if (n == 0) {
+			fprintf(f, "\\udc%02x", *p++);
+			continue;
+		}
+		if (n > 1) {
+			fwrite(p, 1, (size_t)n, f);
+			p += n;
+			continue;
+		}
 		switch (*p) {
 		case '"': fputs("\\\"", f); break;
 		case '\\': fputs("\\\\", f); break;
@@ -31,6 +87,7 @@ put_string(FILE *f, const char *s)
 			else
 				fputc(*p, f);
 		}
+		p++;
 	}
 	fputc('"', f);
 }

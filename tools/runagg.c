@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/swproto.h"
 #include "tools/json.h"
 #include "tools/runagg.h"
 
@@ -23,14 +24,14 @@ static const char *const col_names[SW_RUN_COLS] = {
 	[SW_RC_MISSING_RANK] = "missing_rank", [SW_RC_MISSING] = "missing",
 	[SW_RC_LOST] = "lost", [SW_RC_INCOMPLETE] = "incomplete",
 	[SW_RC_DRIFT_SINK] = "drift_sink", [SW_RC_DRIFT_CONTENT] = "drift_content",
-	[SW_RC_FLIP] = "flip_rate",
+	[SW_RC_FLIP] = "flip_rate", [SW_RC_PREV_ROW] = "prev_row",
 };
 
 /* Values per committed row of column c. */
 static size_t
 col_width(const sw_run *run, int c)
 {
-	if (c == SW_RC_LOST || c == SW_RC_INCOMPLETE)
+	if (c == SW_RC_LOST || c == SW_RC_INCOMPLETE || c == SW_RC_PREV_ROW)
 		return 1;
 	if (c == SW_RC_MISSING)
 		return run->L;
@@ -745,6 +746,18 @@ col_mean(const sw_run *run, int c, size_t i, size_t n)
 	return run->col[c] ? finite_mean(run->col[c] + i, n) : NAN;
 }
 
+int
+sw_run_drift_ok(const sw_run *run, int64_t k)
+{
+	const double *prev = run->col[SW_RC_PREV_ROW];
+	if (k <= 0 || k >= run->view.n)
+		return 0;
+	if (!prev)	/* layout 1: one writer in order; drift was taken against the
+			 * row written before, so that row must be the view's previous */
+		return run->view.row[k - 1] == run->view.row[k] - 1;
+	return prev[run->view.row[k]] == (double)run->view.row[k - 1];
+}
+
 /* The flip rates of layer l at committed row t (l == L: the mean of the
  * layers' finite ones, per metric). */
 static void
@@ -790,6 +803,7 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 {
 	size_t L = a->L, H = a->H, LH = a->LH, n = (size_t)a->steps, m = (L + 1) * n;
 	double *hs = malloc((2 * LH + 1) * sizeof(double));
+	char *drift_ok = malloc(n + 1);
 
 	memset(out, 0, sizeof(*out));
 	out->n = n;
@@ -803,15 +817,18 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 	out->drift_sink = malloc(m * sizeof(double) + 1);
 	out->drift_content = malloc(m * sizeof(double) + 1);
 	out->flip = malloc(m * SW_FLIP_METRICS * sizeof(double) + 1);
-	if (!a->parts || !hs || !out->step || !out->sink_mass || !out->entropy ||
+	if (!a->parts || !hs || !drift_ok || !out->step || !out->sink_mass || !out->entropy ||
 	    !out->cum_sink || !out->cum_content || !out->content_entropy ||
 	    !out->drift_sink || !out->drift_content || !out->flip) {
 		free(hs);
+		free(drift_ok);
 		sw_series_free(out);
 		snprintf(err, errlen, a->parts ? "out of memory" : "no series computed");
 		return -1;
 	}
 	memcpy(out->step, a->step, n * sizeof(int64_t));
+	for (size_t j = 0; j < n; j++)
+		drift_ok[j] = (char)sw_run_drift_ok(run, a->range.k0 + (int64_t)j);
 	for (size_t l = 0; l <= L; l++) {	/* l == L: the model */
 		size_t h0 = l < L ? l * H : 0, nh = l < L ? H : LH;
 		memset(hs, 0, 2 * LH * sizeof(double));
@@ -820,8 +837,12 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 			out->sink_mass[o] = finite_mean(run->col[SW_RC_SINK_MASS] + t * LH + h0, nh);
 			out->entropy[o] = finite_mean(run->col[SW_RC_ENTROPY] + t * LH + h0, nh);
 			out->content_entropy[o] = col_mean(run, SW_RC_CONTENT_ENTROPY, t * LH + h0, nh);
-			out->drift_sink[o] = col_mean(run, SW_RC_DRIFT_SINK, t * LH + h0, nh);
-			out->drift_content[o] = col_mean(run, SW_RC_DRIFT_CONTENT, t * LH + h0, nh);
+			if (drift_ok[j]) {
+				out->drift_sink[o] = col_mean(run, SW_RC_DRIFT_SINK, t * LH + h0, nh);
+				out->drift_content[o] = col_mean(run, SW_RC_DRIFT_CONTENT, t * LH + h0,
+				    nh);
+			} else	/* taken against another step than the view's previous: a gap */
+				out->drift_sink[o] = out->drift_content[o] = NAN;
 			flip_at(run, t, l, out->flip + o * SW_FLIP_METRICS);
 			double s = 0, c = 0;
 			for (size_t i = h0; i < h0 + nh; i++) {
@@ -836,7 +857,76 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 		}
 	}
 	free(hs);
+	free(drift_ok);
 	return 0;
+}
+
+/* ---- senders ------------------------------------------------------------------ */
+
+struct srow {
+	uint64_t inc, rank, senders, ended;
+};
+
+static int
+srow_cmp(const void *x, const void *y)
+{
+	const struct srow *a = x, *b = y;
+	if (a->inc != b->inc)
+		return (a->inc > b->inc) - (a->inc < b->inc);
+	return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+int64_t
+sw_ranks_not_ended(const uint64_t *t, int64_t n, sw_open_rank **out)
+{
+	struct srow *r = malloc((size_t)n * sizeof(*r) + 1);
+	sw_open_rank *o = NULL;
+	size_t no = 0, cap = 0;
+
+	*out = NULL;
+	if (!r)
+		return -1;
+	for (int64_t k = 0; k < n; k++) {
+		const uint64_t *v = t + k * SW_SENDER_FIELDS;
+		r[k] = (struct srow){ v[SW_S_INC], v[SW_S_RANK], v[SW_S_SENDERS], v[SW_S_ENDED] };
+	}
+	if (n > 1)
+		qsort(r, (size_t)n, sizeof(*r), srow_cmp);
+	for (int64_t a = 0, b; a < n; a = b) {
+		uint64_t N = 0;
+		for (b = a; b < n && r[b].inc == r[a].inc; b++)
+			N = r[b].senders > N ? r[b].senders : N;
+		if (N <= 1)	/* one sender: the run's own ended mark says it */
+			continue;
+		if (N > SWP_SENDERS_MAX)
+			N = SWP_SENDERS_MAX;
+		/* rows a .. b - 1 are this incarnation's, by rank */
+		int64_t p = a;
+		for (uint64_t rank = 0; rank < N; rank++) {
+			int sent = 0, ended = 0;
+			for (; p < b && r[p].rank <= rank; p++)
+				if (r[p].rank == rank) {
+					sent = 1;
+					ended |= r[p].ended != 0;
+				}
+			if (ended)
+				continue;
+			if (no == cap) {
+				cap = cap ? 2 * cap : 16;
+				sw_open_rank *g = realloc(o, cap * sizeof(*g));
+				if (!g) {
+					free(o);
+					free(r);
+					return -1;
+				}
+				o = g;
+			}
+			o[no++] = (sw_open_rank){ r[a].inc, (uint32_t)rank, (uint32_t)N, sent };
+		}
+	}
+	free(r);
+	*out = o;
+	return (int64_t)no;
 }
 
 /* ---- families ------------------------------------------------------------------- */

@@ -32,6 +32,7 @@ enum sw_run_col {
 	SW_RC_LOST, SW_RC_INCOMPLETE,	/* [T] */
 	SW_RC_DRIFT_SINK, SW_RC_DRIFT_CONTENT,	/* [T * L * H] */
 	SW_RC_FLIP,		/* [T * L * 3]: cosine, js, entropy (flip_fields) */
+	SW_RC_PREV_ROW,		/* [T]: the row drift was taken against, layout 2 */
 	SW_RUN_COLS
 };
 
@@ -190,10 +191,21 @@ void sw_agg_free(sw_agg *a);
 int sw_agg_interval_incomplete(const sw_agg *a, int64_t j);
 
 /*
+ * Whether the stored drift of view step k holds for the view: its row's
+ * prev_row is the winning row of view step k - 1 (LAYOUT.md, "the view").
+ * A row taken against another step (another incarnation's row, a row the
+ * view does not keep, or none) has no drift for the view: a gap. Layout 1
+ * has no prev_row: there the row written just before must be view step
+ * k - 1's.
+ */
+int sw_run_drift_ok(const sw_run *run, int64_t k);
+
+/*
  * The series a chart plots, per range step: for each layer and the model
  * (index L, over all heads) the head means of sink_mass and entropy
  * (finite values; NaN if none), the same of content_entropy, drift_sink
- * and drift_content (METRICS.md §4), and the running sums of the interval
+ * and drift_content (METRICS.md §4; NaN where sw_run_drift_ok is not),
+ * and the running sums of the interval
  * parts from the range's first step (an interval without a value counting
  * as 0, mean over the heads). Each array is [(L + 1) * steps],
  * layer-major. flip: the stored flip rates of §5, [(L + 1) * steps * 3]
@@ -233,6 +245,26 @@ typedef struct sw_ranking {
 #define SW_RANK_MOVED 5
 int sw_agg_rank(const sw_agg *a, sw_ranking *out);
 void sw_ranking_free(sw_ranking *r);
+
+/* ---- senders ---------------------------------------------------------------------- */
+
+/*
+ * The ranks that never ended (PROTOCOL.md 7b.6), from the sender table t
+ * [n rows of SW_SENDER_FIELDS] (sw_reader_senders): for every incarnation
+ * of several senders in the table, each rank 0 .. senders - 1 without a
+ * row that says ended. A rank that never sent has no row: it is named all
+ * the same (sent 0), and so is the second of two processes that both
+ * claimed one rank (one row, so the other rank has none). senders: the
+ * largest the incarnation's rows say. Sorted by incarnation, then rank.
+ * Returns the count and *out (malloc'd, the caller frees it; NULL for
+ * none), or -1 out of memory.
+ */
+typedef struct sw_open_rank {
+	uint64_t inc;
+	uint32_t rank, senders;
+	int sent;		/* 1: the rank has a row (it sent), 0: none */
+} sw_open_rank;
+int64_t sw_ranks_not_ended(const uint64_t *t, int64_t n, sw_open_rank **out);
 
 /* ---- families of runs ------------------------------------------------------------ */
 

@@ -316,10 +316,20 @@ report_senders(sw_reader *r, sw_json *j)
 			sw_json_str(j, "senders_error", err);
 		return;
 	}
-	int64_t open = 0, several = 0, dis = 0, miss = 0;
+	/* every rank of a several-sender incarnation, against the table's
+	 * senders: a rank that never sent has no row */
+	sw_open_rank *open = NULL;
+	int64_t nopen = sw_ranks_not_ended(t, n, &open);
+	if (nopen < 0) {
+		fprintf(stderr, "sinkwatch report: out of memory\n");
+		if (j)
+			sw_json_str(j, "senders_error", "out of memory");
+		free(t);
+		return;
+	}
+	int64_t several = 0, dis = 0, miss = 0;
 	for (int64_t k = 0; k < n; k++) {
 		const uint64_t *v = t + k * SW_SENDER_FIELDS;
-		open += !v[SW_S_ENDED];
 		several += v[SW_S_SENDERS] > 1;
 		dis += (int64_t)v[SW_S_DISAGREE];
 		miss += (int64_t)v[SW_S_MISSING];
@@ -338,14 +348,13 @@ report_senders(sw_reader *r, sw_json *j)
 		}
 		sw_json_end_arr(j);
 		sw_json_begin_arr(j, "ranks_not_ended");
-		for (int64_t k = 0; k < n; k++) {
-			const uint64_t *v = t + k * SW_SENDER_FIELDS;
-			if (!v[SW_S_ENDED] && v[SW_S_SENDERS] > 1) {
-				sw_json_begin_obj(j, NULL);
-				sw_json_uint(j, "inc", v[SW_S_INC]);
-				sw_json_int(j, "rank", (int64_t)v[SW_S_RANK]);
-				sw_json_end_obj(j);
-			}
+		for (int64_t k = 0; k < nopen; k++) {
+			sw_json_begin_obj(j, NULL);
+			sw_json_uint(j, "inc", open[k].inc);
+			sw_json_int(j, "rank", open[k].rank);
+			sw_json_int(j, "senders", open[k].senders);
+			sw_json_bool(j, "sent", open[k].sent);
+			sw_json_end_obj(j);
 		}
 		sw_json_end_arr(j);
 	} else if (several) {
@@ -355,16 +364,12 @@ report_senders(sw_reader *r, sw_json *j)
 		if (miss)
 			printf("  heads missing %lld", (long long)miss);
 		printf("\n");
-		for (int64_t k = 0; k < n; k++) {
-			const uint64_t *v = t + k * SW_SENDER_FIELDS;
-			if (v[SW_S_ENDED] || v[SW_S_SENDERS] <= 1)
-				continue;
-			printf("rank %llu of %llu (incarnation %llu) never sent its end: the run "
-			    "is incomplete\n", (unsigned long long)v[SW_S_RANK],
-			    (unsigned long long)v[SW_S_SENDERS], (unsigned long long)v[SW_S_INC]);
-		}
+		for (int64_t k = 0; k < nopen; k++)
+			printf("rank %u of %u (incarnation %llu) never sent %s: the run is "
+			    "incomplete\n", open[k].rank, open[k].senders,
+			    (unsigned long long)open[k].inc, open[k].sent ? "its end" : "anything");
 	}
-	(void)open;
+	free(open);
 	free(t);
 }
 
@@ -1168,7 +1173,7 @@ rep_scan_dir(const char *dir, const struct rep_opts *o, struct rep_list *runs,
 		n++;
 	}
 	closedir(d);
-	if (rc == 0)
+	if (rc == 0 && n > 1)	/* names is NULL in an empty directory */
 		qsort(names, n, sizeof(*names), name_cmp);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		const char *name = names[i];
@@ -1600,7 +1605,8 @@ report_many(char **paths, size_t np, const struct rep_opts *o)
 			goto oom;
 		rep_load(e, o);
 	}
-	qsort(runs.v, runs.n, sizeof(*runs.v), rep_cmp);
+	if (runs.n > 1)	/* runs.v is NULL when no run was found */
+		qsort(runs.v, runs.n, sizeof(*runs.v), rep_cmp);
 	rep_once(&runs);
 	rep_majority(&runs);
 	if (!(cmp = malloc((runs.n + 1) * sizeof(*cmp))) ||

@@ -419,7 +419,8 @@ scan(sw_srv *s, void (*fn)(void *ctx, sw_srv *s, struct entry *e), void *ctx)
 				n++;
 		}
 		closedir(dp);
-		qsort(names, n, sizeof(*names), name_cmp);
+		if (n > 1)	/* names is NULL in an empty directory: qsort wants an array */
+			qsort(names, n, sizeof(*names), name_cmp);
 		for (size_t i = 0; i < n; i++) {
 			char id[300];
 			snprintf(id, sizeof(id), "%zu/%s", d, names[i]);

@@ -373,7 +373,12 @@
     function makeCharts() {
       var opts = function (extra) {
         var o = { labelsSeparateLines: false, legend: "always", xlabel: "step",
-          connectSeparatedPoints: true, drawPoints: false, strokeWidth: 1.5, axes: {
+          /* a value the server has not (null: a missing layer, drift taken
+           * against another step than the previous one) is a gap, and the
+           * line breaks there; the points at a gap's edges are drawn, so a
+           * value between two gaps shows */
+          connectSeparatedPoints: false, drawGapEdgePoints: true, drawPoints: false,
+          strokeWidth: 1.5, axes: {
             x: { axisLabelWidth: 60 }, y: { axisLabelWidth: 70, axisLabelFormatter: tick,
               valueFormatter: tick } },
           zoomCallback: function (a, b) {
@@ -418,8 +423,10 @@
     }
     function rows(cols) {
       var out = [];
+      /* NaN, not null: dygraphs draws NaN as a gap whatever its options */
       for (var k = 0; k < series.step.length; k++)
-        out.push([series.step[k]].concat(cols.map(function (c) { return c[k]; })));
+        out.push([series.step[k]].concat(cols.map(function (c) {
+          return c[k] === null ? NaN : c[k]; })));
       return out;
     }
     function data1() {
@@ -552,13 +559,16 @@
             var row = [s];
             for (var i = 0; i < n; i++) {
               var v = steps[s][f][i];
-              row.push(v === undefined ? null : v);
+              /* undefined: run i has no such step, connected over (null);
+               * null: the run has the step but no value, a gap (NaN) */
+              row.push(v === undefined ? null : v === null ? NaN : v);
             }
             return row;
           });
         }
         if (!n || !keys.length) return;
-        var o = { labels: labels, legend: "always", xlabel: "step", connectSeparatedPoints: true };
+        var o = { labels: labels, legend: "always", xlabel: "step", connectSeparatedPoints: true,
+          drawGapEdgePoints: true };
         if (!graphs) graphs = [
           new Dygraph(c1.plot, data("sm"), Object.assign({ labelsDiv: c1.legend }, o)),
           new Dygraph(c2.plot, data("ce"), Object.assign({ labelsDiv: c2.legend }, o))];

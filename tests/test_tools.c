@@ -1,0 +1,128 @@
+/*
+ * test_tools.c: parts of the tools that need no file: the JSON strings of
+ * ids that are not UTF-8 (tools/json.c, issue 26 item 10) and the ranks
+ * that never ended, against the sender table's senders (tools/runagg.c,
+ * issue 26 item 4).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/json.h"
+#include "tools/runagg.h"
+
+/* The JSON document of one string value, NUL-terminated (the caller frees it). */
+static char *
+json_of(const char *s)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(f);
+	sw_json j;
+	sw_json_init(&j, f);
+	sw_json_str(&j, NULL, s);
+	fclose(f);
+	return buf;
+}
+
+static void
+same_json(const char *in, const char *want)
+{
+	char *got = json_of(in);
+	ck_assert_msg(!strcmp(got, want), "got %s, want %s", got, want);
+	free(got);
+}
+
+START_TEST(test_json_utf8)
+{
+	same_json("run-1", "\"run-1\"");
+	same_json("a\"b\\c\n\t\r\x01", "\"a\\\"b\\\\c\\n\\t\\r\\u0001\"");
+	/* well-formed UTF-8 is copied: 2, 3 and 4 byte forms, the edges */
+	same_json("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"");
+	same_json("\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf",
+	    "\"\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf\"");
+	/* every other byte as \udcXX, as Python's surrogateescape decodes it */
+	same_json("run-\xff\xfe", "\"run-\\udcff\\udcfe\"");
+	same_json("\x80", "\"\\udc80\"");			/* a lone continuation byte */
+	same_json("\xc0\xaf", "\"\\udcc0\\udcaf\"");		/* overlong */
+	same_json("\xe0\x80\xaf", "\"\\udce0\\udc80\\udcaf\"");	/* overlong, 3 bytes */
+	same_json("\xed\xa0\x80", "\"\\udced\\udca0\\udc80\"");	/* a surrogate */
+	same_json("\xf4\x90\x80\x80", "\"\\udcf4\\udc90\\udc80\\udc80\"");	/* > U+10FFFF */
+	same_json("\xf5\x80", "\"\\udcf5\\udc80\"");
+	/* cut short: at the end, and before ASCII (which is kept) */
+	same_json("x\xe2\x82", "\"x\\udce2\\udc82\"");
+	same_json("\xe2\x82y\xc3", "\"\\udce2\\udc82y\\udcc3\"");
+	same_json("\xf0\x9f\x98", "\"\\udcf0\\udc9f\\udc98\"");
+	/* a bad byte, then a good sequence */
+	same_json("\xff\xc3\xa9", "\"\\udcff\xc3\xa9\"");
+}
+END_TEST
+
+/* A sender table row: inc, rank, senders, ended (the other fields 0). */
+static void
+row(uint64_t *t, int k, uint64_t inc, uint64_t rank, uint64_t senders, uint64_t ended)
+{
+	uint64_t *v = t + (size_t)k * SW_SENDER_FIELDS;
+	memset(v, 0, SW_SENDER_FIELDS * sizeof(*v));
+	v[SW_S_INC] = inc;
+	v[SW_S_RANK] = rank;
+	v[SW_S_SENDERS] = senders;
+	v[SW_S_ENDED] = ended;
+}
+
+START_TEST(test_ranks_not_ended)
+{
+	uint64_t t[8 * SW_SENDER_FIELDS];
+	sw_open_rank *o;
+
+	/* only rank 0 of 2 sent, and ended: rank 1 is named, never sent */
+	row(t, 0, 7, 0, 2, 1);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 1, &o), 1);
+	ck_assert(o[0].inc == 7 && o[0].rank == 1 && o[0].senders == 2 && !o[0].sent);
+	free(o);
+	/* two processes both claimed rank 0: one row, not ended; rank 1 none */
+	row(t, 0, 7, 0, 2, 0);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 1, &o), 2);
+	ck_assert(o[0].rank == 0 && o[0].sent && o[1].rank == 1 && !o[1].sent);
+	free(o);
+	/* ranks in different incarnations: each lacks the other rank */
+	row(t, 0, 9, 1, 2, 1);
+	row(t, 1, 8, 0, 2, 1);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 2, &o), 2);
+	ck_assert(o[0].inc == 8 && o[0].rank == 1 && !o[0].sent);
+	ck_assert(o[1].inc == 9 && o[1].rank == 0 && !o[1].sent);
+	free(o);
+	/* every rank ended, in any order; single-sender incarnations are not named */
+	row(t, 0, 5, 2, 3, 1);
+	row(t, 1, 5, 0, 3, 1);
+	row(t, 2, 5, 1, 3, 1);
+	row(t, 3, 4, 0, 1, 0);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 4, &o), 0);
+	free(o);
+	/* the largest senders of an incarnation's rows counts */
+	row(t, 0, 5, 0, 2, 1);
+	row(t, 1, 5, 1, 3, 1);
+	ck_assert_int_eq(sw_ranks_not_ended(t, 2, &o), 1);
+	ck_assert(o[0].rank == 2 && o[0].senders == 3);
+	free(o);
+	ck_assert_int_eq(sw_ranks_not_ended(NULL, 0, &o), 0);
+	free(o);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("tools");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_json_utf8);
+	tcase_add_test(tc, test_ranks_not_ended);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
