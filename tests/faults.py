@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Issue 26 end to end, with a real daemon: several senders, shutdowns and
+run generations under faults; every message stored or counted once.
+
+- two generations of one run id at once (heads 2 and heads 4 interleaved):
+  NAME.h5 and NAME@2.h5, no write_error, each with its steps (item 6);
+- SIGTERM while rank 0's heads of step 0 are gathered and rank 1's are not:
+  rank 0's heads are in the file after the stop (item 2), and each sender's
+  status line adds up (stored + pending + drops + end = messages);
+- a part that says 3 senders where its incarnation has 2: counted
+  senders_mismatch only, never lost too, and rank 1's seq goes on (item 5).
+"""
+import os
+import signal
+import sys
+import time
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from swharness import Daemon, Results, Sender, random_probs  # noqa: E402
+
+R = Results()
+RNG = np.random.default_rng(26)
+
+
+def senders_lines(d):
+    """{(inc, rank): {key: int}} from status senders."""
+    out = {}
+    for line in d.ctl("status senders").splitlines():
+        if not line.startswith("sender: "):
+            continue
+        kv = dict(x.split("=", 1) for x in line.split()[2:] if "=" in x)
+        rank = int(kv["rank"].split("/")[0])
+        out[(int(kv["inc"]), rank)] = {k: int(v) for k, v in kv.items() if k != "rank"}
+    return out
+
+
+def adds_up(row):
+    """messages = stored + pending + every drop + its end (status senders)."""
+    known = {"inc", "messages", "lost", "disagree", "uncompared", "missing", "seq_next",
+             "ended", "stored", "pending"}
+    drops = sum(v for k, v in row.items() if k not in known)
+    return row["messages"] == row["stored"] + row["pending"] + drops + row["ended"], row
+
+
+def generations():
+    d = Daemon().start()
+    try:
+        a = Sender(d.listen, "gen", layers=1, heads=2, fixed=False)
+        b = Sender(d.listen, "gen", layers=1, heads=4, fixed=False)
+        for step in range(4):   # interleaved: both files open at once
+            a.snapshot(step, 0, random_probs(RNG, 2, 3, 8), inc=11)
+            b.snapshot(step, 0, random_probs(RNG, 4, 3, 8), inc=12)
+        d.wait(lambda st: st["writer"]["steps_written"] >= 8, what="8 steps written")
+        st = d.status()
+        assert st["drops"].get("write_error", 0) == 0, st["drops"]
+        assert st["writer"]["write_errors"] == 0, st["writer"]
+        a.close()
+        b.close()
+    finally:
+        d.stop()
+    files = sorted(f for f in os.listdir(d.data) if f.endswith(".h5"))
+    assert files == ["gen.h5", "gen@2.h5"], files
+    for name, heads in (("gen.h5", 2), ("gen@2.h5", 4)):
+        with h5py.File(os.path.join(d.data, name), "r") as f:
+            assert f.attrs["heads"] == heads and f["step"].shape[0] == 4, \
+                (name, f.attrs["heads"], f["step"][:])
+
+
+def sigterm_keeps_parts():
+    d = Daemon(extra=["--step-timeout-ms", "60000"]).start()
+    inc = 7777
+    try:
+        s0 = Sender(d.listen, "part", layers=1, heads=4)
+        s0.snapshot(0, 0, random_probs(RNG, 2, 3, 8), inc=inc, v=2, rank=0, senders=2,
+                    head0=0, rows=3)
+        d.wait(lambda st: st["senders"].get("senders", 0) >= 1, what="rank 0 heard")
+        rows = senders_lines(d)
+        ok, row = adds_up(rows[(inc, 0)])
+        assert ok and row["pending"] == 1, row
+        assert d.stop(signal.SIGTERM) == 0
+        s0.close()
+    finally:
+        d.stop()
+    with h5py.File(os.path.join(d.data, "part.h5"), "r") as f:
+        mr = f["missing_rank"][:]
+        assert f["step"][:].tolist() == [0], f["step"][:]
+        # rank 0's heads were written; rank 1's are missing
+        assert mr[0, 0].tolist() == [-1, -1, -2, -2], mr
+        assert np.isfinite(f["entropy"][0, 0, :2]).all(), f["entropy"][:]
+        names = f.attrs["sender_fields"].split(",")
+        t = [dict(zip(names, (int(v) for v in r))) for r in f["senders"][:]]
+        r0 = [x for x in t if x["rank"] == 0][0]
+        assert r0["messages"] == 1 and r0["lost"] == 0, r0
+
+
+def senders_mismatch_not_lost():
+    d = Daemon().start()
+    inc = 4242
+    try:
+        s0 = Sender(d.listen, "mm", layers=1, heads=2, fixed=False)
+        s1 = Sender(d.listen, "mm", layers=1, heads=2, fixed=False)
+        s0.snapshot(0, 0, random_probs(RNG, 2, 3, 8), inc=inc, v=2, rank=0, senders=2)
+        s1.snapshot(1, 0, random_probs(RNG, 2, 3, 8), inc=inc, v=2, rank=1, senders=3)
+        s1.snapshot(2, 0, random_probs(RNG, 2, 3, 8), inc=inc, v=2, rank=1, senders=2)
+        d.wait(lambda st: len(senders_lines(d)) == 2 and
+               senders_lines(d)[(inc, 1)]["messages"] == 2, what="rank 1's two messages")
+        r1 = senders_lines(d)[(inc, 1)]
+        assert r1["lost"] == 0 and r1.get("senders_mismatch") == 1, r1
+        assert adds_up(r1)[0], r1
+        st = d.status()
+        assert st["drops"]["senders_mismatch"] == 1, st["drops"]
+        s0.close()
+        s1.close()
+    finally:
+        d.stop()
+
+
+R.check("two generations of one run id at once", generations)
+R.check("SIGTERM writes the parts gathered so far", sigterm_keeps_parts)
+R.check("senders_mismatch is not lost as well", senders_mismatch_not_lost)
+R.finish()
