@@ -1546,6 +1546,7 @@ admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size
 	}
 	*sdp = sd;
 	sd->c.messages++;
+	sd->c.pending++;	/* until swd_asm_admit decides (a step may go out meanwhile) */
 	seq_check(r, inc, sd, m->seq);	/* it arrived: never lost, whatever it becomes */
 	uint32_t nsend = m->senders ? m->senders : 1;
 	if (nsend != inc->senders) {
@@ -1648,6 +1649,8 @@ swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *w
 {
 	struct asend *sd = NULL;
 	int rc = admit(a, m, now, t, why, len, &sd);
+	if (sd)
+		sd->c.pending--;	/* decided: held in a layer (ml_push), or dropped */
 	/* a message its sender sent, not stored: counted once, for the sender too */
 	if (sd && rc >= 0)
 		sd->c.drop[rc]++;

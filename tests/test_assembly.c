@@ -107,6 +107,7 @@ emit(void *ud, swd_witem *it)
 	free(it->layers);
 	free(it->missing_rank);
 	free(it->snd);
+	free(it->mc);
 	free(it);
 }
 
