@@ -412,6 +412,18 @@ def t_ranks_not_ended():
     shutil.rmtree(tmp)
 
 
+def t_empty_dir():
+    """An empty directory: no run to compare (exit 2), and no undefined
+    behaviour on the way (qsort of no names; issue 26 item 12: under the
+    asan build UBSan stops the tool)."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-report-")
+    for fmt in ("text", "json"):
+        rc, out, err = report([tmp, "--format", fmt])
+        assert rc == 2 and "no run to compare" in err and "runtime error" not in err, \
+            (fmt, rc, err)
+    os.rmdir(tmp)
+
+
 # ---- ranges ---------------------------------------------------------------------
 
 def t_ranges():
@@ -691,6 +703,7 @@ def main():
     R.check("golden: text marks what is missing", t_golden_text)
     R.check("drift: gaps where prev_row is not the view's previous step", t_drift_gaps)
     R.check("ranks not ended, against senders", t_ranks_not_ended)
+    R.check("an empty directory", t_empty_dir)
     R.check("ranges vs numpy", t_ranges)
     R.check("range errors name the nearest steps", t_range_errors)
     R.check("CSV: documented columns, JSON values", t_csv)
