@@ -459,6 +459,17 @@ put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n)
 		v[SW_S_AFTER_END] = b[SW_S_AFTER_END] + (uint64_t)c->drop[SWD_DROP_AFTER_END];
 		v[SW_S_SEQ_NEXT] = c->seq_next > b[SW_S_SEQ_NEXT] ? c->seq_next : b[SW_S_SEQ_NEXT];
 		v[SW_S_ENDED] = c->ended || b[SW_S_ENDED];
+		/* the rest of its account; what the writer did not store is not stored */
+		v[SW_S_STORED] = b[SW_S_STORED] + (uint64_t)(c->stored - fn[WF_DUP] - fn[WF_WRITE] -
+		    fn[WF_LOCKED]);
+		v[SW_S_BUDGET] = b[SW_S_BUDGET] + (uint64_t)c->drop[SWD_DROP_BUDGET];
+		v[SW_S_LATE] = b[SW_S_LATE] + (uint64_t)c->drop[SWD_DROP_LATE];
+		v[SW_S_SENDERS_MISMATCH] = b[SW_S_SENDERS_MISMATCH] + (uint64_t)c->drop[SWD_DROP_SENDERS];
+		v[SW_S_NOMEM] = b[SW_S_NOMEM] + (uint64_t)c->drop[SWD_DROP_NOMEM];
+		v[SW_S_STOPPING] = b[SW_S_STOPPING] + (uint64_t)c->drop[SWD_DROP_STOPPING];
+		v[SW_S_OPEN_STEPS] = b[SW_S_OPEN_STEPS] + (uint64_t)c->drop[SWD_DROP_OPEN_STEPS];
+		v[SW_S_WRITE_ERROR] = b[SW_S_WRITE_ERROR] + (uint64_t)(c->drop[SWD_DROP_WRITE] +
+		    fn[WF_WRITE]);
 		if (sw_runfile_put_sender(r->f, d->row, v, err, sizeof(err)) != 0) {
 			log_err("run %s: writing the sender table failed: %s", r->meta.run, err);
 			atomic_fetch_add(&w->st.write_errors, 1);
@@ -1010,6 +1021,11 @@ write_step(swd_writer *w, swd_witem *it)
 	}
 	rc = 0;
 out:
+	if (rc != 0) {	/* not stored: its messages counted, the senders' rows too */
+		atomic_fetch_add(&w->st.write_drops, fate_item(w, it, WF_WRITE));
+		put_senders(w, r, it->snd, it->nsnd);
+		rc = 1;
+	}
 	for (int i = 0; i < SW_HEAD_FIELDS; i++)
 		free(hv[i]);
 	for (int i = 0; i < SW_PAIR_FIELDS; i++)
@@ -1149,8 +1165,10 @@ writer_main(void *arg)
 		pthread_mutex_unlock(&w->mu);
 		if (it) {
 			/* a step not stored: its messages counted (write_error) */
+			/* a step not stored: its messages counted (write_error, or locked:
+			 * another process writes the run); 1: counted by write_step */
 			int wrc = it->type == WQ_STEP ? write_step(w, it) : 0;
-			if (wrc != 0)	/* locked: another process writes the run */
+			if (wrc < 0)
 				atomic_fetch_add(wrc == -2 ? &w->st.locked_drops : &w->st.write_drops,
 				    fate_item(w, it, wrc == -2 ? WF_LOCKED : WF_WRITE));
 			else if (it->type == WQ_STEP)

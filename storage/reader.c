@@ -458,13 +458,15 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 }
 
 int64_t
-sw_reader_senders(sw_reader *r, uint64_t **vals, char *err, size_t errlen)
+sw_reader_senders(sw_reader *r, uint64_t **vals, size_t *fields, char *err, size_t errlen)
 {
 	hsize_t dims[4];
 	int k = sw_schema_find("senders");
 
 	quiet();
 	*vals = NULL;
+	if (fields)
+		*fields = 0;
 	if (k < 0 || r->version < sw_schema_at((size_t)k)->version)
 		return 0;	/* no sender table before layout 3 */
 	if (r->dset[k] < 0 && (r->dset[k] = H5Dopen2(r->file, "senders", H5P_DEFAULT)) < 0) {
@@ -475,23 +477,37 @@ sw_reader_senders(sw_reader *r, uint64_t **vals, char *err, size_t errlen)
 		sw_h5_fail(err, errlen, "%s: refreshing /senders failed", r->path);
 		return -1;
 	}
-	hsize_t n = extent0(r->dset[k], NULL, dims);
-	if (n == (hsize_t)-1) {
+	int rank = 0;
+	hsize_t n = extent0(r->dset[k], &rank, dims);
+	if (n == (hsize_t)-1 || rank != 2) {
 		sw_h5_fail(err, errlen, "%s: reading the extent of /senders failed", r->path);
 		return -1;
 	}
+	size_t w = dims[1] < SW_SENDER_FIELDS ? (size_t)dims[1] : SW_SENDER_FIELDS;
+	if (fields)
+		*fields = w;
 	if (n == 0)
 		return 0;
+	if (dims[1] != w) {	/* wider than this build knows: a newer layout */
+		snprintf(err, errlen, "%s: /senders has %llu fields, this build reads %d", r->path,
+		    (unsigned long long)dims[1], SW_SENDER_FIELDS);
+		return -1;
+	}
 	size_t len = (size_t)n * SW_SENDER_FIELDS;
-	if (!(*vals = malloc(len * sizeof(uint64_t)))) {
+	if (!(*vals = calloc(len, sizeof(uint64_t)))) {
 		snprintf(err, errlen, "%s: no memory for the sender table", r->path);
 		return -1;
 	}
-	if (read_range(r, (size_t)k, 0, (int64_t)n, (int64_t)n, H5T_NATIVE_UINT64, *vals, len,
-	    err, errlen) < 0) {
+	if (read_range(r, (size_t)k, 0, (int64_t)n, (int64_t)n, H5T_NATIVE_UINT64, *vals,
+	    (size_t)n * w, err, errlen) < 0) {
 		free(*vals);
 		*vals = NULL;
 		return -1;
+	}
+	/* rows of w fields to rows of SW_SENDER_FIELDS, the missing ones 0 */
+	for (size_t q = (size_t)n; w < SW_SENDER_FIELDS && q-- > 0;) {
+		memmove(*vals + q * SW_SENDER_FIELDS, *vals + q * w, w * sizeof(uint64_t));
+		memset(*vals + q * SW_SENDER_FIELDS + w, 0, (SW_SENDER_FIELDS - w) * sizeof(uint64_t));
 	}
 	return (int64_t)n;
 }

@@ -103,7 +103,8 @@ enum etype { E_F64, E_I64, E_U8, E_I8, E_U64, E_I32 };
 const char *const sw_sender_field_names[SW_SENDER_FIELDS] = {
 	"inc", "rank", "senders", "messages", "lost", "duplicates", "overlaps",
 	"mismatches", "disagree", "uncompared", "missing", "after_end", "seq_next",
-	"ended"
+	"ended", "stored", "budget", "late", "senders_mismatch", "nomem", "stopping",
+	"open_steps", "write_error"
 };
 
 const char *const sw_xpair_field_names[SW_XPAIR_FIELDS] = {
@@ -137,6 +138,7 @@ struct sw_runfile {
 	uint8_t *rst;		/* layers * heads * rows statuses */
 	uint8_t *use;		/* rows zeros, for a step without row_use */
 	int32_t *present;	/* layers * heads -1s, for a step without missing_rank */
+	hsize_t sender_cols;	/* the sender table's fields in this file */
 	double *xnan;		/* (layers * heads)^2 NaNs, cross files only */
 	sw_runlock *lock;	/* the run's, held while the file is open */
 };
@@ -669,6 +671,8 @@ open_datasets(sw_runfile *f, char *err, size_t errlen)
 		}
 		H5Sclose(sp);
 		f->ext[d] = dims[0];
+		if (d == D_SENDERS)	/* an older file's table may be narrower */
+			f->sender_cols = dims[1] < SW_SENDER_FIELDS ? dims[1] : SW_SENDER_FIELDS;
 	}
 	return 0;
 }
@@ -700,6 +704,8 @@ write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
 		f->ext[d] = t + 1;
 	}
 	memcpy(count, dims, sizeof(dims));
+	if (d == D_SENDERS)	/* an older file's narrower table: its fields only */
+		count[1] = f->sender_cols;
 	start[0] = t;
 	count[0] = 1;
 	hsize_t n = 1;
@@ -1667,19 +1673,24 @@ sw_runfile_put_sender(sw_runfile *f, int64_t row, const uint64_t *vals, char *er
 int64_t
 sw_runfile_senders(const sw_runfile *f, uint64_t **vals, char *err, size_t errlen)
 {
-	hsize_t n = f->ext[D_SENDERS];
+	hsize_t n = f->ext[D_SENDERS], w = f->sender_cols;
 	*vals = NULL;
 	if (n == 0)
 		return 0;
-	if (!(*vals = malloc(n * SW_SENDER_FIELDS * sizeof(uint64_t)))) {
+	if (!(*vals = calloc(n * SW_SENDER_FIELDS, sizeof(uint64_t)))) {
 		snprintf(err, errlen, "%s: no memory for the sender table", f->path);
 		return -1;
 	}
-	if (read_col(f, D_SENDERS, n, SW_SENDER_FIELDS, H5T_NATIVE_UINT64, *vals) < 0) {
+	if (read_col(f, D_SENDERS, n, w, H5T_NATIVE_UINT64, *vals) < 0) {
 		sw_h5_fail(err, errlen, "%s: reading /senders failed", f->path);
 		free(*vals);
 		*vals = NULL;
 		return -1;
+	}
+	/* rows of w fields to rows of SW_SENDER_FIELDS, the missing ones 0 */
+	for (hsize_t k = n; w < SW_SENDER_FIELDS && k-- > 0;) {
+		memmove(*vals + k * SW_SENDER_FIELDS, *vals + k * w, w * sizeof(uint64_t));
+		memset(*vals + k * SW_SENDER_FIELDS + w, 0, (SW_SENDER_FIELDS - w) * sizeof(uint64_t));
 	}
 	return (int64_t)n;
 }

@@ -74,10 +74,21 @@ enum sw_sender_field {
 	SW_S_INC, SW_S_RANK, SW_S_SENDERS, SW_S_MESSAGES, SW_S_LOST, SW_S_DUPLICATES,
 	SW_S_OVERLAPS, SW_S_MISMATCHES, SW_S_DISAGREE, SW_S_UNCOMPARED, SW_S_MISSING,
 	SW_S_AFTER_END, SW_S_SEQ_NEXT, SW_S_ENDED,
+	/*
+	 * The rest of each sender's account (files made before have the 14
+	 * fields above only; readers give 0 for the others and say how many
+	 * the file has): messages = stored + duplicates + overlaps + mismatches
+	 * + after_end + budget + late + senders_mismatch + nomem + stopping +
+	 * open_steps + write_error + ended (PROTOCOL.md 7a).
+	 */
+	SW_S_STORED, SW_S_BUDGET, SW_S_LATE, SW_S_SENDERS_MISMATCH, SW_S_NOMEM,
+	SW_S_STOPPING, SW_S_OPEN_STEPS, SW_S_WRITE_ERROR,
 	SW_SENDER_FIELDS
 };
+#define SW_SENDER_FIELDS_OLD 14	/* the table of files made before the account */
 #define SW_SENDER_FIELD_LIST "inc,rank,senders,messages,lost,duplicates,overlaps," \
-	"mismatches,disagree,uncompared,missing,after_end,seq_next,ended"
+	"mismatches,disagree,uncompared,missing,after_end,seq_next,ended,stored,budget," \
+	"late,senders_mismatch,nomem,stopping,open_steps,write_error"
 extern const char *const sw_sender_field_names[SW_SENDER_FIELDS];
 
 /* Dataset names, as LAYOUT.md lists them. */
@@ -358,8 +369,11 @@ int sw_reader_ended(sw_reader *r);
 /*
  * The sender table (layout 3; 0 rows before): a malloc'd [rows *
  * SW_SENDER_FIELDS] in *vals (NULL for none), rows returned, -1 on error.
+ * *fields (if not NULL): how many of the fields the file has (an older
+ * file's table is narrower, SW_SENDER_FIELDS_OLD: the others read 0).
  */
-int64_t sw_reader_senders(sw_reader *r, uint64_t **vals, char *err, size_t errlen);
+int64_t sw_reader_senders(sw_reader *r, uint64_t **vals, size_t *fields, char *err,
+    size_t errlen);
 
 void sw_reader_close(sw_reader **r);
 

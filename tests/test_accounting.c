@@ -409,7 +409,9 @@ check_file(const char *dir, int seed)
 				}
 		sw_rows_free(&rows);
 		free(mr);
-		ns = sw_reader_senders(r, &tab, err, sizeof(err));
+		size_t nf = 0;
+		ns = sw_reader_senders(r, &tab, &nf, err, sizeof(err));
+		ck_assert_uint_eq(nf, SW_SENDER_FIELDS);
 		ck_assert_int_ge(ns, 0);
 		sw_reader_close(&r);
 	}
@@ -434,6 +436,17 @@ check_file(const char *dir, int seed)
 			    k, (long long)accounted);
 			continue;
 		}
+		/* the row's own account: what the sender reads in the file */
+		uint64_t own = row[SW_S_STORED] + row[SW_S_DUPLICATES] + row[SW_S_OVERLAPS] +
+		    row[SW_S_MISMATCHES] + row[SW_S_AFTER_END] + row[SW_S_BUDGET] + row[SW_S_LATE] +
+		    row[SW_S_SENDERS_MISMATCH] + row[SW_S_NOMEM] + row[SW_S_STOPPING] +
+		    row[SW_S_OPEN_STEPS] + row[SW_S_WRITE_ERROR] + row[SW_S_ENDED];
+		ck_assert_msg(own == row[SW_S_MESSAGES], "seed %d rank %d: the row's fields add "
+		    "up to %llu, its messages %llu", seed, k, (unsigned long long)own,
+		    (unsigned long long)row[SW_S_MESSAGES]);
+		ck_assert_msg(row[SW_S_STORED] == (uint64_t)stored[k], "seed %d rank %d: the row "
+		    "says %llu stored, the file holds %lld parts", seed, k,
+		    (unsigned long long)row[SW_S_STORED], (long long)stored[k]);
 		ck_assert_msg((int64_t)row[SW_S_MESSAGES] == accounted, "seed %d rank %d: the row "
 		    "says %llu messages, the daemon accounted %lld (stored %lld, dropped %lld, "
 		    "end %lld)", seed, k, (unsigned long long)row[SW_S_MESSAGES],

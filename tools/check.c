@@ -401,7 +401,7 @@ view_of(struct filecheck *fc)
 	 * also those that never sent at all (no row: compared with senders) */
 	uint64_t *t = NULL;
 	sw_open_rank *o = NULL;
-	int64_t n = sw_reader_senders(r, &t, err, sizeof(err));
+	int64_t n = sw_reader_senders(r, &t, NULL, err, sizeof(err));
 	if (n > 0 && (fc->nopen = sw_ranks_not_ended(t, n, &o)) > 0)
 		memcpy(fc->open, o, (size_t)(fc->nopen < OPEN_MAX ? fc->nopen : OPEN_MAX) *
 		    sizeof(*o));

@@ -309,7 +309,8 @@ report_senders(sw_reader *r, sw_json *j)
 {
 	uint64_t *t = NULL;
 	char err[512];
-	int64_t n = sw_reader_senders(r, &t, err, sizeof(err));
+	size_t nf = 0;
+	int64_t n = sw_reader_senders(r, &t, &nf, err, sizeof(err));
 	if (n < 0) {
 		fprintf(stderr, "sinkwatch report: %s\n", err);
 		if (j)
@@ -339,7 +340,7 @@ report_senders(sw_reader *r, sw_json *j)
 		for (int64_t k = 0; k < n; k++) {
 			const uint64_t *v = t + k * SW_SENDER_FIELDS;
 			sw_json_begin_obj(j, NULL);
-			for (int f = 0; f < SW_SENDER_FIELDS; f++)
+			for (int f = 0; f < (int)nf; f++)	/* the fields the file has */
 				if (f == SW_S_INC)
 					sw_json_uint(j, sw_sender_field_names[f], v[f]);
 				else
