@@ -694,6 +694,8 @@ write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
 
 	spec(d, &s);
 	int rank = shape_dims(s.shape, f->layers, f->heads, f->rows, dims);
+	if (d == D_SENDERS)	/* an older file's narrower table: its fields only */
+		dims[1] = f->sender_cols;
 	if (f->ext[d] < t + 1) {
 		dims[0] = t + 1;
 		if (H5Dset_extent(f->dset[d], dims) < 0) {
@@ -704,8 +706,6 @@ write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
 		f->ext[d] = t + 1;
 	}
 	memcpy(count, dims, sizeof(dims));
-	if (d == D_SENDERS)	/* an older file's narrower table: its fields only */
-		count[1] = f->sender_cols;
 	start[0] = t;
 	count[0] = 1;
 	hsize_t n = 1;
@@ -1101,8 +1101,9 @@ check_existing(const char *path, const sw_runmeta *m, int *cross_out, char *err,
 		hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
 		int ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == rank &&
 		    H5Sget_simple_extent_dims(sp, have, NULL) == rank;
-		for (int i = 1; ok && i < rank; i++)
-			ok = have[i] == want[i];
+		for (int i = 1; ok && i < rank; i++)	/* an older sender table is narrower */
+			ok = have[i] == want[i] || (d == D_SENDERS && i == 1 &&
+			    have[i] >= SW_SENDER_FIELDS_OLD && have[i] < want[i]);
 		if (sp >= 0)
 			H5Sclose(sp);
 		if (ds >= 0)

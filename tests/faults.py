@@ -118,7 +118,43 @@ def senders_mismatch_not_lost():
         d.stop()
 
 
+def old_sender_table():
+    """A run file made before the account (a 14-field sender table) is resumed
+    in place: the new rows fill the fields the file has, nothing is lost."""
+    import shutil
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "golden_run",
+                       "golden.h5")
+    d = Daemon()
+    os.makedirs(d.data)
+    shutil.copy(src, os.path.join(d.data, "golden.h5"))
+    with h5py.File(src, "r") as f:
+        a = dict(f.attrs)
+        last = int(f["step"][-1])
+    d.start()
+    try:
+        s = Sender(d.listen, "golden", layers=int(a["layers"]), heads=int(a["heads"]),
+                   model=a["model"], params=int(a["params"]), sink=int(a["sink"]))
+        for layer in range(int(a["layers"])):
+            s.snapshot(last + 10, layer, random_probs(RNG, int(a["heads"]), int(a["rows"]),
+                                                      int(a["keys"])), inc=3, resume=last)
+        d.wait(lambda st: st["writer"]["steps_written"] >= 1, what="the step written")
+        st = d.status()
+        assert st["writer"]["write_errors"] == 0 and st["drops"].get("write_error", 0) == 0, st
+        s.close()
+    finally:
+        d.stop()
+    with h5py.File(os.path.join(d.data, "golden.h5"), "r") as f:
+        assert f["senders"].shape[1] == 14, f["senders"].shape
+        names = f.attrs["sender_fields"].split(",")
+        assert len(names) == 14, names
+        rows = [dict(zip(names, (int(v) for v in r))) for r in f["senders"][:]]
+        new = [r for r in rows if r["inc"] == 3]
+        assert len(new) == 1 and new[0]["messages"] == int(a["layers"]), rows
+        assert int(f["step"][-1]) == last + 10, f["step"][:]
+
+
 R.check("two generations of one run id at once", generations)
+R.check("a 14-field sender table is resumed in place", old_sender_table)
 R.check("SIGTERM writes the parts gathered so far", sigterm_keeps_parts)
 R.check("senders_mismatch is not lost as well", senders_mismatch_not_lost)
 R.finish()
