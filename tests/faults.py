@@ -16,7 +16,9 @@ import sys
 import time
 
 import h5py
+import msgpack
 import numpy as np
+import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swharness import Daemon, Results, Sender, random_probs  # noqa: E402
@@ -153,6 +155,123 @@ def old_sender_table():
         assert int(f["step"][-1]) == last + 10, f["step"][:]
 
 
+def table(path):
+    with h5py.File(path, "r") as f:
+        names = f.attrs["sender_fields"].split(",")
+        rows = [dict(zip(names, (int(v) for v in r))) for r in f["senders"][:]]
+        lost = int(f["lost"][-1])
+    return rows, lost
+
+
+ACCOUNT = ("stored", "duplicates", "overlaps", "mismatches", "after_end", "budget", "late",
+           "senders_mismatch", "nomem", "stopping", "open_steps", "write_error", "ended")
+
+
+def account_ok(row):
+    return sum(row[k] for k in ACCOUNT) == row["messages"]
+
+
+def wait_flushed(d, run, what, cond, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        path = d.run_file(run)
+        try:
+            if os.path.exists(path):
+                with h5py.File(path, "r", libver="latest", swmr=True) as f:
+                    if cond(f):
+                        return
+        except (OSError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def kill_with_parts_held():
+    """Item 7: 2 ranks; rank 1's last part of step 4 comes after 3 parts of
+    step 5, so step 4's row carries counters of messages still held; SIGKILL
+    after the flush: the next daemon counts the 3 lost, per rank and run."""
+    d = Daemon(extra=["--step-timeout-ms", "60000"]).start()
+    inc, run = 5151, "killparts"
+    snd = [Sender(d.listen, run, layers=2, heads=4) for _ in range(2)]
+    for x in snd:   # the daemon's subscription again after its restart
+        x.s.setsockopt(zmq.XPUB_VERBOSE, 1)
+
+    def part(rank, step, layer):
+        snd[rank].snapshot(step, layer, random_probs(RNG, 2, 3, 8), inc=inc, v=2, rank=rank,
+                           senders=2, head0=2 * rank, rows=3)
+
+    for step in range(4):
+        for layer in range(2):
+            part(0, step, layer)
+            part(1, step, layer)
+    part(0, 4, 0)
+    part(0, 4, 1)
+    part(1, 4, 0)
+    part(0, 5, 0)
+    part(0, 5, 1)
+    part(1, 5, 0)
+    part(1, 4, 1)       # step 4 whole: its row goes out with step 5's parts held
+    wait_flushed(d, run, "step 4 on disk", lambda f: f["step"].shape[0] == 5)
+    time.sleep(0.3)     # and the sender table's rows
+    d.stop(signal.SIGKILL)
+    d.start()
+    for k in range(2):
+        snd[k].wait_subscribed()
+    for layer in range(2):
+        part(0, 6, layer)
+        part(1, 6, layer)
+    for k in range(2):
+        h = {"v": 2, "type": "end", "run": run, "seq": snd[k].seq, "time": time.time(),
+             "inc": inc, "rank": k, "senders": 2}
+        snd[k].send_frames([msgpack.packb(h)])
+    path = d.wait_ended(run)
+    d.stop()
+    rows, lost = table(path)
+    by = {r["rank"]: r for r in rows if r["inc"] == inc}
+    assert by[0]["lost"] == 2 and by[1]["lost"] == 1, by
+    assert lost == 3, lost
+    for k in range(2):
+        assert account_ok(by[k]), by[k]
+        assert by[k]["messages"] + by[k]["lost"] == snd[k].seq, (by[k], snd[k].seq)
+    for s in snd:
+        s.close()
+
+
+def restart_lost_in_row():
+    """Item 8: one sender, the daemon killed; what it sent while none ran is
+    lost in the sender's row as in the run's lost dataset."""
+    d = Daemon().start()
+    run, inc = "restartlost", 8181
+    s = Sender(d.listen, run, layers=2, heads=2, fixed=False)
+    s.s.setsockopt(zmq.XPUB_VERBOSE, 1)     # its subscription again after the restart
+
+    def step(t):
+        for layer in range(2):
+            s.snapshot(t, layer, random_probs(RNG, 2, 3, 8), inc=inc)
+
+    for t in range(3):
+        step(t)
+    wait_flushed(d, run, "3 steps on disk", lambda f: f["step"].shape[0] == 3)
+    time.sleep(0.3)
+    d.stop(signal.SIGKILL)
+    s.seq += 6          # steps 3-5 lost while no daemon ran (a forwarder's drops)
+    d.start()
+    s.wait_subscribed()
+    for t in range(6, 8):
+        step(t)
+    h = {"v": 1, "type": "end", "run": run, "seq": s.seq, "time": time.time(), "inc": inc}
+    s.send_frames([msgpack.packb(h)])
+    path = d.wait_ended(run)
+    d.stop()
+    rows, lost = table(path)
+    row = [r for r in rows if r["inc"] == inc][0]
+    assert row["lost"] == lost == 6, (row, lost)
+    assert account_ok(row) and row["messages"] + row["lost"] == s.seq, (row, s.seq)
+    s.close()
+
+
+R.check("SIGKILL with parts held: counted lost", kill_with_parts_held)
+R.check("a restart's loss in the sender row too", restart_lost_in_row)
 R.check("two generations of one run id at once", generations)
 R.check("a 14-field sender table is resumed in place", old_sender_table)
 R.check("SIGTERM writes the parts gathered so far", sigterm_keeps_parts)
