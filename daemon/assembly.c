@@ -1768,9 +1768,36 @@ swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
  * The end of a run that was closed idle (or evicted) before it came: its
  * file, each shape of it, is reopened to be marked ended. 1 if any.
  */
-static int
-end_closed(swd_asm *a, const char *run)
+/* An end item for the writer: the run's file, found by meta or by inc. */
+static swd_witem *
+end_item(const swp_msg *m, const swd_meta *mm, int reopen)
 {
+	swd_witem *it = calloc(1, sizeof(*it));
+	if (!it || !(it->snd = calloc(1, sizeof(*it->snd)))) {
+		free(it);
+		return NULL;
+	}
+	it->type = WQ_END;
+	if (mm)
+		it->meta = *mm;
+	else
+		snprintf(it->meta.run, sizeof(it->meta.run), "%s", m->run);
+	it->reopen = reopen;
+	it->inc = m->inc;
+	it->nsnd = 1;
+	swd_sender *c = it->snd;
+	c->inc = m->inc;
+	c->rank = m->rank;
+	c->senders = m->senders ? m->senders : 1;
+	c->first_seq = m->seq;
+	c->seq_next = m->seq + 1;
+	return it;
+}
+
+static int
+end_closed(swd_asm *a, const swp_msg *m)
+{
+	const char *run = m->run;
 	size_t n = a->nclosed < CLOSED_RING ? a->nclosed : CLOSED_RING;
 	int found = 0;
 	for (size_t k = 0; k < n; k++) {
@@ -1782,20 +1809,17 @@ end_closed(swd_asm *a, const char *run)
 			dup = swd_meta_eq(&a->closed[j], mm);
 		if (dup)
 			continue;
-		swd_witem *it = calloc(1, sizeof(*it));
+		swd_witem *it = end_item(m, mm, 1);
 		if (!it)
 			continue;
-		it->type = WQ_END;
-		it->meta = *mm;
-		it->reopen = 1;
 		a->emit(a->ud, it);
 		found = 1;
 	}
-	for (size_t k = 0; k < n; k++)	/* ended: forgotten */
-		if (!strcmp(a->closed[k].run, run))
-			a->closed[k].run[0] = '\0';
+	/* one rank's end leaves the others' to come: the shapes are kept */
 	return found;
 }
+
+/* An end the writer counts in a run file (swd_asm_end's SWD_ASM_DEFERRED). */
 
 /* Whether some run object of the id has heard incarnation inc. */
 static int
@@ -1869,8 +1893,15 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 	 * after a restart must not drop its incarnation's other ranks (after_end) */
 	if (found && m->inc && inc_ended && !was_ended(a, m->run, m->inc))
 		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
-	if (!found)
-		found = end_closed(a, m->run);
+	if (!found && end_closed(a, m))
+		return SWD_ASM_DEFERRED;
+	if (!found && m->inc) {	/* a run held before a restart: its file says */
+		swd_witem *it = end_item(m, NULL, 2);
+		if (it) {
+			a->emit(a->ud, it);
+			return SWD_ASM_DEFERRED;
+		}
+	}
 	return !found ? SWD_DROP_UNKNOWN_RUN : rc;
 }
 

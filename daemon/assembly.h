@@ -74,6 +74,9 @@ typedef struct swd_asm swd_asm;
 /* swd_asm_admit: a duplicate (counted as such by the caller) to be
  * computed like a layer and handed to swd_asm_done, which compares it */
 #define SWD_ASM_COPY (-3)
+/* swd_asm_end: an end of a run not held here, handed to the writer, which
+ * counts it in the run file's sender table or as unknown_run */
+#define SWD_ASM_DEFERRED (-4)
 
 /*
  * A layer admitted for work: what swd_asm_done needs to find its step.
@@ -148,7 +151,8 @@ void swd_asm_refuse(swd_asm *a, const swp_msg *m, int reason);
  */
 int swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now);
 
-/* An end message: SWD_ASM_ACCEPT, or a drop reason: SWD_DROP_UNKNOWN_RUN,
+/* An end message: SWD_ASM_ACCEPT, SWD_ASM_DEFERRED (a named end of a run
+ * not held here: the writer's), or a drop reason: SWD_DROP_UNKNOWN_RUN,
  * SWD_DROP_SENDERS (its senders is not its incarnation's), SWD_DROP_AFTER_END
  * (its sender had ended). */
 int swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now);

@@ -120,7 +120,15 @@ typedef struct swd_witem {
 	uint64_t first_seq;	/* the first seq this daemon saw of the incarnation */
 	int inc_named;		/* the sender named it (inc), not inferred */
 	int has_resume;		/* the incarnation declared a resume from step resume */
-	int reopen;		/* WQ_END of a run closed idle: open its file to mark it */
+	/*
+	 * WQ_END of a run this session does not hold: 1, closed idle here (meta
+	 * is its shape); 2, never held here (a restart): the writer finds the
+	 * file of the id whose sender table holds inc. snd[0] is the end's
+	 * sender (inc, rank, senders; seq_next the end's seq + 1): its row
+	 * counts the end, and the file is marked ended only when every rank of
+	 * the incarnation has ended.
+	 */
+	int reopen;
 	int64_t resume;
 	uint32_t inc_senders;	/* the incarnation's senders (1: one process) */
 	int32_t *missing_rank;	/* [layers * heads] or NULL: as swd_layer.miss_rank,
@@ -148,6 +156,7 @@ typedef struct swd_wstats {
 	atomic_llong locked_drops;	/* messages of runs another process holds the lock of */
 	atomic_llong runs_locked;	/* runs refused: another process holds their lock */
 	atomic_llong drift_ns;	/* the writer's CPU time in drift distances */
+	atomic_llong unknown_ends;	/* ends of runs no file of the data directory holds */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;

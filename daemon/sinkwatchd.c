@@ -386,7 +386,7 @@ handle(zmq_msg_t *frames, size_t n)
 	}
 	if (m.type == SWP_END) {
 		rc = swd_asm_end(D.as, &m, mono_ms());
-		if (rc != SWD_ASM_ACCEPT)
+		if (rc != SWD_ASM_ACCEPT && rc != SWD_ASM_DEFERRED)	/* deferred: the writer's */
 			drop(rc, m.run, rc == SWD_DROP_UNKNOWN_RUN ? "end of a run with nothing in "
 			    "flight" : rc == SWD_DROP_SENDERS ? "an end whose senders is not its "
 			    "incarnation's" : "a second end of its sender");
@@ -752,6 +752,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->drops[SWD_DROP_DUPLICATE] += atomic_load(&swd_writer_stats(D.writer)->duplicates);
 	st->drops[SWD_DROP_WRITE] += atomic_load(&swd_writer_stats(D.writer)->write_drops);
 	st->drops[SWD_DROP_LOCKED] += atomic_load(&swd_writer_stats(D.writer)->locked_drops);
+	st->drops[SWD_DROP_UNKNOWN_RUN] += atomic_load(&swd_writer_stats(D.writer)->unknown_ends);
 	memcpy(st->decode_errors, D.decode_errors, sizeof(st->decode_errors));
 	for (int i = 0; i < SWM_STATUS__N; i++)
 		st->rejects[i] = atomic_load(&D.rejects[i]);

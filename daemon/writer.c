@@ -80,6 +80,7 @@ struct wrun {
 	int locked;		/* broken because another process holds the run's lock */
 	sw_runlock *lock;	/* the run's lock (storage/runlock.c), held while open */
 	int dirty;
+	int ended_ok;		/* an end that came later: every rank has ended */
 	int cross_warned;	/* the cross_layer_pairs mismatch was logged */
 	uint32_t generation;	/* of its file (NAME@g.h5), 0: none open */
 	int has_prev;
@@ -117,6 +118,7 @@ struct swd_writer {
 	 */
 	sw_runlock *ended_locks[SWD_ENDED_LOCKS];
 	size_t ended_next;
+	uint32_t want_gen;	/* open_file: this generation only (0: the newest of the shape) */
 	pthread_mutex_t fmu;	/* fates, read by other threads */
 	struct wfate *fates;	/* [WFATES] */
 	uint64_t fate_seq;
@@ -550,6 +552,12 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 	 * resumed or continued run goes on there), or the first free one.
 	 */
 	uint32_t g, last = 0, free_g = 0;
+	if (w->want_gen) {	/* an end that came later: the file that holds its sender */
+		rm.generation = w->want_gen;
+		if (sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err)) != 0)
+			goto fail;
+		goto opened;
+	}
 	for (g = 1; g <= 1000 && !free_g; g++) {
 		/* a generation this writer holds open is another shape's: not probed
 		 * (HDF5 refuses a second open of a file in this process) */
@@ -1082,18 +1090,148 @@ run_file_exists(const swd_writer *w, const swd_meta *m)
 	return lstat(path, &sb) == 0;
 }
 
+/*
+ * The generation of the run id whose sender table has a row of inc, with
+ * its shape in *m; 0 if none (an end after a restart names no shape).
+ */
+static uint32_t
+find_by_inc(swd_writer *w, const char *run, uint64_t inc, swd_meta *m)
+{
+	for (uint32_t g = 1; g <= 1000; g++) {
+		char name[SW_RUNFILE_NAME_MAX + 1], path[2048], err[512];
+		struct stat sb;
+		if (sw_runfile_name_gen(run, g, name, sizeof(name)) < 0)
+			return 0;
+		snprintf(path, sizeof(path), "%s/%s", w->cfg.data_dir, name);
+		if (lstat(path, &sb) != 0)
+			return 0;	/* generations are made in order: none after a gap */
+		sw_reader *rd;
+		sw_runmeta rm;
+		if (sw_reader_open(path, &rd, &rm, err, sizeof(err)) != 0)
+			continue;
+		uint64_t *t = NULL;
+		int64_t n = sw_reader_senders(rd, &t, NULL, err, sizeof(err)), k;
+		for (k = 0; k < n && t[k * SW_SENDER_FIELDS + SW_S_INC] != inc; k++)
+			;
+		int hit = k < n;
+		free(t);
+		if (hit) {
+			memset(m, 0, sizeof(*m));
+			snprintf(m->run, sizeof(m->run), "%s", run);
+			snprintf(m->model, sizeof(m->model), "%s", rm.model);
+			m->params = rm.params;
+			m->layers = rm.layers;
+			m->heads = rm.heads;
+			m->sink = rm.sink;
+			m->rows = rm.rows;
+			m->keys = rm.keys;
+			m->fixed_probe = rm.fixed_probe;
+			for (int v = 0; v < 3; v++)
+				if (rm.kind && !strcmp(rm.kind, swp_kind_name((swp_kind)v)))
+					m->kind = (swp_kind)v;
+			for (int v = 0; v < 4; v++)
+				if (rm.dtype && !strcmp(rm.dtype, swp_dtype_name((swp_dtype)v)))
+					m->dtype = (swp_dtype)v;
+		}
+		sw_reader_close(&rd);
+		if (hit)
+			return g;
+	}
+	return 0;
+}
+
+/*
+ * An end that came after its run was closed (idle, or by a restart):
+ * counted in its sender's row (the end, and what its seq says was lost);
+ * 1 if every rank of its incarnation has ended.
+ */
+static int
+end_sender(swd_writer *w, struct wrun *r, const swd_sender *c)
+{
+	char err[512];
+	struct wsend *d = r->f ? get_wsend(r, c->inc, c->rank) : NULL;
+	if (!d)
+		return 0;
+	uint64_t *b = d->base, seq = c->seq_next - 1, held = b[SW_S_MESSAGES] + b[SW_S_LOST];
+	b[SW_S_INC] = c->inc;
+	b[SW_S_RANK] = c->rank;
+	if (!b[SW_S_SENDERS])
+		b[SW_S_SENDERS] = c->senders;
+	if (seq > held) {
+		b[SW_S_LOST] += seq - held;
+		atomic_fetch_add(&w->st.lost_restart, (long long)(seq - held));
+		log_warn("run %s: %llu message(s) of rank %u of incarnation %llu no daemon "
+		    "stored (seq below %llu)", r->meta.run, (unsigned long long)(seq - held), c->rank,
+		    (unsigned long long)c->inc, (unsigned long long)seq);
+	}
+	b[SW_S_MESSAGES]++;
+	if (b[SW_S_SENDERS] != c->senders)
+		b[SW_S_SENDERS_MISMATCH]++;
+	else if (b[SW_S_ENDED])
+		b[SW_S_AFTER_END]++;
+	else
+		b[SW_S_ENDED] = 1;
+	if (c->seq_next > b[SW_S_SEQ_NEXT])
+		b[SW_S_SEQ_NEXT] = c->seq_next;
+	d->seen = 1;
+	if (sw_runfile_put_sender(r->f, d->row, b, err, sizeof(err)) != 0) {
+		log_err("run %s: writing the sender table failed: %s", r->meta.run, err);
+		atomic_fetch_add(&w->st.write_errors, 1);
+		return 0;
+	}
+	r->dirty = 1;
+	uint64_t N = b[SW_S_SENDERS] ? b[SW_S_SENDERS] : 1;
+	for (uint64_t k = 0; k < N; k++) {
+		const struct wsend *e = r->snd;
+		while (e && !(e->inc == c->inc && e->rank == k && e->base[SW_S_ENDED]))
+			e = e->next;
+		if (!e) {
+			log_info("run %s: rank %u of incarnation %llu ended its part; rank %llu has "
+			    "not: the file is not marked ended", r->meta.run, c->rank,
+			    (unsigned long long)c->inc, (unsigned long long)k);
+			return 0;
+		}
+	}
+	return 1;
+}
+
 static void
 end_run(swd_writer *w, swd_witem *it)
 {
 	struct wrun *r;
 	char err[512];
 	/* a run this writer has open, or one closed idle: an end never makes a file */
-	for (r = w->runs; r && !swd_meta_eq(&r->meta, &it->meta); r = r->next)
+	for (r = it->reopen == 2 ? NULL : w->runs; r && !swd_meta_eq(&r->meta, &it->meta);
+	    r = r->next)
 		;
-	if (!r && it->reopen && run_file_exists(w, &it->meta))
+	if (!r && it->reopen == 1 && run_file_exists(w, &it->meta))
 		r = wrun_get(w, &it->meta, it);
+	if (!r && it->reopen == 2 && it->nsnd == 1) {
+		swd_meta m;
+		uint32_t g = find_by_inc(w, it->meta.run, it->inc, &m);
+		for (r = w->runs; g && r && !(swd_meta_eq(&r->meta, &m) && r->generation == g);
+		    r = r->next)
+			;
+		if (g && !r) {
+			w->want_gen = g;
+			r = wrun_get(w, &m, it);
+			w->want_gen = 0;
+		}
+	}
 	if (!r) {
-		log_info("run %s: ended with nothing stored in this session", it->meta.run);
+		if (it->reopen == 2) {	/* no file holds it: the end of an unknown run */
+			atomic_fetch_add(&w->st.unknown_ends, 1);
+			log_warn("run %s: an end of incarnation %llu, which no file of the data "
+			    "directory holds (unknown_run)", it->meta.run, (unsigned long long)it->inc);
+		} else {
+			log_info("run %s: ended with nothing stored in this session", it->meta.run);
+		}
+		return;
+	}
+	if (it->reopen && it->nsnd == 1 && (r->broken || !end_sender(w, r, it->snd))) {
+		if (r->f && sw_runfile_flush(r->f, err, sizeof(err)) != 0)
+			log_err("run %s: flush failed: %s", r->meta.run, err);
+		wrun_remove(w, r);	/* counted; other ranks' ends to come */
 		return;
 	}
 	/* everything of the run on disk first, then the end mark that says so */

@@ -270,6 +270,82 @@ def restart_lost_in_row():
     s.close()
 
 
+def end2(snd, k, run, inc, senders=2):
+    h = {"v": 2, "type": "end", "run": run, "seq": snd.seq, "time": time.time(), "inc": inc,
+         "rank": k, "senders": senders}
+    snd.send_frames([msgpack.packb(h)])
+
+
+def ended_mark(path):
+    with h5py.File(path, "r", libver="latest", swmr=True) as f:
+        return f["ended"].shape[0] > 0 and int(f["ended"][-1]) == 1
+
+
+def late_ends():
+    """Item 12: ends after the run was closed idle count in their senders'
+    rows; the file is marked ended only when every rank has ended."""
+    d = Daemon(extra=["--run-idle-s", "1"]).start()
+    run, inc = "lateend", 6161
+    snd = [Sender(d.listen, run, layers=1, heads=4) for _ in range(2)]
+    try:
+        for k in range(2):
+            snd[k].snapshot(0, 0, random_probs(RNG, 2, 3, 8), inc=inc, v=2, rank=k, senders=2,
+                            head0=2 * k, rows=3)
+        path = d.run_file(run)
+        wait_flushed(d, run, "step 0", lambda f: f["step"].shape[0] == 1)
+        d.wait(lambda st: st["runs"].get("runs", 1) == 0, timeout=15, what="the idle close")
+        end2(snd[0], 0, run, inc)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            rows, _ = table(path)
+            r0 = [r for r in rows if r["rank"] == 0][0]
+            if r0["ended"]:
+                break
+            time.sleep(0.05)
+        assert r0["ended"] == 1 and account_ok(r0), r0
+        assert r0["messages"] + r0["lost"] == snd[0].seq, (r0, snd[0].seq)
+        assert not ended_mark(path), "marked ended while rank 1 has not ended"
+        end2(snd[1], 1, run, inc)
+        d.wait_ended(run)
+        rows, _ = table(path)
+        assert all(r["ended"] == 1 and account_ok(r) for r in rows), rows
+    finally:
+        d.stop()
+        for s in snd:
+            s.close()
+
+
+def end_after_restart():
+    """An end that reaches a daemon restarted since the run's last message:
+    counted in the sender's row (with the messages it says were lost) and
+    the file marked ended, never a silent unknown_run."""
+    d = Daemon().start()
+    run, inc = "endrestart", 7171
+    s = Sender(d.listen, run, layers=1, heads=2, fixed=False)
+    s.s.setsockopt(zmq.XPUB_VERBOSE, 1)
+    try:
+        s.snapshot(0, 0, random_probs(RNG, 2, 3, 8), inc=inc)
+        wait_flushed(d, run, "step 0", lambda f: f["step"].shape[0] == 1)
+        d.stop(signal.SIGTERM)
+        s.seq += 2      # two messages lost while no daemon ran
+        d.start()
+        s.wait_subscribed()
+        h = {"v": 1, "type": "end", "run": run, "seq": s.seq, "time": time.time(), "inc": inc}
+        s.send_frames([msgpack.packb(h)])
+        path = d.wait_ended(run)
+        st = d.status()
+        assert st["drops"]["unknown_run"] == 0, st["drops"]
+    finally:
+        d.stop()
+        s.close()
+    rows, _ = table(path)
+    row = [r for r in rows if r["inc"] == inc][0]
+    assert row["ended"] == 1 and row["lost"] == 2 and account_ok(row), row
+    assert row["messages"] + row["lost"] == s.seq, (row, s.seq)
+
+
+R.check("late ends: marked ended once every rank has", late_ends)
+R.check("an end after a restart is counted, the run ended", end_after_restart)
 R.check("SIGKILL with parts held: counted lost", kill_with_parts_held)
 R.check("a restart's loss in the sender row too", restart_lost_in_row)
 R.check("two generations of one run id at once", generations)

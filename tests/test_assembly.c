@@ -407,7 +407,14 @@ START_TEST(test_end_and_after_end)
 	ck_assert_int_eq(feed(a, msg("r", 1, 0, 7, 3), 0), SWD_DROP_AFTER_END);
 	ck_assert_int_eq(feed(a, msg("r", 0, 0, 8, 0), 0), SWD_ASM_ACCEPT);
 	ck_assert_int_eq(swd_asm_end(a, &e, 0), SWD_ASM_ACCEPT);
+	/* an end of a run not held here: a named one goes to the writer, which
+	 * counts it in the file that holds its incarnation (or as unknown_run) */
 	e.run[0] = 'x';
+	int before = nout;
+	ck_assert_int_eq(swd_asm_end(a, &e, 0), SWD_ASM_DEFERRED);
+	ck_assert_int_eq(nout, before + 1);
+	ck_assert_int_eq(out[before].type, WQ_END);
+	e.inc = 0;
 	ck_assert_int_eq(swd_asm_end(a, &e, 0), SWD_DROP_UNKNOWN_RUN);
 	swd_asm_free(&a);
 }
@@ -533,12 +540,15 @@ START_TEST(test_end_after_idle_close)
 	ck_assert_int_eq(out[1].type, WQ_CLOSE);
 	swp_msg e = msg("r", 0, 0, 7, 2);
 	e.type = SWP_END;
-	/* the end comes later: the closed run's file is to be marked, once */
-	ck_assert_int_eq(swd_asm_end(a, &e, 700000), SWD_ASM_ACCEPT);
+	/* the end comes later: the writer counts it in the closed run's file and
+	 * marks it ended once every rank has ended (issue 26, item 12) */
+	ck_assert_int_eq(swd_asm_end(a, &e, 700000), SWD_ASM_DEFERRED);
 	ck_assert_int_eq(nout, 3);
 	ck_assert_int_eq(out[2].type, WQ_END);
 	ck_assert_str_eq(out[2].run, "r");
-	ck_assert_int_eq(swd_asm_end(a, &e, 700001), SWD_DROP_UNKNOWN_RUN);
+	/* the same again: the writer's too (its row counts it after_end) */
+	ck_assert_int_eq(swd_asm_end(a, &e, 700001), SWD_ASM_DEFERRED);
+	ck_assert_int_eq(nout, 4);
 	swd_asm_free(&a);
 }
 END_TEST
