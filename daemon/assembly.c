@@ -153,6 +153,16 @@ struct swd_asm {
 		uint64_t seq;		/* order of the last refusal */
 	} refused[SWD_ASM_REFUSED_MAX];
 	uint64_t refused_seq;
+	struct fin {			/* runs ended or closed lately, for status */
+		swd_asm_run r;
+		swd_meta meta;		/* r's strings point here */
+		char gap[160];
+		int ended;
+		uint64_t seq;		/* order of its finish, 0: unused */
+		size_t nsnd;
+		swd_sender snd[SWD_ASM_FINISHED_SENDERS];
+	} *fin;				/* [SWD_ASM_FINISHED_MAX] */
+	uint64_t fin_seq;
 };
 
 static uint64_t
@@ -193,6 +203,10 @@ swd_asm_new(const swd_asm_conf *c, swd_asm_emit emit, void *ud)
 	a->c = *c;
 	a->emit = emit;
 	a->ud = ud;
+	if (!(a->fin = calloc(SWD_ASM_FINISHED_MAX, sizeof(*a->fin)))) {
+		free(a);
+		return NULL;
+	}
 	return a;
 }
 
@@ -299,6 +313,7 @@ swd_asm_free(swd_asm **ap)
 		a->runs = r->next;
 		free_run(a, r);
 	}
+	free(a->fin);
 	free(a);
 	*ap = NULL;
 }
@@ -932,12 +947,39 @@ find_implicit(const swd_asm *a, const char *run)
 	return best;
 }
 
+static size_t fill_run(const struct arun *r, swd_asm_run *o);
+
+/* A finished run's last figures, kept for status (the oldest entry replaced). */
+static void
+remember_finished(swd_asm *a, const struct arun *r, int ended)
+{
+	struct fin *f = &a->fin[0];
+	for (size_t k = 1; k < SWD_ASM_FINISHED_MAX; k++)
+		if (a->fin[k].seq < f->seq)
+			f = &a->fin[k];
+	f->meta = r->meta;
+	fill_run(r, &f->r);
+	snprintf(f->gap, sizeof(f->gap), "%s", r->last_gap);
+	f->r.run = f->meta.run;
+	f->r.model = f->meta.model;
+	f->r.last_gap = f->gap;
+	f->r.open_steps = 0;
+	f->ended = ended;
+	f->seq = ++a->fin_seq;
+	f->nsnd = 0;
+	for (const struct ainc *i = r->incs; i; i = i->next)
+		for (const struct asend *d = i->snd; d && f->nsnd < SWD_ASM_FINISHED_SENDERS;
+		    d = d->next)
+			f->snd[f->nsnd++] = d->c;
+}
+
 /* A run that ended (or fell idle) and has nothing in flight is written out. */
 static void
 finish_run(swd_asm *a, struct arun *r, int type)
 {
 	emit_all(a, r);
 	emit_senders(a, r, NULL);
+	remember_finished(a, r, type == WQ_END);
 	swd_witem *it = item(r, type);
 	if (it)
 		a->emit(a->ud, it);
@@ -1973,28 +2015,80 @@ swd_asm_jobs(const swd_asm *a)
 	return a->jobs;
 }
 
+/* What status shows of a run (its strings point into r). */
+static size_t
+fill_run(const struct arun *r, swd_asm_run *o)
+{
+	uint32_t ni = 0;
+	for (const struct ainc *i = r->incs; i; i = i->next)
+		ni++;
+	o->run = r->meta.run;
+	o->model = r->meta.model;
+	o->layers = r->meta.layers;
+	o->heads = r->meta.heads;
+	o->fixed_probe = r->meta.fixed_probe;
+	o->incarnations = ni;
+	o->steps_done = r->steps_done;
+	o->last_step = r->last_step;
+	o->open_steps = r->nopen;
+	o->lost = r->lost;
+	o->incomplete = r->incomplete;
+	o->messages = r->messages;
+	o->last_gap = r->last_gap;
+	return 1;
+}
+
 size_t
 swd_asm_runs(const swd_asm *a, swd_asm_run *out, size_t max)
 {
 	size_t n = 0;
-	for (const struct arun *r = a->runs; r && n < max; r = r->next, n++) {
-		uint32_t ni = 0;
-		for (const struct ainc *i = r->incs; i; i = i->next)
-			ni++;
-		out[n].run = r->meta.run;
-		out[n].model = r->meta.model;
-		out[n].layers = r->meta.layers;
-		out[n].heads = r->meta.heads;
-		out[n].fixed_probe = r->meta.fixed_probe;
-		out[n].incarnations = ni;
-		out[n].steps_done = r->steps_done;
-		out[n].last_step = r->last_step;
-		out[n].open_steps = r->nopen;
-		out[n].lost = r->lost;
-		out[n].incomplete = r->incomplete;
-		out[n].messages = r->messages;
-		out[n].last_gap = r->last_gap;
+	for (const struct arun *r = a->runs; r && n < max; r = r->next)
+		n += fill_run(r, &out[n]);
+	return n;
+}
+
+/* The finished entries, the latest first: the k-th latest, or NULL. */
+static const struct fin *
+fin_at(const swd_asm *a, size_t k)
+{
+	uint64_t below = UINT64_MAX;
+	const struct fin *best = NULL;
+	for (size_t j = 0; j <= k; j++) {	/* at most 64 entries: k^2 is nothing */
+		best = NULL;
+		for (size_t i = 0; i < SWD_ASM_FINISHED_MAX; i++) {
+			const struct fin *f = &a->fin[i];
+			if (f->seq && f->seq < below && (!best || f->seq > best->seq))
+				best = f;
+		}
+		if (!best)
+			return NULL;
+		below = best->seq;
 	}
+	return best;
+}
+
+size_t
+swd_asm_finished(const swd_asm *a, swd_asm_run *out, int *ended, size_t max)
+{
+	size_t n = 0;
+	const struct fin *f;
+	while (n < max && (f = fin_at(a, n))) {
+		out[n] = f->r;
+		ended[n++] = f->ended;
+	}
+	return n;
+}
+
+size_t
+swd_asm_finished_senders(const swd_asm *a, swd_sender *out, const char **run, size_t max)
+{
+	size_t n = 0;
+	const struct fin *f;
+	for (size_t k = 0; (f = fin_at(a, k)); k++)
+		for (size_t i = 0; i < f->nsnd && n < max; i++) {
+			run[n] = f->meta.run;
+			out[n++] = f->snd[i];
+		}
 	return n;
 }
 

@@ -182,6 +182,18 @@ size_t swd_asm_senders(const swd_asm *a, swd_sender *out, const char **run, size
 void swd_asm_count(const swd_asm *a, int64_t *runs, int64_t *senders);
 const swd_asm_stats *swd_asm_get_stats(const swd_asm *a);
 
+/*
+ * Runs ended or closed lately (SWD_ASM_FINISHED_MAX, the oldest goes), the
+ * latest first, as swd_asm_runs fills them; ended[i] 1 if it ended, 0 if
+ * closed idle. Returns the number filled (pointers into the assembly).
+ */
+#define SWD_ASM_FINISHED_MAX 64
+#define SWD_ASM_FINISHED_SENDERS 64	/* senders kept of each (the first by incarnation, rank) */
+size_t swd_asm_finished(const swd_asm *a, swd_asm_run *out, int *ended, size_t max);
+/* Their senders' last counters, in the same order; run[i] the run id of out[i]. */
+size_t swd_asm_finished_senders(const swd_asm *a, swd_sender *out, const char **run,
+    size_t max);
+
 /* A run id refused lately (too_many_runs, run_rate), with its counts. */
 typedef struct swd_asm_refused {
 	const char *run;

@@ -660,6 +660,19 @@ fill_cpu(swd_status *st)
 	st->process_cpu_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A sender's counters as status shows them (the duplicate, overlap,
+ * part_mismatch and after_end counts under their older names too). */
+static swd_status_sender
+status_sender(const char *run, const swd_sender *c)
+{
+	swd_status_sender s = { run, c->inc, c->rank, c->senders, c->messages, c->lost,
+	    c->drop[SWD_DROP_DUPLICATE], c->disagree, c->uncompared, c->drop[SWD_DROP_OVERLAP],
+	    c->drop[SWD_DROP_PART_MISMATCH], c->missing, c->drop[SWD_DROP_AFTER_END],
+	    c->seq_next, c->ended, c->stored, c->pending, { 0 } };
+	memcpy(s.drop, c->drop, sizeof(s.drop));
+	return s;
+}
+
 static void
 fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 {
@@ -699,15 +712,29 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	for (size_t i = 0; i < ns; i++)
 		swd_writer_fates(D.writer, sr[i], &sd[i]);
 	for (size_t i = 0; i < ns; i++)
-		ss[i] = (swd_status_sender){ sr[i], sd[i].inc, sd[i].rank, sd[i].senders,
-		    sd[i].messages, sd[i].lost, sd[i].drop[SWD_DROP_DUPLICATE], sd[i].disagree,
-		    sd[i].uncompared, sd[i].drop[SWD_DROP_OVERLAP], sd[i].drop[SWD_DROP_PART_MISMATCH],
-		    sd[i].missing, sd[i].drop[SWD_DROP_AFTER_END], sd[i].seq_next, sd[i].ended,
-		    sd[i].stored, sd[i].pending, { 0 } };
-	for (size_t i = 0; i < ns; i++)
-		memcpy(ss[i].drop, sd[i].drop, sizeof(ss[i].drop));
+		ss[i] = status_sender(sr[i], &sd[i]);
 	st->nsenders = ns;
 	st->senders = ss;
+	/* runs gone lately, and their senders' last counters with the writer's share */
+	static swd_asm_run fa[SWD_ASM_FINISHED_MAX];
+	static int fe[SWD_ASM_FINISHED_MAX];
+	static swd_status_run fr[SWD_ASM_FINISHED_MAX];
+	st->nfinished = swd_asm_finished(D.as, fa, fe, SWD_ASM_FINISHED_MAX);
+	for (size_t i = 0; i < st->nfinished; i++)
+		fr[i] = (swd_status_run){ fa[i].run, fa[i].model,
+		    fa[i].fixed_probe ? "paired" : "aggregate", fa[i].layers, fa[i].heads,
+		    fa[i].steps_done, fa[i].last_step, 0, fa[i].lost, fa[i].incomplete,
+		    fa[i].messages, fa[i].last_gap, fe[i] ? "ended" : "closed" };
+	st->finished = fr;
+	static swd_sender fsd[1024];
+	static const char *fsr[1024];
+	static swd_status_sender fss[1024];
+	st->nfinished_senders = swd_asm_finished_senders(D.as, fsd, fsr, 1024);
+	for (size_t i = 0; i < st->nfinished_senders; i++) {
+		swd_writer_fates(D.writer, fsr[i], &fsd[i]);
+		fss[i] = status_sender(fsr[i], &fsd[i]);
+	}
+	st->finished_senders = fss;
 	static swd_asm_refused ra[SWD_ASM_REFUSED_MAX];
 	static swd_status_refused rs[SWD_ASM_REFUSED_MAX];
 	st->nrefused = swd_asm_refused_runs(D.as, ra, SWD_ASM_REFUSED_MAX);

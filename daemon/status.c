@@ -125,6 +125,43 @@ cpu_section(struct buf *b, const swd_status *st)
 	    st->process_cpu_s);
 }
 
+/* A run's line (runs, finished), its last gap after it. */
+static void
+put_run(struct buf *b, const char *prefix, const swd_status_run *r)
+{
+	put(b, "%s: %s model=%s layers=%u heads=%u split=%s steps=%lld "
+	    "last_step=%lld open_steps=%lld messages=%lld lost=%lld incomplete=%lld%s%s\n",
+	    prefix, r->run, r->model[0] ? r->model : "-", r->layers, r->heads, r->split_form,
+	    (long long)r->steps_written, (long long)r->last_step,
+	    (long long)r->open_steps, (long long)r->messages, (long long)r->lost,
+	    (long long)r->incomplete, r->state ? " state=" : "", r->state ? r->state : "");
+	if (r->last_gap && r->last_gap[0])
+		put(b, "gap: %s %s\n", r->run, r->last_gap);
+}
+
+/* A sender's line (senders, finished): its counters and its whole account. */
+static void
+put_sender(struct buf *b, const char *prefix, const swd_status_sender *d)
+{
+	/* the rest of its account: stored, held, every other drop reason */
+	char more[64 + SWD_DROP_REASONS * 40];
+	size_t ml = (size_t)snprintf(more, sizeof(more), " stored=%lld pending=%lld",
+	    (long long)d->stored, (long long)d->pending);
+	for (int r = 0; r < SWD_DROP_REASONS && ml < sizeof(more); r++)
+		if (d->drop[r] && r != SWD_DROP_DUPLICATE && r != SWD_DROP_OVERLAP &&
+		    r != SWD_DROP_PART_MISMATCH && r != SWD_DROP_AFTER_END)
+			ml += (size_t)snprintf(more + ml, sizeof(more) - ml, " %s=%lld",
+			    swd_drop_names[r], (long long)d->drop[r]);
+	put(b, "%s: %s inc=%llu rank=%u/%u messages=%lld lost=%lld "
+	    "duplicates=%lld disagree=%lld uncompared=%lld overlaps=%lld "
+	    "mismatches=%lld missing=%lld after_end=%lld seq_next=%llu ended=%d%s\n",
+	    prefix, d->run, (unsigned long long)d->inc, d->rank, d->senders,
+	    (long long)d->messages, (long long)d->lost, (long long)d->duplicates,
+	    (long long)d->disagree, (long long)d->uncompared, (long long)d->overlaps,
+	    (long long)d->mismatches, (long long)d->missing, (long long)d->after_end,
+	    (unsigned long long)d->seq_next, d->ended, more);
+}
+
 static void
 section(struct buf *b, const char *name, const swd_status *st)
 {
@@ -167,43 +204,23 @@ section(struct buf *b, const char *name, const swd_status *st)
 		if (st->runs_live > (int64_t)st->nruns)
 			put(b, "runs_total: %lld\nruns_not_shown: %lld\n", (long long)st->runs_live,
 			    (long long)(st->runs_live - (int64_t)st->nruns));
-		for (size_t i = 0; i < st->nruns; i++) {
-			const swd_status_run *r = &st->runs[i];
-			put(b, "run: %s model=%s layers=%u heads=%u split=%s steps=%lld "
-			    "last_step=%lld open_steps=%lld messages=%lld lost=%lld incomplete=%lld\n",
-			    r->run, r->model[0] ? r->model : "-", r->layers, r->heads, r->split_form,
-			    (long long)r->steps_written, (long long)r->last_step,
-			    (long long)r->open_steps, (long long)r->messages, (long long)r->lost,
-			    (long long)r->incomplete);
-			if (r->last_gap && r->last_gap[0])
-				put(b, "gap: %s %s\n", r->run, r->last_gap);
-		}
+		for (size_t i = 0; i < st->nruns; i++)
+			put_run(b, "run", &st->runs[i]);
 	} else if (!strcmp(name, "senders")) {
 		put(b, "# senders\nsenders: %zu\n", st->nsenders);
 		if (st->senders_live > (int64_t)st->nsenders)
 			put(b, "senders_total: %lld\nsenders_not_shown: %lld\n",
 			    (long long)st->senders_live,
 			    (long long)(st->senders_live - (int64_t)st->nsenders));
-		for (size_t i = 0; i < st->nsenders; i++) {
-			const swd_status_sender *d = &st->senders[i];
-			/* the rest of its account: stored, held, every other drop reason */
-			char more[64 + SWD_DROP_REASONS * 40];
-			size_t ml = (size_t)snprintf(more, sizeof(more), " stored=%lld pending=%lld",
-			    (long long)d->stored, (long long)d->pending);
-			for (int r = 0; r < SWD_DROP_REASONS && ml < sizeof(more); r++)
-				if (d->drop[r] && r != SWD_DROP_DUPLICATE && r != SWD_DROP_OVERLAP &&
-				    r != SWD_DROP_PART_MISMATCH && r != SWD_DROP_AFTER_END)
-					ml += (size_t)snprintf(more + ml, sizeof(more) - ml, " %s=%lld",
-					    swd_drop_names[r], (long long)d->drop[r]);
-			put(b, "sender: %s inc=%llu rank=%u/%u messages=%lld lost=%lld "
-			    "duplicates=%lld disagree=%lld uncompared=%lld overlaps=%lld "
-			    "mismatches=%lld missing=%lld after_end=%lld seq_next=%llu ended=%d%s\n",
-			    d->run, (unsigned long long)d->inc, d->rank, d->senders,
-			    (long long)d->messages, (long long)d->lost, (long long)d->duplicates,
-			    (long long)d->disagree, (long long)d->uncompared, (long long)d->overlaps,
-			    (long long)d->mismatches, (long long)d->missing, (long long)d->after_end,
-			    (unsigned long long)d->seq_next, d->ended, more);
-		}
+		for (size_t i = 0; i < st->nsenders; i++)
+			put_sender(b, "sender", &st->senders[i]);
+	} else if (!strcmp(name, "finished")) {
+		/* runs gone from the table lately, and their senders' last counts */
+		put(b, "# finished\nfinished: %zu\n", st->nfinished);
+		for (size_t i = 0; i < st->nfinished; i++)
+			put_run(b, "finished_run", &st->finished[i]);
+		for (size_t i = 0; i < st->nfinished_senders; i++)
+			put_sender(b, "finished_sender", &st->finished_senders[i]);
 	} else if (!strcmp(name, "refused")) {
 		/* what a sender refused a run can read: its run is in no table */
 		put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
@@ -250,7 +267,7 @@ section(struct buf *b, const char *name, const swd_status *st)
 
 static const char *const sections[] = {
 	"server", "auth", "runs", "senders", "refused", "traffic", "drops", "rejects", "queue",
-	"writer", "loop", "cpu"
+	"writer", "loop", "cpu", "finished"
 };
 
 static const char control_cut[] = "cut: this reply needs a buffer of %zu bytes, it had %zu\n";

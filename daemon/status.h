@@ -56,6 +56,7 @@ typedef struct swd_status_run {
 	uint32_t layers, heads;
 	int64_t steps_written, last_step, open_steps, lost, incomplete, messages;
 	const char *last_gap;	/* NULL or "": none; else the last missing heads by rank */
+	const char *state;	/* finished runs: "ended" or "closed" (idle, not ended) */
 } swd_status_run;
 
 /* One sender of a run (PROTOCOL.md 7b), for the senders section. */
@@ -91,6 +92,12 @@ typedef struct swd_status {
 	const swd_status_sender *senders;
 	size_t nrefused;
 	const swd_status_refused *refused;	/* the latest first */
+	/* runs ended or closed lately, the latest first, with their senders'
+	 * last counters: what a sender reads after its run is gone */
+	size_t nfinished;
+	const swd_status_run *finished;
+	size_t nfinished_senders;
+	const swd_status_sender *finished_senders;
 	int64_t max_runs, new_runs_per_s, new_runs_burst;
 	int curve;			/* CURVE on both sockets */
 	const char *curve_public;	/* the daemon's public key, CURVE on */
@@ -116,7 +123,7 @@ typedef struct swd_status {
 
 /*
  * Answers one control request (a command line: "status", "status SECTION",
- * "ping", "help") into out. Sections: server, auth, runs, senders, refused,
+ * "ping", "help") into out. Sections: server, auth, runs, senders, refused, finished,
  * traffic, drops, rejects, queue, writer, loop, cpu. A list longer than the
  * one given (runs_live > nruns, senders_live > nsenders) says so: lines
  * runs_total and runs_not_shown, senders_total and senders_not_shown.

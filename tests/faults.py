@@ -305,6 +305,11 @@ def late_ends():
         assert r0["ended"] == 1 and account_ok(r0), r0
         assert r0["messages"] + r0["lost"] == snd[0].seq, (r0, snd[0].seq)
         assert not ended_mark(path), "marked ended while rank 1 has not ended"
+        # status still shows the closed run and its senders' counts
+        fin = d.ctl("status finished")
+        assert "finished_run: %s " % run in fin and "state=closed" in fin, fin
+        lines = [x for x in fin.splitlines() if x.startswith("finished_sender: %s " % run)]
+        assert len(lines) == 2 and all("stored=1 " in x for x in lines), fin
         end2(snd[1], 1, run, inc)
         d.wait_ended(run)
         rows, _ = table(path)

@@ -553,6 +553,40 @@ START_TEST(test_end_after_idle_close)
 }
 END_TEST
 
+/* Issue 26, item 12: status keeps the runs that ended or closed lately,
+ * with their senders' last counters, the latest first. */
+START_TEST(test_finished_runs)
+{
+	swd_asm *a = mk(8);
+	feed(a, msg("r", 0, 0, 7, 0), 0);
+	feed(a, msg("r", 0, 1, 7, 1), 0);
+	swp_msg e = msg("r", 0, 0, 7, 2);
+	e.type = SWP_END;
+	ck_assert_int_eq(swd_asm_end(a, &e, 0), SWD_ASM_ACCEPT);
+	feed(a, msg("q", 0, 0, 8, 0), 0);
+	swd_asm_tick(a, 600000);	/* q: closed idle */
+	swd_asm_run fr[4];
+	int ended[4];
+	ck_assert_uint_eq(swd_asm_runs(a, fr, 4), 0);
+	ck_assert_uint_eq(swd_asm_finished(a, fr, ended, 4), 2);
+	ck_assert_str_eq(fr[0].run, "q");
+	ck_assert_int_eq(ended[0], 0);
+	ck_assert_str_eq(fr[1].run, "r");
+	ck_assert_int_eq(ended[1], 1);
+	ck_assert_int_eq(fr[1].steps_done, 1);
+	ck_assert_int_eq(fr[1].messages, 3);
+	swd_sender sd[4];
+	const char *rn[4];
+	ck_assert_uint_eq(swd_asm_finished_senders(a, sd, rn, 4), 2);
+	ck_assert_str_eq(rn[0], "q");
+	ck_assert_str_eq(rn[1], "r");
+	ck_assert_int_eq(sd[1].messages, 3);
+	ck_assert_int_eq(sd[1].stored, 2);
+	ck_assert(sd[1].ended);
+	swd_asm_free(&a);
+}
+END_TEST
+
 START_TEST(test_end_keeps_step_order)
 {
 	swd_asm *a = mk(8);
@@ -1567,6 +1601,7 @@ suite(void)
 	tcase_add_test(tc, test_named_incarnations_announced);
 	tcase_add_test(tc, test_unnamed_sender_survives_close);
 	tcase_add_test(tc, test_end_after_idle_close);
+	tcase_add_test(tc, test_finished_runs);
 	tcase_add_test(tc, test_end_keeps_step_order);
 	tcase_add_test(tc, test_step_resume_and_seq);
 	tcase_add_test(tc, test_unnamed_waits_and_late_clock);

@@ -37,6 +37,15 @@ sample(swd_status_run *runs)
 	snd[1].drop[SWD_DROP_DUPLICATE] = 3;	/* printed as duplicates, once */
 	st.nsenders = 2;
 	st.senders = snd;
+	static swd_status_run fin[1];
+	fin[0] = (swd_status_run){ "old", "gpt", "aggregate", 1, 2, 5, 4, 0, 0, 0, 11, "", "ended" };
+	st.nfinished = 1;
+	st.finished = fin;
+	static swd_status_sender fsnd[1];
+	fsnd[0] = (swd_status_sender){ "old", 5, 0, 1, 11, 0, 0, 0, 0, 0, 0, 0, 0, 11, 1 };
+	fsnd[0].stored = 10;
+	st.nfinished_senders = 1;
+	st.finished_senders = fsnd;
 	static swd_status_refused rf[2];
 	rf[0] = (swd_status_refused){ "flood-9", 0, 4 };
 	rf[1] = (swd_status_refused){ "flood-3", 2, 1 };
@@ -65,7 +74,7 @@ START_TEST(test_reply)
 	size_t n = swd_control_reply("status", 6, &st, out, sizeof(out));
 	ck_assert_uint_eq(n, strlen(out));
 	const char *secs[] = { "# server", "# auth", "# runs", "# senders", "# refused", "# traffic", "# drops", "# rejects",
-	    "# queue", "# writer", "# loop", "# cpu" };
+	    "# queue", "# writer", "# loop", "# cpu", "# finished" };
 	const char *prev = out;
 	for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
 		const char *p = strstr(out, secs[i]);
@@ -81,6 +90,12 @@ START_TEST(test_reply)
 	    "after_end=0 seq_next=11 ended=1 stored=10 pending=0\nsender: r1 inc=77 rank=1/2 "
 	    "messages=10 lost=1 duplicates=3 disagree=1 uncompared=2 overlaps=4 mismatches=5 "
 	    "missing=2 after_end=6 seq_next=12 ended=0 stored=0 pending=1 budget=2\n"));
+	/* runs gone from the table, and what their senders read of their counts */
+	ck_assert(strstr(out, "# finished\nfinished: 1\nfinished_run: old model=gpt layers=1 "
+	    "heads=2 split=aggregate steps=5 last_step=4 open_steps=0 messages=11 lost=0 "
+	    "incomplete=0 state=ended\nfinished_sender: old inc=5 rank=0/1 messages=11 lost=0 "
+	    "duplicates=0 disagree=0 uncompared=0 overlaps=0 mismatches=0 missing=0 after_end=0 "
+	    "seq_next=11 ended=1 stored=10 pending=0\n"));
 	ck_assert(strstr(out, "# refused\nmax_runs: 8\nnew_runs_per_s: 5\nnew_runs_burst: 10\n"
 	    "refused_runs: 2\nrefused: flood-9 too_many_runs=0 run_rate=4\n"
 	    "refused: flood-3 too_many_runs=2 run_rate=1\n"));
@@ -181,7 +196,9 @@ START_TEST(test_long_lists)
 	ck_assert_uint_eq(lines, SHOWN);
 	/* every section after the long list, whole */
 	ck_assert(strstr(all, "\n# refused\n") && strstr(all, "\n# drops\n"));
-	ck_assert_msg(len > 20 && !strcmp(all + len - 20, "process_s: 0.000000\n"), "%s",
+	ck_assert(strstr(all, "process_s: 0.000000\n\n# finished\n"));
+	static const char last[] = "seq_next=11 ended=1 stored=10 pending=0\n";
+	ck_assert_msg(len > sizeof(last) && !strcmp(all + len - (sizeof(last) - 1), last), "%s",
 	    all + len - 40);
 	ck_assert(!strstr(all, "\ncut: "));
 	/* the same into a fixed buffer equals it when it fits */
