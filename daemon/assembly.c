@@ -1982,18 +1982,15 @@ void
 swd_asm_stop(swd_asm *a)
 {
 	a->stopping = 1;
+	/*
+	 * Every gathered layer starts, as it is, its missing heads named (those
+	 * that cannot start are counted by settle); the steps go out in step
+	 * order as their work ends, the rest at swd_asm_shutdown.
+	 */
 	for (struct arun *r = a->runs; r; r = r->next)
-		for (struct astep *s = r->open, *sn; s; s = sn) {
-			sn = s->next;
-			/* whole layers start; the rest as they are, their missing heads named */
-			if (s->g && s->in_work == 0 && !memchr(s->state, 1, r->meta.layers) &&
-			    settle(a, r, s))
-				emit_step(a, r, s);
-			else if (s->g)
-				for (uint32_t l = 0; l < r->meta.layers; l++)
-					if (s->g[l] && launch(a, r, s, l, 1) == SWD_ASM_ACCEPT)
-						s->timed_out = 1;
-		}
+		for (struct astep *s = r->open; s; s = s->next)
+			if (s->g)
+				settle(a, r, s);
 }
 
 void

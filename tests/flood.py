@@ -172,13 +172,13 @@ def case_status_lists():
     heads = [line for line in text.splitlines() if line.startswith("# ")]
     assert heads == ["# " + n for n in ("server", "auth", "runs", "senders", "refused",
                                         "traffic", "drops", "rejects", "queue", "writer",
-                                        "loop", "cpu")], heads
-    assert text.endswith("\n") and text.splitlines()[-1].startswith("process_s: "), text[-200:]
+                                        "loop", "cpu", "finished")], heads
+    assert text.endswith("\n") and text.splitlines()[-1].startswith("finished: "), text[-200:]
     assert "\ncut: " not in text
     assert tool.returncode == 0, tool.stderr
     out = tool.stdout.decode()
     assert len(out) > 1 << 18 and "senders_total: %d\n" % N in out, len(out)
-    assert out.splitlines()[-1].startswith("process_s: "), out[-200:]
+    assert out.splitlines()[-1].startswith("finished: "), out[-200:]
 
 
 CASES = {"rate": case_rate, "table": case_table, "status_lists": case_status_lists}
