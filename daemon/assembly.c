@@ -16,7 +16,6 @@
 #define ENDED_RING 1024		/* incarnations whose run ended, to name after_end */
 #define HOLD_MS 1000		/* whole steps wait this long for an earlier one to move */
 #define IMPLICIT_RING 256	/* closed runs' inferred incarnations, to go on with */
-#define CLOSED_RING 64		/* runs closed idle, for an end that comes later */
 
 #define DIGESTS 8		/* written steps a late copy is still compared with */
 #define CMP_TOL 1e-6		/* PROTOCOL.md 7b: copies differ beyond this (s, nats) */
@@ -45,6 +44,7 @@ struct ainc {
 /* A message whose data went into a layer of a step: its fate is the layer's. */
 struct mref {
 	uint32_t rank;
+	uint32_t head0, nh;	/* its heads */
 	uint64_t seq;
 };
 struct mlist {
@@ -85,6 +85,7 @@ struct astep {
 	swd_layer **layers;	/* [layers] */
 	struct gather **g;	/* [layers] or NULL */
 	struct mlist *ml;	/* [layers] or NULL: the messages in each layer */
+	uint8_t *cut;		/* [layers] or NULL: 1 where a layer started without some cells */
 	struct pcopy *copies;
 	struct astep *next;
 };
@@ -106,6 +107,7 @@ struct digest {
 
 struct arun {
 	swd_meta meta;
+	uint64_t serial;	/* this run object, one of the assembly's life (never again) */
 	struct ainc *incs;
 	uint64_t implicit;	/* the inferred incarnation of senders without inc */
 	uint64_t implicit_expect;	/* its next seq, when taken over from a closed run */
@@ -139,8 +141,6 @@ struct swd_asm {
 		int ended;
 	} implicit[IMPLICIT_RING];
 	size_t nimplicit;
-	swd_meta closed[CLOSED_RING];	/* runs closed without an end */
-	size_t nclosed;
 	size_t nended;
 	swd_asm_stats st;
 	int stopping;			/* swd_asm_stop was called */
@@ -163,6 +163,12 @@ struct swd_asm {
 		swd_sender snd[SWD_ASM_FINISHED_SENDERS];
 	} *fin;				/* [SWD_ASM_FINISHED_MAX] */
 	uint64_t fin_seq;
+	uint64_t serials;		/* the last run object's serial */
+	struct lend {			/* senders whose end came after their run was closed */
+		uint64_t h;		/* id_hash(run, inc) */
+		uint32_t rank;
+	} lend[ENDED_RING];
+	size_t nlend;
 };
 
 static uint64_t
@@ -257,6 +263,7 @@ free_step(swd_asm *a, struct astep *s, uint32_t layers)
 	for (uint32_t i = 0; s->ml && i < layers; i++)
 		free(s->ml[i].v);
 	free(s->ml);
+	free(s->cut);
 	free(s->layers);
 	free(s->g);
 	free(s->state);
@@ -343,6 +350,7 @@ item(struct arun *r, int t)
 	if (it) {
 		it->type = t;
 		it->meta = r->meta;
+		it->serial = r->serial;
 	}
 	return it;
 }
@@ -357,11 +365,12 @@ find_sender(struct ainc *i, uint32_t rank)
 }
 
 static struct asend *
-new_sender(struct ainc *i, uint32_t rank, uint64_t seq)
+new_sender(const struct arun *r, struct ainc *i, uint32_t rank, uint64_t seq)
 {
 	struct asend *d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
+	d->c.serial = r->serial;
 	d->c.inc = i->inc;
 	d->c.rank = rank;
 	d->c.senders = i->senders;
@@ -396,12 +405,14 @@ ml_reserve(const struct arun *r, struct astep *s, uint32_t l)
 	return 0;
 }
 
-/* A message of d (seq) is in layer l of s now: pending until the step goes. */
+/* A message of d (seq, heads head0..head0+nh-1) is in layer l of s now:
+ * pending until the step goes. */
 static void
-ml_push(struct astep *s, uint32_t l, struct asend *d, uint64_t seq)
+ml_push(struct astep *s, uint32_t l, struct asend *d, uint64_t seq, uint32_t head0,
+    uint32_t nh)
 {
 	struct mlist *x = &s->ml[l];
-	x->v[x->n++] = (struct mref){ d->c.rank, seq };
+	x->v[x->n++] = (struct mref){ d->c.rank, head0, nh, seq };
 	d->c.pending++;
 }
 
@@ -441,10 +452,12 @@ ml_drop(swd_asm *a, struct astep *s, uint32_t l, int reason)
 /*
  * The messages of the step's layers that are kept go to the writer with
  * it: stored, for their senders, and counted by rank in the item (the
- * writer's own failures are its to count against them). 0 or -1.
+ * writer's own failures are its to count against them). A part whose heads
+ * are written missing (another part of those heads never came: a layer
+ * split by rows) is not stored: head_missing. 0 or -1.
  */
 static int
-ml_store(struct arun *r, struct astep *s, swd_witem *it)
+ml_store(swd_asm *a, struct arun *r, struct astep *s, swd_witem *it)
 {
 	size_t cap = 0;
 	for (uint32_t l = 0; s->ml && l < r->meta.layers; l++)
@@ -453,12 +466,23 @@ ml_store(struct arun *r, struct astep *s, swd_witem *it)
 		return -1;
 	for (uint32_t l = 0; s->ml && l < r->meta.layers; l++) {
 		struct mlist *x = &s->ml[l];
-		for (size_t k = 0; s->layers[l] && k < x->n; k++) {
+		const swd_layer *ly = s->layers[l];
+		for (size_t k = 0; ly && k < x->n; k++) {
 			struct asend *d = find_sender(s->inc, x->v[k].rank);
-			if (d) {
+			int gone = 0;
+			for (uint32_t h = x->v[k].head0; ly->miss_rank && !gone &&
+			    h < x->v[k].head0 + x->v[k].nh && h < ly->heads; h++)
+				gone = ly->miss_rank[h] != -1;
+			if (d)
 				d->c.pending--;
-				d->c.stored++;
+			if (gone) {
+				if (d)
+					d->c.drop[SWD_DROP_HEAD_MISSING]++;
+				a->st.drops[SWD_DROP_HEAD_MISSING]++;
+				continue;
 			}
+			if (d)
+				d->c.stored++;
 			size_t j = 0;
 			while (j < it->nmc && it->mc[j].rank != x->v[k].rank)
 				j++;
@@ -553,7 +577,7 @@ missing_ranks(swd_asm *a, struct arun *r, struct astep *s)
 			if (v >= 0) {
 				struct asend *d = find_sender(s->inc, (uint32_t)v);
 				if (!d)	/* a rank that sent before, not in this session */
-					d = new_sender(s->inc, (uint32_t)v, 0);
+					d = new_sender(r, s->inc, (uint32_t)v, 0);
 				if (d)
 					d->c.missing++;
 			}
@@ -768,7 +792,7 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	r->recent_whole[r->nrecent % RECENT] = s->have == r->meta.layers && !s->partial;
 	r->nrecent++;
 	swd_witem *it = item(r, WQ_STEP);
-	int stored = it && ml_store(r, s, it) == 0;
+	int stored = it && ml_store(a, r, s, it) == 0;
 	if (!stored || fill_senders(r, s->inc, it) != 0) {
 		log_err("run %s: out of memory: step %lld lost", r->meta.run, (long long)s->step);
 		for (size_t k = 0; stored && k < it->nmc; k++) {	/* not stored after all */
@@ -985,8 +1009,6 @@ finish_run(swd_asm *a, struct arun *r, int type)
 		a->emit(a->ud, it);
 	if (r->implicit)	/* a sender without inc goes on under the same one */
 		remember_implicit(a, r, type == WQ_END);
-	if (type == WQ_CLOSE)
-		a->closed[a->nclosed++ % CLOSED_RING] = r->meta;
 	unlink_run(a, r);
 	free_run(a, r);
 }
@@ -1159,7 +1181,7 @@ get_sender(swd_asm *a, struct arun *r, struct ainc *i, const swp_msg *m)
 	uint64_t seq = m->seq;
 	if (!m->inc && i->inc == r->implicit && r->implicit_expect)
 		seq = r->implicit_expect;	/* the same sender, taken over */
-	if (!(d = new_sender(i, m->rank, seq)))
+	if (!(d = new_sender(r, i, m->rank, seq)))
 		return NULL;
 	d->c.first_seq = m->seq;
 	if (i->senders > 1)
@@ -1197,12 +1219,12 @@ get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m)
 		i->owner_bytes = cells * sizeof(int32_t);
 		charge(a, (long long)i->owner_bytes);
 	}
-	if (i->named) {
+	{	/* the writer opens the run's file: every count has a row to go to */
 		swd_witem *it = item(r, WQ_INC);
 		if (it) {
 			it->inc = inc;
 			it->first_seq = m->seq;
-			it->inc_named = 1;
+			it->inc_named = i->named;
 			it->has_resume = m->has_resume;
 			it->resume = m->resume;
 			it->inc_senders = i->senders;
@@ -1253,12 +1275,25 @@ new_run(swd_asm *a, const swd_meta *mm, uint64_t now, char *why, size_t len, int
 		return NULL;
 	}
 	r->meta = *mm;
+	r->serial = ++a->serials;
 	r->last_step = -1;
 	r->last_ms = now;
 	r->next = a->runs;
 	a->runs = r;
 	a->nruns++;
 	return r;
+}
+
+/* Whether the sender's end came after its run was closed (swd_asm_end). */
+static int
+late_ended(const swd_asm *a, const char *run, uint64_t inc, uint32_t rank)
+{
+	uint64_t h = id_hash(run, inc);
+	size_t n = a->nlend < ENDED_RING ? a->nlend : ENDED_RING;
+	for (size_t k = 0; k < n; k++)
+		if (a->lend[k].h == h && a->lend[k].rank == rank)
+			return 1;
+	return 0;
 }
 
 static int
@@ -1416,6 +1451,9 @@ launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 		free(miss);
 		return rc;
 	}
+	/* cells that come later are late: the layer was computed without them */
+	if (miss && (s->cut || (s->cut = calloc(r->meta.layers, 1))))
+		s->cut[l] = 1;
 	/* the data and the reserve went with the work, counted until it is done;
 	 * the rest is freed */
 	g->buf = NULL;
@@ -1602,7 +1640,7 @@ admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size
 		log_info("run %s: incarnation %llu resumes from step %lld", r->meta.run,
 		    (unsigned long long)inc->inc, (long long)m->resume);
 	}
-	if (sd->c.ended) {
+	if (sd->c.ended || late_ended(a, m->run, inc->inc, sd->c.rank)) {
 		snprintf(why, len, "rank %u of incarnation %llu ended its part", sd->c.rank,
 		    (unsigned long long)inc->inc);
 		return SWD_DROP_AFTER_END;
@@ -1628,6 +1666,11 @@ admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size
 		if (several)
 			sd->c.uncompared++;
 		return SWD_DROP_DUPLICATE;
+	}
+	if (s && s->cut && s->cut[m->layer]) {
+		snprintf(why, len, "step %lld layer %u: the layer was computed without some of its "
+		    "cells (its time was up)", (long long)m->step, m->layer);
+		return SWD_DROP_LATE;
 	}
 	if (s && s->state[m->layer]) {
 		int cov = s->state[m->layer] == 4 ? part_cover(r, s->g[m->layer], m) : 1;
@@ -1659,7 +1702,7 @@ admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size
 		release(a, r);	/* a step left empty goes */
 		return SWD_DROP_NOMEM;
 	}
-	ml_push(s, m->layer, sd, m->seq);
+	ml_push(s, m->layer, sd, m->seq, 0, r->meta.heads);
 	own(r, inc, m, sd->c.rank);
 	s->state[m->layer] = 1;
 	t->run = r;
@@ -1675,7 +1718,7 @@ part:
 		release(a, r);
 		return SWD_DROP_NOMEM;
 	}
-	ml_push(s, m->layer, sd, m->seq);
+	ml_push(s, m->layer, sd, m->seq, m->head0, m->shape[0]);
 	own(r, inc, m, sd->c.rank);
 	reason = take_part(a, r, s, m, why, len);
 	if (reason != SWD_ASM_HELD) {
@@ -1810,9 +1853,9 @@ swd_asm_done(swd_asm *a, const swd_ticket *t, swd_layer *ly, uint64_t now)
  * The end of a run that was closed idle (or evicted) before it came: its
  * file, each shape of it, is reopened to be marked ended. 1 if any.
  */
-/* An end item for the writer: the run's file, found by meta or by inc. */
+/* An end item for the writer: the run's file, found by the incarnation. */
 static swd_witem *
-end_item(const swp_msg *m, const swd_meta *mm, int reopen)
+end_item(const swp_msg *m, uint64_t inc)
 {
 	swd_witem *it = calloc(1, sizeof(*it));
 	if (!it || !(it->snd = calloc(1, sizeof(*it->snd)))) {
@@ -1820,15 +1863,12 @@ end_item(const swp_msg *m, const swd_meta *mm, int reopen)
 		return NULL;
 	}
 	it->type = WQ_END;
-	if (mm)
-		it->meta = *mm;
-	else
-		snprintf(it->meta.run, sizeof(it->meta.run), "%s", m->run);
-	it->reopen = reopen;
-	it->inc = m->inc;
+	snprintf(it->meta.run, sizeof(it->meta.run), "%s", m->run);
+	it->reopen = 1;
+	it->inc = inc;
 	it->nsnd = 1;
 	swd_sender *c = it->snd;
-	c->inc = m->inc;
+	c->inc = inc;
 	c->rank = m->rank;
 	c->senders = m->senders ? m->senders : 1;
 	c->first_seq = m->seq;
@@ -1836,32 +1876,6 @@ end_item(const swp_msg *m, const swd_meta *mm, int reopen)
 	return it;
 }
 
-static int
-end_closed(swd_asm *a, const swp_msg *m)
-{
-	const char *run = m->run;
-	size_t n = a->nclosed < CLOSED_RING ? a->nclosed : CLOSED_RING;
-	int found = 0;
-	for (size_t k = 0; k < n; k++) {
-		swd_meta *mm = &a->closed[k];
-		if (strcmp(mm->run, run))
-			continue;
-		int dup = 0;	/* one end per shape */
-		for (size_t j = 0; j < k && !dup; j++)
-			dup = swd_meta_eq(&a->closed[j], mm);
-		if (dup)
-			continue;
-		swd_witem *it = end_item(m, mm, 1);
-		if (!it)
-			continue;
-		a->emit(a->ud, it);
-		found = 1;
-	}
-	/* one rank's end leaves the others' to come: the shapes are kept */
-	return found;
-}
-
-/* An end the writer counts in a run file (swd_asm_end's SWD_ASM_DEFERRED). */
 
 /* Whether some run object of the id has heard incarnation inc. */
 static int
@@ -1935,16 +1949,27 @@ swd_asm_end(swd_asm *a, const swp_msg *m, uint64_t now)
 	 * after a restart must not drop its incarnation's other ranks (after_end) */
 	if (found && m->inc && inc_ended && !was_ended(a, m->run, m->inc))
 		a->ended[a->nended++ % ENDED_RING] = id_hash(m->run, m->inc);
-	if (!found && end_closed(a, m))
-		return SWD_ASM_DEFERRED;
-	if (!found && m->inc) {	/* a run held before a restart: its file says */
-		swd_witem *it = end_item(m, NULL, 2);
-		if (it) {
-			a->emit(a->ud, it);
-			return SWD_ASM_DEFERRED;
-		}
-	}
-	return !found ? SWD_DROP_UNKNOWN_RUN : rc;
+	if (found)
+		return rc;
+	/*
+	 * A run not held here (closed idle, or held before a restart): the
+	 * writer counts the end in the file that holds its incarnation; a
+	 * sender without inc is the one inferred for the run id before.
+	 */
+	uint64_t inc = m->inc;
+	struct implicit *e = inc ? NULL : (struct implicit *)find_implicit(a, m->run);
+	if (e && !e->ended)
+		inc = e->inc;
+	swd_witem *it = inc ? end_item(m, inc) : NULL;
+	if (!it)
+		return SWD_DROP_UNKNOWN_RUN;
+	if (e)
+		e->ended = 1;	/* its later messages: after_end */
+	struct lend *l = &a->lend[a->nlend++ % ENDED_RING];
+	l->h = id_hash(m->run, inc);
+	l->rank = m->rank;
+	a->emit(a->ud, it);
+	return SWD_ASM_DEFERRED;
 }
 
 void

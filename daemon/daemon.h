@@ -83,6 +83,7 @@ swd_wall_now(void)
  * this daemon session counted of it since the run was opened.
  */
 typedef struct swd_sender {
+	uint64_t serial;	/* its run object's (the assembly's; the writer's share by it) */
 	uint64_t inc;
 	uint32_t rank, senders;
 	uint64_t first_seq;	/* the first seq of it this session saw */
@@ -110,6 +111,7 @@ enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP, WQ_INC, WQ_SENDERS };
 typedef struct swd_witem {
 	int type;
 	swd_meta meta;
+	uint64_t serial;	/* the run object that made it (swd_sender.serial) */
 	int64_t step;
 	swd_layer **layers;	/* [meta.layers], NULL where missing */
 	int64_t lost, incomplete;	/* run counters as of this step */
@@ -121,12 +123,11 @@ typedef struct swd_witem {
 	int inc_named;		/* the sender named it (inc), not inferred */
 	int has_resume;		/* the incarnation declared a resume from step resume */
 	/*
-	 * WQ_END of a run this session does not hold: 1, closed idle here (meta
-	 * is its shape); 2, never held here (a restart): the writer finds the
-	 * file of the id whose sender table holds inc. snd[0] is the end's
-	 * sender (inc, rank, senders; seq_next the end's seq + 1): its row
-	 * counts the end, and the file is marked ended only when every rank of
-	 * the incarnation has ended.
+	 * WQ_END of a run the assembly does not hold (closed idle, or held
+	 * before a restart): the writer finds the files of the id (meta.run)
+	 * whose sender table holds inc. snd[0] is the end's sender (inc, rank,
+	 * senders; seq_next the end's seq + 1): its row counts the end, and a
+	 * file is marked ended only when every rank of the incarnation has.
 	 */
 	int reopen;
 	int64_t resume;
@@ -176,7 +177,7 @@ const swd_wstats *swd_writer_stats(const swd_writer *w);
  * handed over that it did not store (duplicate, write_error, locked) move
  * from stored to their reason. Any thread.
  */
-void swd_writer_fates(swd_writer *w, const char *run, swd_sender *c);
+void swd_writer_fates(swd_writer *w, swd_sender *c);
 /* The writer thread's CPU seconds so far (its thread clock). */
 double swd_writer_cpu_s(const swd_writer *w);
 

@@ -710,7 +710,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	static swd_status_sender ss[1024];
 	size_t ns = swd_asm_senders(D.as, sd, sr, 1024);
 	for (size_t i = 0; i < ns; i++)
-		swd_writer_fates(D.writer, sr[i], &sd[i]);
+		swd_writer_fates(D.writer, &sd[i]);
 	for (size_t i = 0; i < ns; i++)
 		ss[i] = status_sender(sr[i], &sd[i]);
 	st->nsenders = ns;
@@ -731,7 +731,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	static swd_status_sender fss[1024];
 	st->nfinished_senders = swd_asm_finished_senders(D.as, fsd, fsr, 1024);
 	for (size_t i = 0; i < st->nfinished_senders; i++) {
-		swd_writer_fates(D.writer, fsr[i], &fsd[i]);
+		swd_writer_fates(D.writer, &fsd[i]);
 		fss[i] = status_sender(fsr[i], &fsd[i]);
 	}
 	st->finished_senders = fss;

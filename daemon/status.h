@@ -11,7 +11,7 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 16
+#define SWD_DROP_REASONS 17
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
 enum {
@@ -20,7 +20,8 @@ enum {
 	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN, SWD_DROP_OPEN_STEPS,
 	SWD_DROP_WRITE, SWD_DROP_SENDERS, SWD_DROP_OVERLAP, SWD_DROP_PART_MISMATCH,
 	SWD_DROP_LOCKED,	/* another process holds the run's lock (runlock.c) */
-	SWD_DROP_RUN_RATE
+	SWD_DROP_RUN_RATE,
+	SWD_DROP_HEAD_MISSING	/* a part whose heads were written missing (a row split) */
 };
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */

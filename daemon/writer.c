@@ -42,12 +42,14 @@ struct winc {
  * Messages of a sender that the writer did not store although the
  * assembly handed them over (swd_witem.mc): the row of the step was there
  * already (duplicate), the file failed (write_error), or another process
- * holds the run (locked). Kept for the life of the writer, the oldest
- * entry replaced past WFATES, so that status can say each sender's.
+ * holds the run (locked). Kept by the assembly's run object (its serial:
+ * a run reopened after an idle close is another, whose counts start again,
+ * as its file row's start from what the file holds), the least recently
+ * changed entry replaced past WFATES, so that status can say each sender's.
  */
 #define WFATES 4096
 struct wfate {
-	char run[SWP_RUN_MAX + 1];
+	uint64_t serial;
 	uint64_t inc;
 	uint32_t rank;
 	int64_t n[3];		/* duplicate, write_error, locked */
@@ -124,9 +126,9 @@ struct swd_writer {
 	uint64_t fate_seq;
 };
 
-/* Counts n messages of (run, inc, rank) under fate f. */
+/* Counts n messages of (serial, inc, rank) under fate f. */
 static void
-fate_add(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int f, int64_t n)
+fate_add(swd_writer *w, uint64_t serial, uint64_t inc, uint32_t rank, int f, int64_t n)
 {
 	if (n == 0 || !w->fates)
 		return;
@@ -134,7 +136,7 @@ fate_add(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int f, int
 	struct wfate *e = NULL, *old = &w->fates[0];
 	for (size_t i = 0; i < WFATES && !e; i++) {
 		struct wfate *x = &w->fates[i];
-		if (x->seq && x->inc == inc && x->rank == rank && !strcmp(x->run, run))
+		if (x->seq && x->serial == serial && x->inc == inc && x->rank == rank)
 			e = x;
 		else if (x->seq < old->seq)
 			old = x;
@@ -142,7 +144,7 @@ fate_add(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int f, int
 	if (!e) {
 		e = old;
 		memset(e, 0, sizeof(*e));
-		snprintf(e->run, sizeof(e->run), "%s", run);
+		e->serial = serial;
 		e->inc = inc;
 		e->rank = rank;
 	}
@@ -157,7 +159,7 @@ fate_item(swd_writer *w, const swd_witem *it, int f)
 {
 	long long n = 0;
 	for (size_t k = 0; k < it->nmc; k++) {
-		fate_add(w, it->meta.run, it->inc, it->mc[k].rank, f, it->mc[k].n);
+		fate_add(w, it->serial, it->inc, it->mc[k].rank, f, it->mc[k].n);
 		n += it->mc[k].n;
 	}
 	return n;
@@ -165,7 +167,7 @@ fate_item(swd_writer *w, const swd_witem *it, int f)
 
 /* What the writer did not store of one sender's messages, by fate. */
 static void
-fate_get(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int64_t n[3])
+fate_get(swd_writer *w, uint64_t serial, uint64_t inc, uint32_t rank, int64_t n[3])
 {
 	n[0] = n[1] = n[2] = 0;
 	if (!w->fates)
@@ -173,7 +175,7 @@ fate_get(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int64_t n[
 	pthread_mutex_lock(&w->fmu);
 	for (size_t i = 0; i < WFATES; i++) {
 		const struct wfate *x = &w->fates[i];
-		if (x->seq && x->inc == inc && x->rank == rank && !strcmp(x->run, run)) {
+		if (x->seq && x->serial == serial && x->inc == inc && x->rank == rank) {
 			memcpy(n, x->n, sizeof(x->n));
 			break;
 		}
@@ -182,10 +184,10 @@ fate_get(swd_writer *w, const char *run, uint64_t inc, uint32_t rank, int64_t n[
 }
 
 void
-swd_writer_fates(swd_writer *w, const char *run, swd_sender *c)
+swd_writer_fates(swd_writer *w, swd_sender *c)
 {
 	int64_t n[3];
-	fate_get(w, run, c->inc, c->rank, n);
+	fate_get(w, c->serial, c->inc, c->rank, n);
 	for (int f = 0; f < 3; f++) {
 		c->drop[wf_reason[f]] += n[f];
 		c->stored -= n[f];
@@ -450,7 +452,7 @@ put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n)
 		v[SW_S_MESSAGES] = b[SW_S_MESSAGES] + (uint64_t)c->messages;
 		v[SW_S_LOST] = b[SW_S_LOST] + (uint64_t)c->lost;
 		int64_t fn[3];
-		fate_get(w, r->meta.run, c->inc, c->rank, fn);
+		fate_get(w, c->serial, c->inc, c->rank, fn);
 		v[SW_S_DUPLICATES] = b[SW_S_DUPLICATES] + (uint64_t)(c->drop[SWD_DROP_DUPLICATE] +
 		    fn[WF_DUP]);
 		v[SW_S_OVERLAPS] = b[SW_S_OVERLAPS] + (uint64_t)c->drop[SWD_DROP_OVERLAP];
@@ -472,6 +474,7 @@ put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n)
 		v[SW_S_OPEN_STEPS] = b[SW_S_OPEN_STEPS] + (uint64_t)c->drop[SWD_DROP_OPEN_STEPS];
 		v[SW_S_WRITE_ERROR] = b[SW_S_WRITE_ERROR] + (uint64_t)(c->drop[SWD_DROP_WRITE] +
 		    fn[WF_WRITE]);
+		v[SW_S_HEAD_MISSING] = b[SW_S_HEAD_MISSING] + (uint64_t)c->drop[SWD_DROP_HEAD_MISSING];
 		if (sw_runfile_put_sender(r->f, d->row, v, err, sizeof(err)) != 0) {
 			log_err("run %s: writing the sender table failed: %s", r->meta.run, err);
 			atomic_fetch_add(&w->st.write_errors, 1);
@@ -743,8 +746,9 @@ inc_seen(swd_writer *w, swd_witem *it)
 {
 	struct wrun *r = wrun_get(w, &it->meta, it);
 	struct winc *wi = r && !r->broken ? get_winc(r, it->inc) : NULL;
-	/* several senders: per sender, from the sender table (sender_gap) */
-	if (wi && !wi->seen && it->inc_senders <= 1)
+	/* several senders: per sender, from the sender table (sender_gap); a sender
+	 * without inc is counted from its first seq here (PROTOCOL.md 7a) */
+	if (wi && !wi->seen && it->inc_named && it->inc_senders <= 1)
 		first_seen(w, r, wi, it->first_seq);
 }
 
@@ -1078,33 +1082,22 @@ flush_all(swd_writer *w)
 	w->last_flush_ms = mono_ms();
 }
 
-/* Whether a file of this run's id exists (the first generation's name). */
-static int
-run_file_exists(const swd_writer *w, const swd_meta *m)
-{
-	char name[SW_RUNFILE_NAME_MAX + 1], path[2048];
-	struct stat sb;
-	if (sw_runfile_name(m->run, name, sizeof(name)) < 0)
-		return 0;
-	snprintf(path, sizeof(path), "%s/%s", w->cfg.data_dir, name);
-	return lstat(path, &sb) == 0;
-}
-
 /*
- * The generation of the run id whose sender table has a row of inc, with
- * its shape in *m; 0 if none (an end after a restart names no shape).
+ * The first generation from `from` on of the run id whose sender table has
+ * a row of inc, with its shape in *m; 0 if none (an end after a restart
+ * names no shape). Generations may have gaps (pruned files).
  */
 static uint32_t
-find_by_inc(swd_writer *w, const char *run, uint64_t inc, swd_meta *m)
+find_by_inc(swd_writer *w, const char *run, uint64_t inc, uint32_t from, swd_meta *m)
 {
-	for (uint32_t g = 1; g <= 1000; g++) {
+	for (uint32_t g = from; g <= 1000; g++) {
 		char name[SW_RUNFILE_NAME_MAX + 1], path[2048], err[512];
 		struct stat sb;
 		if (sw_runfile_name_gen(run, g, name, sizeof(name)) < 0)
 			return 0;
 		snprintf(path, sizeof(path), "%s/%s", w->cfg.data_dir, name);
-		if (lstat(path, &sb) != 0)
-			return 0;	/* generations are made in order: none after a gap */
+		if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+			continue;
 		sw_reader *rd;
 		sw_runmeta rm;
 		if (sw_reader_open(path, &rd, &rm, err, sizeof(err)) != 0)
@@ -1195,46 +1188,11 @@ end_sender(swd_writer *w, struct wrun *r, const swd_sender *c)
 	return 1;
 }
 
+/* Everything of the run on disk first, then the end mark that says so; closed. */
 static void
-end_run(swd_writer *w, swd_witem *it)
+mark_ended(swd_writer *w, struct wrun *r)
 {
-	struct wrun *r;
 	char err[512];
-	/* a run this writer has open, or one closed idle: an end never makes a file */
-	for (r = it->reopen == 2 ? NULL : w->runs; r && !swd_meta_eq(&r->meta, &it->meta);
-	    r = r->next)
-		;
-	if (!r && it->reopen == 1 && run_file_exists(w, &it->meta))
-		r = wrun_get(w, &it->meta, it);
-	if (!r && it->reopen == 2 && it->nsnd == 1) {
-		swd_meta m;
-		uint32_t g = find_by_inc(w, it->meta.run, it->inc, &m);
-		for (r = w->runs; g && r && !(swd_meta_eq(&r->meta, &m) && r->generation == g);
-		    r = r->next)
-			;
-		if (g && !r) {
-			w->want_gen = g;
-			r = wrun_get(w, &m, it);
-			w->want_gen = 0;
-		}
-	}
-	if (!r) {
-		if (it->reopen == 2) {	/* no file holds it: the end of an unknown run */
-			atomic_fetch_add(&w->st.unknown_ends, 1);
-			log_warn("run %s: an end of incarnation %llu, which no file of the data "
-			    "directory holds (unknown_run)", it->meta.run, (unsigned long long)it->inc);
-		} else {
-			log_info("run %s: ended with nothing stored in this session", it->meta.run);
-		}
-		return;
-	}
-	if (it->reopen && it->nsnd == 1 && (r->broken || !end_sender(w, r, it->snd))) {
-		if (r->f && sw_runfile_flush(r->f, err, sizeof(err)) != 0)
-			log_err("run %s: flush failed: %s", r->meta.run, err);
-		wrun_remove(w, r);	/* counted; other ranks' ends to come */
-		return;
-	}
-	/* everything of the run on disk first, then the end mark that says so */
 	if (r->f && sw_runfile_flush(r->f, err, sizeof(err)) != 0)
 		log_err("run %s: flush failed: %s", r->meta.run, err);
 	if (r->f && sw_runfile_mark_ended(r->f, err, sizeof(err)) != 0)
@@ -1247,6 +1205,66 @@ end_run(swd_writer *w, swd_witem *it)
 		r->lock = NULL;
 	}
 	wrun_remove(w, r);
+}
+
+/*
+ * An end whose run was closed (idle, or before a restart): counted in the
+ * sender's row of every file of the id that holds its incarnation (a shape
+ * changed mid-run makes two), each marked ended once every rank of the
+ * incarnation has ended; no such file: unknown_run.
+ */
+static void
+late_end(swd_writer *w, const swd_witem *it)
+{
+	char err[512];
+	int found = 0;
+	swd_meta m;
+	for (uint32_t g = 1; (g = find_by_inc(w, it->meta.run, it->inc, g, &m)) != 0; g++) {
+		struct wrun *r;
+		found = 1;
+		for (r = w->runs; r && !(swd_meta_eq(&r->meta, &m) && r->generation == g);
+		    r = r->next)
+			;
+		int in_use = r != NULL;	/* another incarnation's run writes it: it ends it */
+		if (!r) {
+			w->want_gen = g;
+			r = wrun_get(w, &m, it);
+			w->want_gen = 0;
+		}
+		if (!r)
+			continue;
+		if (!r->broken && end_sender(w, r, it->snd) && !in_use) {
+			mark_ended(w, r);
+			continue;
+		}
+		if (r->f && sw_runfile_flush(r->f, err, sizeof(err)) != 0)
+			log_err("run %s: flush failed: %s", r->meta.run, err);
+		if (!in_use)
+			wrun_remove(w, r);	/* counted; other ranks' ends to come */
+	}
+	if (!found) {
+		atomic_fetch_add(&w->st.unknown_ends, 1);
+		log_warn("run %s: an end of incarnation %llu, which no file of the data directory "
+		    "holds (unknown_run)", it->meta.run, (unsigned long long)it->inc);
+	}
+}
+
+static void
+end_run(swd_writer *w, swd_witem *it)
+{
+	struct wrun *r;
+	/* a run this writer has open: an end never makes a file */
+	for (r = it->reopen ? NULL : w->runs; r && !swd_meta_eq(&r->meta, &it->meta); r = r->next)
+		;
+	if (it->reopen && it->nsnd == 1) {	/* its run was closed: the files say */
+		late_end(w, it);
+		return;
+	}
+	if (!r) {
+		log_info("run %s: ended with nothing stored in this session", it->meta.run);
+		return;
+	}
+	mark_ended(w, r);
 }
 
 /* An idle run: its file is flushed and closed, to be resumed if it returns. */

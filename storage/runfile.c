@@ -104,7 +104,7 @@ const char *const sw_sender_field_names[SW_SENDER_FIELDS] = {
 	"inc", "rank", "senders", "messages", "lost", "duplicates", "overlaps",
 	"mismatches", "disagree", "uncompared", "missing", "after_end", "seq_next",
 	"ended", "stored", "budget", "late", "senders_mismatch", "nomem", "stopping",
-	"open_steps", "write_error"
+	"open_steps", "write_error", "head_missing"
 };
 
 const char *const sw_xpair_field_names[SW_XPAIR_FIELDS] = {

@@ -79,16 +79,16 @@ enum sw_sender_field {
 	 * fields above only; readers give 0 for the others and say how many
 	 * the file has): messages = stored + duplicates + overlaps + mismatches
 	 * + after_end + budget + late + senders_mismatch + nomem + stopping +
-	 * open_steps + write_error + ended (PROTOCOL.md 7a).
+	 * open_steps + write_error + head_missing + ended (PROTOCOL.md 7a).
 	 */
 	SW_S_STORED, SW_S_BUDGET, SW_S_LATE, SW_S_SENDERS_MISMATCH, SW_S_NOMEM,
-	SW_S_STOPPING, SW_S_OPEN_STEPS, SW_S_WRITE_ERROR,
+	SW_S_STOPPING, SW_S_OPEN_STEPS, SW_S_WRITE_ERROR, SW_S_HEAD_MISSING,
 	SW_SENDER_FIELDS
 };
 #define SW_SENDER_FIELDS_OLD 14	/* the table of files made before the account */
 #define SW_SENDER_FIELD_LIST "inc,rank,senders,messages,lost,duplicates,overlaps," \
 	"mismatches,disagree,uncompared,missing,after_end,seq_next,ended,stored,budget," \
-	"late,senders_mismatch,nomem,stopping,open_steps,write_error"
+	"late,senders_mismatch,nomem,stopping,open_steps,write_error,head_missing"
 extern const char *const sw_sender_field_names[SW_SENDER_FIELDS];
 
 /* Dataset names, as LAYOUT.md lists them. */

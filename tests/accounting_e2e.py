@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swharness import Daemon, Results, Sender, random_probs  # noqa: E402
 
 ACCOUNT = ("stored", "duplicates", "overlaps", "mismatches", "after_end", "budget", "late",
-           "senders_mismatch", "nomem", "stopping", "open_steps", "write_error", "ended")
+           "senders_mismatch", "nomem", "stopping", "open_steps", "write_error", "head_missing",
+           "ended")
 L, HR, ROWS, KEYS = 2, 2, 3, 8
 R = Results()
 DAEMON = Daemon(extra=["--step-timeout-ms", "30000"])

@@ -164,7 +164,8 @@ def table(path):
 
 
 ACCOUNT = ("stored", "duplicates", "overlaps", "mismatches", "after_end", "budget", "late",
-           "senders_mismatch", "nomem", "stopping", "open_steps", "write_error", "ended")
+           "senders_mismatch", "nomem", "stopping", "open_steps", "write_error", "head_missing",
+           "ended")
 
 
 def account_ok(row):

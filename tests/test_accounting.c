@@ -86,6 +86,7 @@ static swd_writer *writer;
 static swd_asm *as;
 static atomic_llong inflight;
 static int64_t budget;
+static int64_t idle_s = 600;
 
 struct job {
 	swd_ticket t;
@@ -113,14 +114,43 @@ static int64_t acc_deferred[MAXS];
  * count until it speaks again (then the gap is counted lost). */
 static int killed_since[MAXS];
 
+/* Sender k's last counters of a run object, with the writer's share, summed. */
+static struct {
+	int schedules, senders, sigterm, sigkill, reopened, budget;
+} seen;		/* what the schedules covered, printed at the end */
+
+static void
+take_last(int k)
+{
+	swd_writer_sync(writer);
+	swd_writer_fates(writer, &last[k]);
+	if (trace)
+		fprintf(stderr, "run object %llu: rank %d messages %lld stored %lld ended %d\n",
+		    (unsigned long long)last[k].serial, k, (long long)last[k].messages,
+		    (long long)last[k].stored, last[k].ended);
+	ck_assert_int_eq(last[k].pending, 0);
+	acc_stored[k] += last[k].stored;
+	acc_ended[k] += last[k].ended;
+	for (int r = 0; r < SWD_DROP_REASONS; r++)
+		acc_dropped[k] += last[k].drop[r];
+	have_last[k] = 0;
+}
+
 static void
 to_writer(void *ud, swd_witem *it)
 {
 	(void)ud;
 	for (size_t i = 0; i < it->nsnd; i++)
 		if (it->snd[i].inc == INC && it->snd[i].rank < (uint32_t)S) {
-			last[it->snd[i].rank] = it->snd[i];
-			have_last[it->snd[i].rank] = 1;
+			uint32_t k = it->snd[i].rank;
+			/* a run reopened after an idle close is another run object: the
+			 * last counts of the one before are final */
+			if (have_last[k] && last[k].serial != it->snd[i].serial) {
+				take_last(k);
+				seen.reopened++;
+			}
+			last[k] = it->snd[i];
+			have_last[k] = 1;
 		}
 	swd_writer_push(writer, it);
 }
@@ -207,7 +237,7 @@ start_session(const char *dir)
 	cfg.flush_ms = 50;
 	ck_assert_int_eq(swd_writer_start(&writer, &cfg, &inflight), 0);
 	swd_asm_conf c = {
-		.step_timeout_ms = 1000, .max_open_steps = 4, .max_runs = 8, .run_idle_s = 600,
+		.step_timeout_ms = 1000, .max_open_steps = 4, .max_runs = 8, .run_idle_s = idle_s,
 		.inflight = &inflight, .budget_bytes = budget, .work = work,
 		.work_bytes = work_bytes,
 	};
@@ -224,25 +254,11 @@ end_session(uint64_t now)
 	while (njobs)
 		run_job((int)rnd((uint32_t)njobs), now);
 	swd_asm_shutdown(as);
-	swd_writer_sync(writer);
-	for (int k = 0; k < S; k++)	/* what the writer did not store after all */
+	for (int k = 0; k < S; k++)
 		if (have_last[k])
-			swd_writer_fates(writer, "acc", &last[k]);
+			take_last(k);
 	swd_writer_stop(&writer);
 	swd_asm_free(&as);
-	for (int k = 0; k < S; k++) {
-		if (!have_last[k])
-			continue;
-		const swd_sender *c = &last[k];
-		if (trace)
-			fprintf(stderr, "session: rank %d messages %lld stored %lld ended %d lost %lld\n",
-			    k, (long long)c->messages, (long long)c->stored, c->ended, (long long)c->lost);
-		ck_assert_int_eq(c->pending, 0);
-		acc_stored[k] += c->stored;
-		acc_ended[k] += c->ended;
-		for (int r = 0; r < SWD_DROP_REASONS; r++)
-			acc_dropped[k] += c->drop[r];
-	}
 }
 
 /*
@@ -252,39 +268,10 @@ end_session(uint64_t now)
 static void
 kill_session(void)
 {
-	swd_writer_sync(writer);
-	if (trace) {
-		swd_sender sd[8];
-		const char *rn[8];
-		size_t n = swd_asm_senders(as, sd, rn, 8);
-		for (size_t i = 0; i < n; i++)
-			fprintf(stderr, "live: rank %u messages %lld stored %lld pending %lld budget %lld "
-			    "dup %lld\n", sd[i].rank, (long long)sd[i].messages, (long long)sd[i].stored,
-			    (long long)sd[i].pending, (long long)sd[i].drop[0], (long long)sd[i].drop[1]);
-		for (int k = 0; k < S; k++)
-			if (have_last[k])
-				fprintf(stderr, "last: rank %d messages %lld stored %lld pending %lld "
-				    "budget %lld dup %lld\n", k, (long long)last[k].messages,
-				    (long long)last[k].stored, (long long)last[k].pending,
-				    (long long)last[k].drop[0], (long long)last[k].drop[1]);
-	}
+	/* what it handed to the writer is in the file (the writer flushed) */
 	for (int k = 0; k < S; k++)
-		if (have_last[k]) {
-			swd_writer_fates(writer, "acc", &last[k]);
-			if (trace) {
-				fprintf(stderr, "killed: rank %d messages %lld stored %lld pending %lld",
-				    k, (long long)last[k].messages, (long long)last[k].stored,
-				    (long long)last[k].pending);
-				for (int r = 0; r < SWD_DROP_REASONS; r++)
-					if (last[k].drop[r])
-						fprintf(stderr, " drop[%d]=%lld", r, (long long)last[k].drop[r]);
-				fprintf(stderr, "\n");
-			}
-			acc_stored[k] += last[k].stored;
-			acc_ended[k] += last[k].ended;
-			for (int r = 0; r < SWD_DROP_REASONS; r++)
-				acc_dropped[k] += last[k].drop[r];
-		}
+		if (have_last[k])
+			take_last(k);
 	swd_writer_stop(&writer);
 	for (int i = 0; i < njobs; i++) {
 		atomic_fetch_sub(&inflight, (long long)jobs[i].reserved);
@@ -448,7 +435,8 @@ check_file(const char *dir, int seed)
 		uint64_t own = row[SW_S_STORED] + row[SW_S_DUPLICATES] + row[SW_S_OVERLAPS] +
 		    row[SW_S_MISMATCHES] + row[SW_S_AFTER_END] + row[SW_S_BUDGET] + row[SW_S_LATE] +
 		    row[SW_S_SENDERS_MISMATCH] + row[SW_S_NOMEM] + row[SW_S_STOPPING] +
-		    row[SW_S_OPEN_STEPS] + row[SW_S_WRITE_ERROR] + row[SW_S_ENDED];
+		    row[SW_S_OPEN_STEPS] + row[SW_S_WRITE_ERROR] + row[SW_S_HEAD_MISSING] +
+		    row[SW_S_ENDED];
 		ck_assert_msg(own == row[SW_S_MESSAGES], "seed %d rank %d: the row's fields add "
 		    "up to %llu, its messages %llu", seed, k, (unsigned long long)own,
 		    (unsigned long long)row[SW_S_MESSAGES]);
@@ -507,6 +495,7 @@ schedule(int seed)
 	INC = 1000 + (uint64_t)seed;
 	int p_drop = (int)rnd(3) * 5, p_dup = (int)rnd(3) * 8, p_bad = rnd(4) == 0 ? 5 : 0;
 	int p_end = rnd(5) ? 100 : 50;
+	idle_s = rnd(4) == 0 ? 1 : 600;	/* idle closes between messages */
 	budget = rnd(4) == 0 ? (int64_t)(1 + rnd(3)) * (sizeof(tensor) + LAYER_BYTES + 512) : 0;
 	for (size_t i = 0; i < sizeof(tensor) / sizeof(float); i++)
 		tensor[i] = (i % K) == 0 ? 0.5f : 0.5f / (K - 1);
@@ -540,6 +529,9 @@ schedule(int seed)
 			m->seq = x->seq++;
 		}
 	}
+	seen.schedules++;
+	seen.senders += S;
+	seen.budget += budget > 0;
 	char dir[] = "/tmp/sw-accounting-XXXXXX";
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	atomic_store(&inflight, 0);
@@ -579,14 +571,24 @@ schedule(int seed)
 			run_job((int)rnd((uint32_t)njobs), now);
 		if (rnd(4) == 0)
 			swd_asm_tick(as, now);
+		if (idle_s == 1 && rnd(3) == 0) {	/* a pause: steps time out, the run closes */
+			now += 1000 + rnd(1000);
+			swd_asm_tick(as, now);
+			while (njobs)
+				run_job((int)rnd((uint32_t)njobs), now);
+			swd_asm_tick(as, now);
+		}
 		if (restarts && rnd(12) == 0) {
 			restarts--;
 			if (trace)
 				fprintf(stderr, "stop\n");
-			if (rnd(2))
+			if (rnd(2)) {
 				end_session(now);
-			else
+				seen.sigterm++;
+			} else {
 				kill_session();
+				seen.sigkill++;
+			}
 			down = (int)rnd(3);
 			if (down == 0)
 				start_session(dir);
@@ -602,12 +604,413 @@ schedule(int seed)
 	rm_dir(dir);
 }
 
+
+/*
+ * ---- deterministic scenarios: a review's findings (issue 26), each a
+ * schedule that broke the account: the writer's share counted again after
+ * an idle close; late ends of a sender without inc and of one of two
+ * shapes; parts of a layer split by rows whose heads were written missing;
+ * a sender without inc that only drops after an idle close; messages after
+ * a late end. ----
+ */
+static float rtensor[8 * R * K];
+static int rv_cancel;
+
+/* One message of a single-sender run "rv" with `heads` heads, inc, at now. */
+static int
+rv_send(uint32_t heads, uint64_t inc, int end, int64_t step, uint32_t layer, uint64_t seq,
+    uint64_t now)
+{
+	swp_msg m;
+	memset(&m, 0, sizeof(m));
+	m.type = end ? SWP_END : SWP_SNAPSHOT;
+	snprintf(m.run, sizeof(m.run), "rv");
+	snprintf(m.model, sizeof(m.model), "m");
+	m.layers = L;
+	m.heads = heads;
+	m.rows = R;
+	m.shape[0] = heads;
+	m.shape[1] = R;
+	m.shape[2] = K;
+	m.dtype = SWP_F32;
+	m.kind = SWP_PROBS;
+	m.step = step;
+	m.layer = layer;
+	m.inc = inc;
+	m.seq = seq;
+	m.rank = 0;
+	m.senders = 1;
+	for (size_t i = 0; i < sizeof(rtensor) / sizeof(float); i++)
+		rtensor[i] = (i % K) == 0 ? 0.5f : 0.5f / (K - 1);
+	m.tensor = rtensor;
+	m.tensor_bytes = (size_t)heads * R * K * sizeof(float);
+	if (end)
+		return swd_asm_end(as, &m, now);
+	swd_ticket t;
+	char why[256];
+	int rc = swd_asm_admit(as, &m, now, &t, why, sizeof(why));
+	if (rc != SWD_ASM_ACCEPT && rc != SWD_ASM_COPY)
+		return rc;
+	if (rv_cancel) {	/* the budget refuses its work (handle) */
+		swd_asm_cancel(as, &t, SWD_DROP_BUDGET);
+		return SWD_DROP_BUDGET;
+	}
+	struct job *j = &jobs[njobs++];
+	j->t = t;
+	j->m = m;
+	j->m.tensor = NULL;
+	j->data = malloc(m.tensor_bytes);
+	memcpy(j->data, rtensor, m.tensor_bytes);
+	j->miss = NULL;
+	j->reserved = m.tensor_bytes + LAYER_BYTES;
+	atomic_fetch_add(&inflight, (long long)j->reserved);
+	swd_asm_start(as, &t);
+	while (njobs)
+		run_job(0, now);
+	return rc;
+}
+
+static void
+rv_stop(uint64_t now)
+{
+	swd_asm_stop(as);
+	while (njobs)
+		run_job(0, now);
+	swd_asm_shutdown(as);
+	swd_writer_sync(writer);
+	swd_writer_stop(&writer);
+	swd_asm_free(&as);
+}
+
+/* Whether dir/name is marked ended (sw_reader_ended), -1 if unreadable. */
+static int
+rv_ended(const char *dir, const char *name)
+{
+	char path[1200], err[512];
+	sw_reader *r;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (sw_reader_open(path, &r, NULL, err, sizeof(err)) != 0)
+		return -1;
+	int e = sw_reader_ended(r);
+	sw_reader_close(&r);
+	return e;
+}
+
+/* Prints every sender row of every file of dir; returns the row count. */
+static int
+rv_dump(const char *dir, const char *name)
+{
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	sw_reader *r;
+	char err[512];
+	if (sw_reader_open(path, &r, NULL, err, sizeof(err)) != 0) {
+		if (trace)
+			fprintf(stderr, "%s: %s\n", name, err);
+		return -1;
+	}
+	uint64_t *tab = NULL;
+	size_t nf = 0;
+	int64_t ns = sw_reader_senders(r, &tab, &nf, err, sizeof(err));
+	for (int64_t i = 0; i < ns; i++) {
+		const uint64_t *w = tab + i * nf;
+		if (trace)
+			fprintf(stderr, "%s row %lld: inc %llu rank %llu messages %llu lost %llu stored %llu "
+		    "dup %llu ended %llu after_end %llu\n", name, (long long)i,
+		    (unsigned long long)w[SW_S_INC], (unsigned long long)w[SW_S_RANK],
+		    (unsigned long long)w[SW_S_MESSAGES], (unsigned long long)w[SW_S_LOST],
+		    (unsigned long long)w[SW_S_STORED], (unsigned long long)w[SW_S_DUPLICATES],
+		    (unsigned long long)w[SW_S_ENDED], (unsigned long long)w[SW_S_AFTER_END]);
+	}
+	free(tab);
+	sw_reader_close(&r);
+	return (int)ns;
+}
+
+/* A: the writer's fates are counted again after an idle close and reopen. */
+START_TEST(test_rv_fates_after_idle)
+{
+	char dir[] = "/tmp/sw-rv-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	atomic_store(&inflight, 0);
+	budget = 0;
+	idle_s = 1;
+	INC = 77;
+	S = 1;
+	start_session(dir);
+	uint64_t now = 1000, inc = 77;
+	rv_send(2, inc, 0, 0, 0, 0, now);
+	rv_send(2, inc, 0, 0, 1, 1, now);
+	now += 3000; swd_asm_tick(as, now);	/* idle: closed */
+	rv_send(2, inc, 0, 0, 0, 2, now);	/* step 0 again: the writer's duplicate */
+	rv_send(2, inc, 0, 0, 1, 3, now);
+	now += 3000; swd_asm_tick(as, now);	/* idle: closed */
+	rv_send(2, inc, 0, 1, 0, 4, now);	/* step 1: stored */
+	rv_send(2, inc, 0, 1, 1, 5, now);
+	rv_send(2, inc, 1, 0, 0, 6, now);	/* end */
+	rv_stop(now);
+	rv_dump(dir, "rv.h5");
+	sw_reader *r;
+	char err[512], path[1200];
+	snprintf(path, sizeof(path), "%s/rv.h5", dir);
+	ck_assert_int_eq(sw_reader_open(path, &r, NULL, err, sizeof(err)), 0);
+	uint64_t *tab = NULL;
+	size_t nf = 0;
+	ck_assert_int_eq(sw_reader_senders(r, &tab, &nf, err, sizeof(err)), 1);
+	ck_assert_uint_eq(tab[SW_S_MESSAGES], 7);
+	ck_assert_msg(tab[SW_S_STORED] == 4 && tab[SW_S_DUPLICATES] == 2,
+	    "stored %llu (file holds 2 steps = 4 layers), duplicates %llu (2 sent again)",
+	    (unsigned long long)tab[SW_S_STORED], (unsigned long long)tab[SW_S_DUPLICATES]);
+	free(tab);
+	sw_reader_close(&r);
+	idle_s = 600;
+	rm_dir(dir);
+}
+END_TEST
+
+/* B: an end without inc after its run was closed idle. */
+START_TEST(test_rv_unnamed_end_after_idle)
+{
+	char dir[] = "/tmp/sw-rv-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	atomic_store(&inflight, 0);
+	budget = 0;
+	idle_s = 1;
+	INC = 0;
+	S = 1;
+	start_session(dir);
+	uint64_t now = 1000;
+	rv_send(2, 0, 0, 0, 0, 0, now);
+	rv_send(2, 0, 0, 0, 1, 1, now);
+	now += 3000; swd_asm_tick(as, now);	/* idle: closed */
+	int rc = rv_send(2, 0, 1, 0, 0, 2, now);	/* its end */
+	if (trace)
+		fprintf(stderr, "B: end rc %d\n", rc);
+	rv_stop(now);
+	int n = rv_dump(dir, "rv.h5");
+	ck_assert_msg(n == 1, "one sender, %d rows in the sender table", n);
+	ck_assert_int_eq(rv_ended(dir, "rv.h5"), 1);
+	idle_s = 600;
+	rm_dir(dir);
+}
+END_TEST
+
+/* C: two shapes of one id closed idle; the end of one's incarnation. */
+START_TEST(test_rv_end_two_shapes)
+{
+	char dir[] = "/tmp/sw-rv-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	atomic_store(&inflight, 0);
+	budget = 0;
+	idle_s = 1;
+	INC = 0;
+	S = 1;
+	start_session(dir);
+	uint64_t now = 1000;
+	rv_send(2, 11, 0, 0, 0, 0, now);	/* shape A, inc 11 */
+	rv_send(4, 22, 0, 0, 0, 0, now);	/* shape B, inc 22 */
+	rv_send(2, 11, 0, 0, 1, 1, now);
+	rv_send(4, 22, 0, 0, 1, 1, now);
+	now += 3000; swd_asm_tick(as, now);	/* both closed idle */
+	int rc = rv_send(2, 11, 1, 0, 0, 2, now);	/* inc 11's end */
+	if (trace)
+		fprintf(stderr, "C: end rc %d\n", rc);
+	rv_stop(now);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			rv_dump(dir, e->d_name);
+	closedir(d);
+	ck_assert_int_eq(rv_ended(dir, "rv.h5"), 1);	/* inc 11's shape */
+	ck_assert_int_eq(rv_ended(dir, "rv@2.h5"), 0);	/* inc 22 never ended */
+	int bad = 0;
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/rv@2.h5", dir);
+	sw_reader *r;
+	char err[512];
+	if (sw_reader_open(path, &r, NULL, err, sizeof(err)) == 0) {
+		uint64_t *tab = NULL;
+		size_t nf = 0;
+		int64_t ns = sw_reader_senders(r, &tab, &nf, err, sizeof(err));
+		for (int64_t i = 0; i < ns; i++)
+			bad |= tab[i * nf + SW_S_INC] == 11;
+		free(tab);
+		sw_reader_close(&r);
+	}
+	ck_assert_msg(!bad, "inc 11's end counted in the file of the other shape (inc 22)");
+	idle_s = 600;
+	rm_dir(dir);
+}
+END_TEST
+
+/* A part of a 2-sender incarnation of run "rp" (heads 2, rows R): heads h0..h0+nh-1, rows q0..q0+nq-1. */
+static int
+rp_part(uint32_t rank, int64_t step, uint32_t layer, uint64_t seq, uint32_t h0, uint32_t nh,
+    uint32_t q0, uint32_t nq, uint64_t now)
+{
+	swp_msg m;
+	memset(&m, 0, sizeof(m));
+	m.type = SWP_SNAPSHOT;
+	snprintf(m.run, sizeof(m.run), "rp");
+	snprintf(m.model, sizeof(m.model), "m");
+	m.layers = L;
+	m.heads = 2;
+	m.rows = R;
+	m.shape[0] = nh;
+	m.shape[1] = nq;
+	m.shape[2] = K;
+	m.head0 = h0;
+	m.row0 = q0;
+	m.dtype = SWP_F32;
+	m.kind = SWP_PROBS;
+	m.step = step;
+	m.layer = layer;
+	m.inc = 5;
+	m.seq = seq;
+	m.rank = rank;
+	m.senders = 2;
+	for (size_t i = 0; i < sizeof(rtensor) / sizeof(float); i++)
+		rtensor[i] = (i % K) == 0 ? 0.5f : 0.5f / (K - 1);
+	m.tensor = rtensor;
+	m.tensor_bytes = (size_t)nh * nq * K * sizeof(float);
+	swd_ticket t;
+	char why[256];
+	return swd_asm_admit(as, &m, now, &t, why, sizeof(why));
+}
+
+/* D: row parts; one never comes: every head of the layer is missing, yet
+ * the part that came is counted stored. */
+START_TEST(test_rv_row_parts_stored)
+{
+	char dir[] = "/tmp/sw-rv-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	atomic_store(&inflight, 0);
+	budget = 0;
+	INC = 5;
+	S = 2;
+	start_session(dir);
+	uint64_t now = 1000;
+	/* layer 0: whole from both ranks; layer 1: only rank 0's rows 0-1 */
+	rp_part(0, 0, 0, 0, 0, 2, 0, 2, now);
+	rp_part(1, 0, 0, 0, 0, 2, 2, 1, now);
+	rp_part(0, 0, 1, 1, 0, 2, 0, 2, now);
+	while (njobs)
+		run_job(0, now);
+	now += 5000; swd_asm_tick(as, now);	/* timeout: layer 1 starts as it is */
+	while (njobs)
+		run_job(0, now);
+	swd_asm_tick(as, now);
+	rv_stop(now);
+	char path[1200], err[512];
+	snprintf(path, sizeof(path), "%s/rp.h5", dir);
+	sw_reader *r;
+	ck_assert_int_eq(sw_reader_open(path, &r, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(sw_reader_refresh(r, err, sizeof(err)), 1);
+	double mr[L * 2];
+	ck_assert_int_eq(sw_reader_read(r, "missing_rank", 0, 1, mr, L * 2, err, sizeof(err)), L * 2);
+	if (trace)
+		fprintf(stderr, "D: missing_rank layer0 %g %g layer1 %g %g\n", mr[0], mr[1], mr[2], mr[3]);
+	rv_dump(dir, "rp.h5");
+	uint64_t *tab = NULL;
+	size_t nf;
+	int64_t ns = sw_reader_senders(r, &tab, &nf, err, sizeof(err));
+	uint64_t st0 = 0;
+	for (int64_t i = 0; i < ns; i++)
+		if (tab[i * nf + SW_S_RANK] == 0)
+			st0 = tab[i * nf + SW_S_STORED];
+	int heads_l1 = (mr[2] == -1) + (mr[3] == -1);
+	ck_assert_msg(!(heads_l1 == 0 && st0 == 2), "rank 0: stored %llu, but layer 1 (its "
+	    "second message) has no head present", (unsigned long long)st0);
+	free(tab);
+	sw_reader_close(&r);
+	rm_dir(dir);
+}
+END_TEST
+
+/* E: an unnamed sender's run closed idle; after it, one message refused
+ * (budget) and its end: neither is in any row, the file is not ended. */
+START_TEST(test_rv_unnamed_drop_after_idle)
+{
+	char dir[] = "/tmp/sw-rv-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	atomic_store(&inflight, 0);
+	budget = 0;
+	idle_s = 1;
+	INC = 0;
+	S = 1;
+	start_session(dir);
+	uint64_t now = 1000;
+	rv_send(2, 0, 0, 0, 0, 0, now);
+	rv_send(2, 0, 0, 0, 1, 1, now);
+	now += 3000; swd_asm_tick(as, now);	/* idle: closed */
+	rv_cancel = 1;
+	rv_send(2, 0, 0, 1, 0, 2, now);		/* refused: budget */
+	rv_cancel = 0;
+	int rc = rv_send(2, 0, 1, 0, 0, 3, now);	/* its end */
+	if (trace)
+		fprintf(stderr, "E: end rc %d\n", rc);
+	rv_stop(now);
+	rv_dump(dir, "rv.h5");
+	ck_assert_int_eq(rv_ended(dir, "rv.h5"), 1);
+	char path[1200], err[512];
+	snprintf(path, sizeof(path), "%s/rv.h5", dir);
+	sw_reader *r;
+	ck_assert_int_eq(sw_reader_open(path, &r, NULL, err, sizeof(err)), 0);
+	uint64_t *tab = NULL;
+	size_t nf;
+	int64_t ns = sw_reader_senders(r, &tab, &nf, err, sizeof(err));
+	uint64_t tot = 0;
+	for (int64_t i = 0; i < ns; i++)
+		tot += tab[i * nf + SW_S_MESSAGES] + tab[i * nf + SW_S_LOST];
+	ck_assert_msg(tot == 4, "4 messages sent (seq 0..3), the rows account for %llu",
+	    (unsigned long long)tot);
+	free(tab);
+	sw_reader_close(&r);
+	idle_s = 600;
+	rm_dir(dir);
+}
+END_TEST
+
+/* F: a message after its sender's end, the end deferred (run closed idle). */
+START_TEST(test_rv_after_deferred_end)
+{
+	char dir[] = "/tmp/sw-rv-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	atomic_store(&inflight, 0);
+	budget = 0;
+	idle_s = 1;
+	INC = 77;
+	S = 1;
+	start_session(dir);
+	uint64_t now = 1000;
+	rv_send(2, 77, 0, 0, 0, 0, now);
+	rv_send(2, 77, 0, 0, 1, 1, now);
+	now += 3000; swd_asm_tick(as, now);	/* idle: closed */
+	int rc = rv_send(2, 77, 1, 0, 0, 2, now);	/* its end: deferred */
+	int rc2 = rv_send(2, 77, 0, 1, 0, 3, now);	/* after its end */
+	int rc3 = rv_send(2, 77, 0, 1, 1, 4, now);
+	if (trace)
+		fprintf(stderr, "F: end rc %d, then %d %d (after_end is %d)\n", rc, rc2, rc3, SWD_DROP_AFTER_END);
+	rv_stop(now);
+	rv_dump(dir, "rv.h5");
+	ck_assert_int_eq(rv_ended(dir, "rv.h5"), 1);	/* still ended: nothing after the end */
+	ck_assert_int_eq(rc2, SWD_DROP_AFTER_END);
+	idle_s = 600;
+	rm_dir(dir);
+}
+END_TEST
+
 START_TEST(test_invariant_random_schedules)
 {
 	const char *e = getenv("SW_ACCOUNTING_SEED"), *n = getenv("SW_ACCOUNTING_N");
 	int s0 = e ? atoi(e) : 0, count = n ? atoi(n) : 400;
+	memset(&seen, 0, sizeof(seen));
 	for (int seed = s0; seed < s0 + count; seed++)
 		schedule(seed);
+	fprintf(stderr, "accounting: %d schedules, %d senders, %d with a budget, %d SIGTERM, "
+	    "%d SIGKILL, %d runs reopened after an idle close\n", seen.schedules, seen.senders,
+	    seen.budget, seen.sigterm, seen.sigkill, seen.reopened);
 }
 END_TEST
 
@@ -619,6 +1022,12 @@ main(void)
 	Suite *s = suite_create("accounting");
 	TCase *tc = tcase_create("invariant");
 	tcase_set_timeout(tc, 240);
+	tcase_add_test(tc, test_rv_fates_after_idle);
+	tcase_add_test(tc, test_rv_unnamed_end_after_idle);
+	tcase_add_test(tc, test_rv_end_two_shapes);
+	tcase_add_test(tc, test_rv_row_parts_stored);
+	tcase_add_test(tc, test_rv_unnamed_drop_after_idle);
+	tcase_add_test(tc, test_rv_after_deferred_end);
 	tcase_add_test(tc, test_invariant_random_schedules);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
