@@ -350,6 +350,37 @@ def end_after_restart():
     assert row["messages"] + row["lost"] == s.seq, (row, s.seq)
 
 
+def sweep_prev_row():
+    """Item 1: two incarnations (a sweep's two workers) interleave steps: a
+    row's live dH and drift are never taken against the other's row."""
+    d = Daemon().start()
+    run = "sweep2"
+    a = Sender(d.listen, run, layers=1, heads=2)
+    b = Sender(d.listen, run, layers=1, heads=2)
+    qpos = [7, 7, 7]
+    try:
+        order = [(a, 1, 0), (b, 2, 1), (a, 1, 2), (b, 2, 3), (a, 1, 4), (a, 1, 5)]
+        for s, inc, step in order:
+            s.snapshot(step, 0, random_probs(RNG, 2, 3, 8, qpos=qpos), inc=inc, qpos=qpos)
+            wait_flushed(d, run, "step %d" % step,
+                         lambda f, n=len([o for o in order if o[2] <= step]):
+                         f["step"].shape[0] >= n)
+    finally:
+        d.stop()
+        a.close()
+        b.close()
+    with h5py.File(d.run_file(run), "r") as f:
+        prev = f["prev_row"][:].tolist()
+        steps, incs = f["step"][:].tolist(), f["inc"][:].tolist()
+        dh, drift = f["dH"][:, 0, 0], f["drift_content"][:, 0, 0]
+    assert steps == [0, 1, 2, 3, 4, 5] and incs == [1, 2, 1, 2, 1, 1], (steps, incs)
+    # only step 5 follows a row of its own incarnation (step 4's, row 4)
+    assert prev == [-1, -1, -1, -1, -1, 4], prev
+    assert np.isnan(dh[:5]).all() and np.isfinite(dh[5]), dh
+    assert np.isnan(drift[:5]).all() and np.isfinite(drift[5]), drift
+
+
+R.check("a sweep's two workers: prev_row within one incarnation", sweep_prev_row)
 R.check("late ends: marked ended once every rank has", late_ends)
 R.check("an end after a restart is counted, the run ended", end_after_restart)
 R.check("SIGKILL with parts held: counted lost", kill_with_parts_held)
