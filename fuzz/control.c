@@ -24,8 +24,12 @@ init_status(void)
 		  .last_gap = "rank 1: heads 4-7" },
 		{ .run = "r2", .model = "", .split_form = "aggregate", .layers = 1, .heads = 1 },
 	};
-	static const swd_status_sender senders[1] = {
-		{ .run = "r2", .inc = 7, .rank = 1, .senders = 2, .messages = 3 },
+	static swd_status_sender senders[1] = {
+		{ .run = "r2", .inc = 7, .rank = 1, .senders = 2, .messages = 3, .stored = 1 },
+	};
+	static const swd_status_run finished[1] = {
+		{ .run = "old", .model = "m", .split_form = "paired", .layers = 2, .heads = 4,
+		  .steps_written = 3, .state = "ended" },
 	};
 	st.version = "0.1.0";
 	st.listen = "tcp://127.0.0.1:5710";
@@ -36,7 +40,11 @@ init_status(void)
 	st.nsenders = 1;
 	st.senders = senders;
 	for (int i = 0; i < SWD_DROP_REASONS; i++)
-		st.drops[i] = i;
+		st.drops[i] = senders[0].drop[i] = i;	/* every reason, on the sender line too */
+	st.nfinished = 1;
+	st.finished = finished;
+	st.nfinished_senders = 1;
+	st.finished_senders = senders;
 }
 
 static void
