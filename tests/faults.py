@@ -380,6 +380,41 @@ def sweep_prev_row():
     assert np.isnan(drift[:5]).all() and np.isfinite(drift[5]), drift
 
 
+def budget_parts():
+    """Item 3, the review's setup: --budget-mb 2, one rank of two sends 40
+    half-layer parts of 256 KiB; what waits is either computed (its heads
+    stored, the other rank's missing) or refused first, budget: every part
+    counted once, for the daemon and in the sender's row."""
+    d = Daemon(extra=["--budget-mb", "2", "--max-message-mb", "1",
+                      "--step-timeout-ms", "300"]).start()
+    run, inc = "budgetparts", 3131
+    s = Sender(d.listen, run, layers=1, heads=4, fixed=False)
+    try:
+        for step in range(40):
+            s.snapshot(step, 0, random_probs(RNG, 2, 128, 256), inc=inc, v=2, rank=0,
+                       senders=2, head0=0, rows=128)
+        d.wait(lambda st: st["traffic"]["messages"] >= 40, what="40 messages")
+
+        def settled(st):
+            rows = senders_lines(d)
+            return (inc, 0) in rows and rows[(inc, 0)]["pending"] == 0
+        d.wait(settled, timeout=20, what="nothing held")
+        row = senders_lines(d)[(inc, 0)]
+        ok, _ = adds_up(row)
+        assert ok and row["messages"] == 40, row
+        st = d.status()
+        assert st["drops"]["budget"] == row.get("budget", 0), (st["drops"], row)
+        assert row["stored"] + row.get("budget", 0) == 40, row
+        assert row["stored"] >= 1 and row.get("budget", 0) >= 1, row
+    finally:
+        d.stop()
+        s.close()
+    rows, _ = table(d.run_file(run))
+    r0 = [r for r in rows if r["rank"] == 0][0]
+    assert account_ok(r0) and r0["messages"] == 40, r0
+
+
+R.check("parts under a small budget: each counted once", budget_parts)
 R.check("a sweep's two workers: prev_row within one incarnation", sweep_prev_row)
 R.check("late ends: marked ended once every rank has", late_ends)
 R.check("an end after a restart is counted, the run ended", end_after_restart)
