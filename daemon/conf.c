@@ -311,21 +311,6 @@ swd_config_print(const swd_config *c, FILE *f)
 	}
 }
 
-const char *
-swd_bind_endpoint(const char *ep, char *out, size_t outlen)
-{
-	static const char *const tr[] = { "tcp://", "ws://", "wss://" };
-	for (size_t i = 0; i < sizeof(tr) / sizeof(tr[0]); i++) {
-		size_t n = strlen(tr[i]);
-		if (strncmp(ep, tr[i], n) || strncmp(ep + n, "localhost:", 10))
-			continue;
-		int m = snprintf(out, outlen, "%s127.0.0.1%s", tr[i], ep + n + 9);
-		/* too long for out: left to the bind, whose error names ep */
-		return m < 0 || (size_t)m >= outlen ? ep : out;
-	}
-	return ep;
-}
-
 /* Beyond loopback; an endpoint with no transport is left to the bind's error. */
 static int
 beyond(const char *ep)

@@ -79,14 +79,4 @@ int swd_config_runtime(size_t i);
 /* 1 if option i has another value in b than in a. */
 int swd_config_differs(const swd_config *a, const swd_config *b, size_t i);
 
-/*
- * The endpoint to bind for ep. ZeroMQ takes a bound host for an interface
- * name or an address and never resolves it, so tcp://localhost:P fails
- * ("No such device"): localhost is bound as 127.0.0.1 (tcp, ws, wss), as
- * the loopback it is counted as ("localhost" and "127.0.0.1" are as long).
- * Anything else, or a result longer than outlen - 1, is ep as it is.
- * Returns out or ep.
- */
-const char *swd_bind_endpoint(const char *ep, char *out, size_t outlen);
-
 #endif

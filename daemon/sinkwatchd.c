@@ -1219,7 +1219,7 @@ setup_sockets(char *err, size_t errlen)
 			    zmq_strerror(errno));
 			return -1;
 		}
-	} else if (zmq_bind(D.sub, swd_bind_endpoint(D.cfg.listen, ep, sizeof(ep))) != 0) {
+	} else if (zmq_bind(D.sub, swp_bind_endpoint(D.cfg.listen, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", D.cfg.listen, zmq_strerror(errno));
 		return -1;
 	}
@@ -1232,7 +1232,7 @@ setup_sockets(char *err, size_t errlen)
 		snprintf(err, errlen, "control socket: %s", zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(D.ctl, swd_bind_endpoint(D.cfg.control, ep, sizeof(ep))) != 0) {
+	if (zmq_bind(D.ctl, swp_bind_endpoint(D.cfg.control, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "cannot bind the control endpoint %s: %s", D.cfg.control,
 		    zmq_strerror(errno));
 		return -1;

@@ -171,3 +171,18 @@ swp_endpoint_local(const char *ep)
 	return sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && a == 127 &&
 	    b < 256 && c < 256 && d < 256;
 }
+
+const char *
+swp_bind_endpoint(const char *ep, char *out, size_t outlen)
+{
+	static const char *const tr[] = { "tcp://", "ws://", "wss://" };
+	for (size_t i = 0; i < sizeof(tr) / sizeof(tr[0]); i++) {
+		size_t n = strlen(tr[i]);
+		if (strncmp(ep, tr[i], n) || strncmp(ep + n, "localhost:", 10))
+			continue;
+		int m = snprintf(out, outlen, "%s127.0.0.1%s", tr[i], ep + n + 9);
+		/* too long for out: left to the bind, whose error names ep */
+		return m < 0 || (size_t)m >= outlen ? ep : out;
+	}
+	return ep;
+}

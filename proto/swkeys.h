@@ -48,4 +48,12 @@ int swp_keys_read_list(const char *path, char (*keys)[SWP_KEY_LEN + 1], size_t m
  */
 int swp_endpoint_local(const char *ep);
 
+/*
+ * The endpoint to hand zmq_bind: tcp://localhost:P (ws, wss too) as
+ * 127.0.0.1 (ZeroMQ takes a host to bind as an interface name, and none is
+ * called localhost), in out; any other endpoint, or one too long for out,
+ * is ep itself (status and logs keep showing ep as given).
+ */
+const char *swp_bind_endpoint(const char *ep, char *out, size_t outlen);
+
 #endif

@@ -114,7 +114,8 @@ emit(void *ud, swd_witem *it)
 static swd_asm *
 mk(int64_t max_runs)
 {
-	swd_asm_conf c = { 1000, 16, max_runs, 600, NULL, 0, NULL, NULL, 0, 0 };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16,
+	    .max_runs = max_runs, .run_idle_s = 600 };
 	nout = nincs = nsenders = 0;
 	return swd_asm_new(&c, emit, NULL);
 }
@@ -189,7 +190,8 @@ END_TEST
 
 START_TEST(test_stalled_step_does_not_hold)
 {
-	swd_asm_conf c = { 5000, 16, 8, 600, NULL, 0, NULL, NULL, 0, 0 };
+	swd_asm_conf c = { .step_timeout_ms = 5000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600 };
 	nout = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	/* step 0 gets one layer and stalls; step 1 is whole behind it */
@@ -334,7 +336,8 @@ END_TEST
 
 START_TEST(test_new_run_rate)
 {
-	swd_asm_conf c = { 1000, 16, 1000, 600, NULL, 0, NULL, NULL, 2, 3 };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 1000,
+	    .run_idle_s = 600, .new_runs_per_s = 2, .new_runs_burst = 3 };
 	nout = nincs = nsenders = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	char id[16];
@@ -467,7 +470,8 @@ END_TEST
 
 START_TEST(test_full_open_steps_write_whole_first)
 {
-	swd_asm_conf c = { 10000, 4, 8, 600, NULL, 0, NULL, NULL, 0, 0 };
+	swd_asm_conf c = { .step_timeout_ms = 10000, .max_open_steps = 4, .max_runs = 8,
+	    .run_idle_s = 600 };
 	nout = nincs = nsenders = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	/* B's step 0 arriving; A's whole steps 10..12 wait behind it */
@@ -660,7 +664,8 @@ work(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes, 
 static swd_asm *
 mk2(void)
 {
-	swd_asm_conf c = { 1000, 16, 8, 600, NULL, 0, work, NULL, 0, 0 };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .work = work };
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	return swd_asm_new(&c, emit, NULL);
 }
@@ -1060,7 +1065,9 @@ work_bytes(void *ud, const swp_msg *m)
 START_TEST(test_gather_budget_counted)
 {
 	atomic_llong inflight = 0;
-	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL, 0, 0, work_bytes };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .inflight = &inflight, .work = work,
+	    .work_bytes = work_bytes };
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	reserve_bytes = 1000;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
@@ -1324,7 +1331,8 @@ START_TEST(test_unnamed_waits_and_late_clock)
 	swd_asm_free(&a);
 
 	/* test_stalled_step_does_not_hold at t = 100000 ms */
-	swd_asm_conf c = { 5000, 16, 8, 600, NULL, 0, NULL, NULL };
+	swd_asm_conf c = { .step_timeout_ms = 5000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600 };
 	nout = 0;
 	a = swd_asm_new(&c, emit, NULL);
 	feed(a, msg("r", 0, 0, 7, 0), 100000);
@@ -1346,7 +1354,8 @@ static long long
 gathered(uint32_t heads, uint32_t rows)
 {
 	atomic_llong inflight = 0;
-	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .inflight = &inflight, .work = work };
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	swd_ticket t;
@@ -1375,7 +1384,8 @@ START_TEST(test_gather_bytes_charged)
 	/* launched, the elements go with the work (counted until it is done),
 	 * the rest of the gather is given back; the owners stay */
 	atomic_llong inflight = 0;
-	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 0, work, NULL };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .inflight = &inflight, .work = work };
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	swd_ticket t;
@@ -1394,7 +1404,8 @@ END_TEST
  * without input, never from one in work, and refuses when all are. */
 START_TEST(test_full_table_spares_work)
 {
-	swd_asm_conf c = { 60000, 2, 8, 600, NULL, 0, NULL, NULL };
+	swd_asm_conf c = { .step_timeout_ms = 60000, .max_open_steps = 2, .max_runs = 8,
+	    .run_idle_s = 600 };
 	char why[256];
 	swd_ticket t0, t1, t;
 	nout = 0;
@@ -1449,7 +1460,8 @@ END_TEST
 START_TEST(test_refused_part_leaves_no_step)
 {
 	atomic_llong inflight = 0;
-	swd_asm_conf c = { 1000, 16, 8, 600, &inflight, 1, work, NULL };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .inflight = &inflight, .budget_bytes = 1, .work = work };
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	swd_ticket t;
@@ -1551,7 +1563,8 @@ work_but(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t byt
 
 START_TEST(test_refused_at_timeout_gathered_anew)
 {
-	swd_asm_conf c = { 1000, 16, 8, 600, NULL, 0, work_but, NULL, 0, 0 };
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .work = work_but };
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	swd_asm *a = swd_asm_new(&c, emit, NULL);
 	swd_ticket t;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/swkeys.h"
 #include "tools/fwdcore.h"
 
 START_TEST(test_check)
@@ -154,14 +155,14 @@ START_TEST(test_since_and_bind)
 	sw_fwd_reply("status server", 13, &st, out, sizeof(out));
 	ck_assert_msg(strstr(out, "\nuptime_s: 0.0\ncounters_since: 1970-01-02T01:01:01Z (they "
 	    "restart with the forwarder)\nin: -\n"), "%s", out);
-	ck_assert_str_eq(sw_fwd_bind_endpoint("tcp://localhost:5720", b, sizeof(b)),
+	ck_assert_str_eq(swp_bind_endpoint("tcp://localhost:5720", b, sizeof(b)),
 	    "tcp://127.0.0.1:5720");
-	ck_assert_str_eq(sw_fwd_bind_endpoint("ws://localhost:1/x", b, sizeof(b)),
+	ck_assert_str_eq(swp_bind_endpoint("ws://localhost:1/x", b, sizeof(b)),
 	    "ws://127.0.0.1:1/x");
 	const char *same = "tcp://*:5720";
-	ck_assert_ptr_eq(sw_fwd_bind_endpoint(same, b, sizeof(b)), same);
+	ck_assert_ptr_eq(swp_bind_endpoint(same, b, sizeof(b)), same);
 	same = "tcp://localhost:5720";
-	ck_assert_ptr_eq(sw_fwd_bind_endpoint(same, b, 8), same);
+	ck_assert_ptr_eq(swp_bind_endpoint(same, b, 8), same);
 }
 END_TEST
 

@@ -25,14 +25,14 @@ sample(swd_status_run *runs)
 	st.pid = 42;
 	st.uptime_s = 1.5;
 	runs[0] = (swd_status_run){ "r1", "gpt", "paired", 2, 4, 10, 90, 1, 3, 1, 21,
-	    "step 5 layer 1 heads 2-3 missing (rank 1)" };
+	    "step 5 layer 1 heads 2-3 missing (rank 1)", NULL };
 	st.nruns = 1;
 	st.runs = runs;
 	static swd_status_sender snd[2];
-	snd[0] = (swd_status_sender){ "r1", 77, 0, 2, 11, 0, 0, 0, 0, 0, 0, 0, 0, 11, 1 };
-	snd[1] = (swd_status_sender){ "r1", 77, 1, 2, 10, 1, 3, 1, 2, 4, 5, 2, 6, 12, 0 };
-	snd[0].stored = 10;
-	snd[1].pending = 1;
+	snd[0] = (swd_status_sender){ "r1", 77, 0, 2, 11, 0, 0, 0, 0, 0, 0, 0, 0, 11, 1, 10, 0,
+	    { 0 } };
+	snd[1] = (swd_status_sender){ "r1", 77, 1, 2, 10, 1, 3, 1, 2, 4, 5, 2, 6, 12, 0, 0, 1,
+	    { 0 } };
 	snd[1].drop[SWD_DROP_BUDGET] = 2;
 	snd[1].drop[SWD_DROP_DUPLICATE] = 3;	/* printed as duplicates, once */
 	st.nsenders = 2;
@@ -42,8 +42,8 @@ sample(swd_status_run *runs)
 	st.nfinished = 1;
 	st.finished = fin;
 	static swd_status_sender fsnd[1];
-	fsnd[0] = (swd_status_sender){ "old", 5, 0, 1, 11, 0, 0, 0, 0, 0, 0, 0, 0, 11, 1 };
-	fsnd[0].stored = 10;
+	fsnd[0] = (swd_status_sender){ "old", 5, 0, 1, 11, 0, 0, 0, 0, 0, 0, 0, 0, 11, 1, 10, 0,
+	    { 0 } };
 	st.nfinished_senders = 1;
 	st.finished_senders = fsnd;
 	static swd_status_refused rf[2];
@@ -271,21 +271,21 @@ END_TEST
 START_TEST(test_bind_endpoint)
 {
 	char b[64];
-	ck_assert_str_eq(swd_bind_endpoint("tcp://localhost:5710", b, sizeof(b)),
+	ck_assert_str_eq(swp_bind_endpoint("tcp://localhost:5710", b, sizeof(b)),
 	    "tcp://127.0.0.1:5710");
-	ck_assert_str_eq(swd_bind_endpoint("ws://localhost:80/sw", b, sizeof(b)),
+	ck_assert_str_eq(swp_bind_endpoint("ws://localhost:80/sw", b, sizeof(b)),
 	    "ws://127.0.0.1:80/sw");
-	ck_assert_str_eq(swd_bind_endpoint("wss://localhost:443", b, sizeof(b)),
+	ck_assert_str_eq(swp_bind_endpoint("wss://localhost:443", b, sizeof(b)),
 	    "wss://127.0.0.1:443");
 	const char *same[] = { "tcp://127.0.0.1:5710", "tcp://*:5710", "tcp://localhostx:1",
 	    "tcp://lo:5710", "ipc:///tmp/localhost:1", "inproc://localhost:1", "localhost:1",
 	    "tcp://[::1]:5710", "tcp://localhost" };
 	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
-		ck_assert_ptr_eq(swd_bind_endpoint(same[i], b, sizeof(b)), same[i]);
+		ck_assert_ptr_eq(swp_bind_endpoint(same[i], b, sizeof(b)), same[i]);
 	/* never cut: a buffer too small leaves it as it is */
 	char small[12];
 	const char *lh = "tcp://localhost:5710";
-	ck_assert_ptr_eq(swd_bind_endpoint(lh, small, sizeof(small)), lh);
+	ck_assert_ptr_eq(swp_bind_endpoint(lh, small, sizeof(small)), lh);
 }
 END_TEST
 

@@ -373,15 +373,15 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 		snprintf(err, errlen, "socket monitor: %s", zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(F->xsub, sw_fwd_bind_endpoint(F->st.in, ep, sizeof(ep))) != 0) {
+	if (zmq_bind(F->xsub, swp_bind_endpoint(F->st.in, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "--in: cannot bind %s: %s", F->st.in, zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(F->xpub, sw_fwd_bind_endpoint(F->st.out, ep, sizeof(ep))) != 0) {
+	if (zmq_bind(F->xpub, swp_bind_endpoint(F->st.out, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "--out: cannot bind %s: %s", F->st.out, zmq_strerror(errno));
 		return -1;
 	}
-	if (zmq_bind(F->ctl, sw_fwd_bind_endpoint(F->st.control, ep, sizeof(ep))) != 0) {
+	if (zmq_bind(F->ctl, swp_bind_endpoint(F->st.control, ep, sizeof(ep))) != 0) {
 		snprintf(err, errlen, "--control: cannot bind %s: %s", F->st.control,
 		    zmq_strerror(errno));
 		return -1;

@@ -118,20 +118,6 @@ finish(struct buf *b)
 	return b->len;
 }
 
-const char *
-sw_fwd_bind_endpoint(const char *ep, char *out, size_t outlen)
-{
-	static const char *const tr[] = { "tcp://", "ws://", "wss://" };
-	for (size_t i = 0; i < sizeof(tr) / sizeof(tr[0]); i++) {
-		size_t n = strlen(tr[i]);
-		if (strncmp(ep, tr[i], n) || strncmp(ep + n, "localhost:", 10))
-			continue;
-		int m = snprintf(out, outlen, "%s127.0.0.1%s", tr[i], ep + n + 9);
-		return m < 0 || (size_t)m >= outlen ? ep : out;
-	}
-	return ep;
-}
-
 static const char *const sections[] = { "server", "auth", "traffic", "drops", "subscriptions" };
 
 /* A prefix as text: printable bytes as they are, others as \xHH. */

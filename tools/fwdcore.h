@@ -98,13 +98,4 @@ size_t sw_fwd_reply(const char *req, size_t reqlen, const sw_fwd_stats *st, char
 /* every prefix written as \xHH, on its line, and the rest with room to spare */
 #define SW_FWD_REPLY_MAX ((size_t)SW_FWD_SUBS_MAX * (4 * SW_FWD_PREFIX_MAX + 16) + 65536)
 
-/*
- * The endpoint to bind for ep: ZeroMQ takes a bound host for an interface
- * name and never resolves it, so tcp://localhost:P ("No such device") is
- * bound as 127.0.0.1 (tcp, ws, wss), as sinkwatchd does (swd_bind_endpoint,
- * daemon/conf.c). Anything else, or a result longer than outlen - 1, is ep
- * as it is. Returns out or ep.
- */
-const char *sw_fwd_bind_endpoint(const char *ep, char *out, size_t outlen);
-
 #endif
