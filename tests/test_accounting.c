@@ -682,6 +682,19 @@ rv_stop(uint64_t now)
 	swd_asm_free(&as);
 }
 
+/* A scenario's first session in a new directory dir (a mkdtemp template). */
+static void
+rv_begin(char *dir, int64_t idle, uint64_t inc, int senders)
+{
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	atomic_store(&inflight, 0);
+	budget = 0;
+	idle_s = idle;
+	INC = inc;
+	S = senders;
+	start_session(dir);
+}
+
 /* Whether dir/name is marked ended (sw_reader_ended), -1 if unreadable. */
 static int
 rv_ended(const char *dir, const char *name)
@@ -731,13 +744,7 @@ rv_dump(const char *dir, const char *name)
 START_TEST(test_rv_fates_after_idle)
 {
 	char dir[] = "/tmp/sw-rv-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	atomic_store(&inflight, 0);
-	budget = 0;
-	idle_s = 1;
-	INC = 77;
-	S = 1;
-	start_session(dir);
+	rv_begin(dir, 1, 77, 1);
 	uint64_t now = 1000, inc = 77;
 	rv_send(2, inc, 0, 0, 0, 0, now);
 	rv_send(2, inc, 0, 0, 1, 1, now);
@@ -772,13 +779,7 @@ END_TEST
 START_TEST(test_rv_unnamed_end_after_idle)
 {
 	char dir[] = "/tmp/sw-rv-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	atomic_store(&inflight, 0);
-	budget = 0;
-	idle_s = 1;
-	INC = 0;
-	S = 1;
-	start_session(dir);
+	rv_begin(dir, 1, 0, 1);
 	uint64_t now = 1000;
 	rv_send(2, 0, 0, 0, 0, 0, now);
 	rv_send(2, 0, 0, 0, 1, 1, now);
@@ -799,13 +800,7 @@ END_TEST
 START_TEST(test_rv_end_two_shapes)
 {
 	char dir[] = "/tmp/sw-rv-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	atomic_store(&inflight, 0);
-	budget = 0;
-	idle_s = 1;
-	INC = 0;
-	S = 1;
-	start_session(dir);
+	rv_begin(dir, 1, 0, 1);
 	uint64_t now = 1000;
 	rv_send(2, 11, 0, 0, 0, 0, now);	/* shape A, inc 11 */
 	rv_send(4, 22, 0, 0, 0, 0, now);	/* shape B, inc 22 */
@@ -884,12 +879,7 @@ rp_part(uint32_t rank, int64_t step, uint32_t layer, uint64_t seq, uint32_t h0, 
 START_TEST(test_rv_row_parts_stored)
 {
 	char dir[] = "/tmp/sw-rv-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	atomic_store(&inflight, 0);
-	budget = 0;
-	INC = 5;
-	S = 2;
-	start_session(dir);
+	rv_begin(dir, 600, 5, 2);
 	uint64_t now = 1000;
 	/* layer 0: whole from both ranks; layer 1: only rank 0's rows 0-1 */
 	rp_part(0, 0, 0, 0, 0, 2, 0, 2, now);
@@ -933,13 +923,7 @@ END_TEST
 START_TEST(test_rv_unnamed_drop_after_idle)
 {
 	char dir[] = "/tmp/sw-rv-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	atomic_store(&inflight, 0);
-	budget = 0;
-	idle_s = 1;
-	INC = 0;
-	S = 1;
-	start_session(dir);
+	rv_begin(dir, 1, 0, 1);
 	uint64_t now = 1000;
 	rv_send(2, 0, 0, 0, 0, 0, now);
 	rv_send(2, 0, 0, 0, 1, 1, now);
@@ -976,13 +960,7 @@ END_TEST
 START_TEST(test_rv_after_deferred_end)
 {
 	char dir[] = "/tmp/sw-rv-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	atomic_store(&inflight, 0);
-	budget = 0;
-	idle_s = 1;
-	INC = 77;
-	S = 1;
-	start_session(dir);
+	rv_begin(dir, 1, 77, 1);
 	uint64_t now = 1000;
 	rv_send(2, 77, 0, 0, 0, 0, now);
 	rv_send(2, 77, 0, 0, 1, 1, now);
