@@ -12,7 +12,8 @@
 #include "daemon/assembly.h"
 #include "daemon/log.h"
 
-#define RECENT 64		/* steps written per run remembered, to name late layers */
+#define RECENT 8192		/* steps written lately, of any run, to name late layers
+				 * (kept when a run is closed idle: a layer after it is late) */
 #define ENDED_RING 1024		/* incarnations whose run ended, to name after_end */
 #define HOLD_MS 1000		/* whole steps wait this long for an earlier one to move */
 #define IMPLICIT_RING 256	/* closed runs' inferred incarnations, to go on with */
@@ -112,10 +113,6 @@ struct arun {
 	uint64_t implicit;	/* the inferred incarnation of senders without inc */
 	uint64_t implicit_expect;	/* its next seq, when taken over from a closed run */
 	int64_t lost, incomplete, messages, steps_done, last_step;
-	int64_t recent[RECENT];
-	uint64_t recent_inc[RECENT];
-	uint8_t recent_whole[RECENT];
-	size_t nrecent;
 	struct astep *open;
 	int64_t nopen, jobs;
 	int ending;
@@ -164,6 +161,12 @@ struct swd_asm {
 	} *fin;				/* [SWD_ASM_FINISHED_MAX] */
 	uint64_t fin_seq;
 	uint64_t serials;		/* the last run object's serial */
+	struct recent {			/* steps written lately: run id and incarnation, step */
+		uint64_t h;
+		int64_t step;
+		uint8_t whole;
+	} *recent;			/* [RECENT] */
+	size_t nrecent;
 	struct lend {			/* senders whose end came after their run was closed */
 		uint64_t h;		/* id_hash(run, inc) */
 		uint32_t rank;
@@ -209,7 +212,11 @@ swd_asm_new(const swd_asm_conf *c, swd_asm_emit emit, void *ud)
 	a->c = *c;
 	a->emit = emit;
 	a->ud = ud;
-	if (!(a->fin = calloc(SWD_ASM_FINISHED_MAX, sizeof(*a->fin)))) {
+	a->fin = calloc(SWD_ASM_FINISHED_MAX, sizeof(*a->fin));
+	a->recent = calloc(RECENT, sizeof(*a->recent));
+	if (!a->fin || !a->recent) {
+		free(a->fin);
+		free(a->recent);
 		free(a);
 		return NULL;
 	}
@@ -321,6 +328,7 @@ swd_asm_free(swd_asm **ap)
 		free_run(a, r);
 	}
 	free(a->fin);
+	free(a->recent);
 	free(a);
 	*ap = NULL;
 }
@@ -787,10 +795,10 @@ emit_step(swd_asm *a, struct arun *r, struct astep *s)
 			free(c);
 		}
 	}
-	r->recent[r->nrecent % RECENT] = s->step;
-	r->recent_inc[r->nrecent % RECENT] = s->inc->inc;
-	r->recent_whole[r->nrecent % RECENT] = s->have == r->meta.layers && !s->partial;
-	r->nrecent++;
+	struct recent *w = &a->recent[a->nrecent++ % RECENT];
+	w->h = id_hash(r->meta.run, s->inc->inc);
+	w->step = s->step;
+	w->whole = s->have == r->meta.layers && !s->partial;
 	swd_witem *it = item(r, WQ_STEP);
 	int stored = it && ml_store(a, r, s, it) == 0;
 	if (!stored || fill_senders(r, s->inc, it) != 0) {
@@ -1314,12 +1322,13 @@ find_step(struct arun *r, int64_t step, const struct ainc *inc)
 
 /* 0: not among the steps written lately; 1: written incomplete; 2: whole. */
 static int
-recently_written(const struct arun *r, int64_t step, uint64_t inc)
+recently_written(const swd_asm *a, const struct arun *r, int64_t step, uint64_t inc)
 {
-	size_t n = r->nrecent < RECENT ? r->nrecent : RECENT;
+	uint64_t h = id_hash(r->meta.run, inc);
+	size_t n = a->nrecent < RECENT ? a->nrecent : RECENT;
 	for (size_t i = 0; i < n; i++)
-		if (r->recent[i] == step && r->recent_inc[i] == inc)
-			return 1 + r->recent_whole[i];
+		if (a->recent[i].h == h && a->recent[i].step == step)
+			return 1 + a->recent[i].whole;
 	return 0;
 }
 
@@ -1653,7 +1662,7 @@ admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size
 	int wholemsg = m->head0 == 0 && m->shape[0] == H && m->row0 == 0 && m->shape[1] == R;
 	int several = inc->senders > 1;
 	struct astep *s = find_step(r, m->step, inc);
-	int written = s ? 0 : recently_written(r, m->step, inc->inc);
+	int written = s ? 0 : recently_written(a, r, m->step, inc->inc);
 	if (written) {
 		/* a whole step sent again is a duplicate; a layer after its step
 		 * timed out is late (the writer counts re-sends older than this) */
@@ -1994,10 +2003,19 @@ swd_asm_tick(swd_asm *a, uint64_t now)
 		release(a, r);
 		if (maybe_finish(a, r))
 			continue;
-		if (r->jobs == 0 && !r->ending && r->nopen == 0 &&
+		if (r->jobs == 0 && !r->ending &&
 		    now - r->last_ms >= (uint64_t)a->c.run_idle_s * 1000) {
-			log_info("run %s: no message for %lld s: closing its file", r->meta.run,
-			    (long long)a->c.run_idle_s);
+			/* its open steps go out as they are (incomplete, counted), then it
+			 * closes (sinkwatchd(8)); gathered layers start first */
+			int started = 0;
+			for (struct astep *s = r->open; s; s = s->next)
+				if (s->g && !settle(a, r, s))
+					started = 1;
+			if (started || r->jobs)
+				continue;
+			log_info("run %s: no message for %lld s: writing its %lld open step(s) and "
+			    "closing its file", r->meta.run, (long long)a->c.run_idle_s,
+			    (long long)r->nopen);
 			finish_run(a, r, WQ_CLOSE);
 		}
 	}

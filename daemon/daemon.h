@@ -158,6 +158,7 @@ typedef struct swd_wstats {
 	atomic_llong runs_locked;	/* runs refused: another process holds their lock */
 	atomic_llong drift_ns;	/* the writer's CPU time in drift distances */
 	atomic_llong unknown_ends;	/* ends of runs no file of the data directory holds */
+	atomic_llong late_drops;	/* messages of steps an incarnation had stored incomplete */
 } swd_wstats;
 
 typedef struct swd_writer swd_writer;

@@ -780,6 +780,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->drops[SWD_DROP_WRITE] += atomic_load(&swd_writer_stats(D.writer)->write_drops);
 	st->drops[SWD_DROP_LOCKED] += atomic_load(&swd_writer_stats(D.writer)->locked_drops);
 	st->drops[SWD_DROP_UNKNOWN_RUN] += atomic_load(&swd_writer_stats(D.writer)->unknown_ends);
+	st->drops[SWD_DROP_LATE] += atomic_load(&swd_writer_stats(D.writer)->late_drops);
 	memcpy(st->decode_errors, D.decode_errors, sizeof(st->decode_errors));
 	for (int i = 0; i < SWM_STATUS__N; i++)
 		st->rejects[i] = atomic_load(&D.rejects[i]);

@@ -19,6 +19,7 @@
 struct rkey {
 	int64_t step;
 	uint64_t inc;
+	int whole;		/* every layer stored (a later layer is a duplicate, else late) */
 };
 
 /*
@@ -48,15 +49,18 @@ struct winc {
  * changed entry replaced past WFATES, so that status can say each sender's.
  */
 #define WFATES 4096
+/* duplicate: the row was stored whole; late: it was stored without some of
+ * its layers, and this one comes after (a restart, or a close, between) */
+enum { WF_DUP, WF_WRITE, WF_LOCKED, WF_LATE, WF__N };
 struct wfate {
 	uint64_t serial;
 	uint64_t inc;
 	uint32_t rank;
-	int64_t n[3];		/* duplicate, write_error, locked */
+	int64_t n[WF__N];	/* by fate (WF_*) */
 	uint64_t seq;		/* order of the last change, 0: unused */
 };
-enum { WF_DUP, WF_WRITE, WF_LOCKED };
-static const int wf_reason[3] = { SWD_DROP_DUPLICATE, SWD_DROP_WRITE, SWD_DROP_LOCKED };
+static const int wf_reason[WF__N] = { SWD_DROP_DUPLICATE, SWD_DROP_WRITE, SWD_DROP_LOCKED,
+	SWD_DROP_LATE };
 
 /*
  * A row of the file's sender table: what earlier daemon sessions stored
@@ -167,9 +171,9 @@ fate_item(swd_writer *w, const swd_witem *it, int f)
 
 /* What the writer did not store of one sender's messages, by fate. */
 static void
-fate_get(swd_writer *w, uint64_t serial, uint64_t inc, uint32_t rank, int64_t n[3])
+fate_get(swd_writer *w, uint64_t serial, uint64_t inc, uint32_t rank, int64_t n[WF__N])
 {
-	n[0] = n[1] = n[2] = 0;
+	memset(n, 0, WF__N * sizeof(*n));
 	if (!w->fates)
 		return;
 	pthread_mutex_lock(&w->fmu);
@@ -186,9 +190,9 @@ fate_get(swd_writer *w, uint64_t serial, uint64_t inc, uint32_t rank, int64_t n[
 void
 swd_writer_fates(swd_writer *w, swd_sender *c)
 {
-	int64_t n[3];
+	int64_t n[WF__N];
 	fate_get(w, c->serial, c->inc, c->rank, n);
-	for (int f = 0; f < 3; f++) {
+	for (int f = 0; f < WF__N; f++) {
 		c->drop[wf_reason[f]] += n[f];
 		c->stored -= n[f];
 	}
@@ -275,15 +279,18 @@ key_pos(const struct wrun *r, int64_t step, uint64_t inc)
 	return lo;
 }
 
+/* 0: no row of (step, inc); 1: one stored without some layers; 2: whole. */
 static int
 has_key(const struct wrun *r, int64_t step, uint64_t inc)
 {
 	size_t i = key_pos(r, step, inc);
-	return i < r->nkeys && r->keys[i].step == step && r->keys[i].inc == inc;
+	if (i < r->nkeys && r->keys[i].step == step && r->keys[i].inc == inc)
+		return 1 + r->keys[i].whole;
+	return 0;
 }
 
 static int
-add_key(struct wrun *r, int64_t step, uint64_t inc)
+add_key(struct wrun *r, int64_t step, uint64_t inc, int whole)
 {
 	if (r->nkeys == r->capkeys) {
 		size_t cap = r->capkeys ? 2 * r->capkeys : 256;
@@ -297,6 +304,7 @@ add_key(struct wrun *r, int64_t step, uint64_t inc)
 	memmove(&r->keys[i + 1], &r->keys[i], (r->nkeys - i) * sizeof(*r->keys));
 	r->keys[i].step = step;
 	r->keys[i].inc = inc;
+	r->keys[i].whole = whole;
 	r->nkeys++;
 	if (step > r->max_step)
 		r->max_step = step;
@@ -332,7 +340,8 @@ load_rows(struct wrun *r)
 	int rc = 0;
 	for (int64_t i = 0; i < rows.n && rc == 0; i++) {
 		struct winc *wi = get_winc(r, rows.inc[i]);
-		rc = wi && add_key(r, rows.step[i], rows.inc[i]) == 0 ? 0 : -1;
+		rc = wi && add_key(r, rows.step[i], rows.inc[i],
+		    rows.stored[i] == (int64_t)r->meta.layers) == 0 ? 0 : -1;
 		if (wi) {
 			wi->stored += rows.stored[i];
 			wi->lost_file = rows.inc_lost[i];	/* rows are in time order */
@@ -451,7 +460,7 @@ put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n)
 		v[SW_S_SENDERS] = c->senders;
 		v[SW_S_MESSAGES] = b[SW_S_MESSAGES] + (uint64_t)c->messages;
 		v[SW_S_LOST] = b[SW_S_LOST] + (uint64_t)c->lost;
-		int64_t fn[3];
+		int64_t fn[WF__N];
 		fate_get(w, c->serial, c->inc, c->rank, fn);
 		v[SW_S_DUPLICATES] = b[SW_S_DUPLICATES] + (uint64_t)(c->drop[SWD_DROP_DUPLICATE] +
 		    fn[WF_DUP]);
@@ -465,9 +474,9 @@ put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n)
 		v[SW_S_ENDED] = c->ended || b[SW_S_ENDED];
 		/* the rest of its account; what the writer did not store is not stored */
 		v[SW_S_STORED] = b[SW_S_STORED] + (uint64_t)(c->stored - fn[WF_DUP] - fn[WF_WRITE] -
-		    fn[WF_LOCKED]);
+		    fn[WF_LOCKED] - fn[WF_LATE]);
 		v[SW_S_BUDGET] = b[SW_S_BUDGET] + (uint64_t)c->drop[SWD_DROP_BUDGET];
-		v[SW_S_LATE] = b[SW_S_LATE] + (uint64_t)c->drop[SWD_DROP_LATE];
+		v[SW_S_LATE] = b[SW_S_LATE] + (uint64_t)(c->drop[SWD_DROP_LATE] + fn[WF_LATE]);
 		v[SW_S_SENDERS_MISMATCH] = b[SW_S_SENDERS_MISMATCH] + (uint64_t)c->drop[SWD_DROP_SENDERS];
 		v[SW_S_NOMEM] = b[SW_S_NOMEM] + (uint64_t)c->drop[SWD_DROP_NOMEM];
 		v[SW_S_STOPPING] = b[SW_S_STOPPING] + (uint64_t)c->drop[SWD_DROP_STOPPING];
@@ -846,11 +855,16 @@ write_step(swd_writer *w, swd_witem *it)
 		first_seen(w, r, wi, it->first_seq);
 	/* the same incarnation sending a stored step again: not stored, counted
 	 * (its senders' counters, which the item carries, are stored all the same) */
-	if (has_key(r, it->step, it->inc)) {
-		atomic_fetch_add(&w->st.duplicates, fate_item(w, it, WF_DUP));
+	int kept = has_key(r, it->step, it->inc);
+	if (kept) {	/* stored whole: a duplicate; stored without some layers: late */
+		if (kept == 2)
+			atomic_fetch_add(&w->st.duplicates, fate_item(w, it, WF_DUP));
+		else
+			atomic_fetch_add(&w->st.late_drops, fate_item(w, it, WF_LATE));
 		put_senders(w, r, it->snd, it->nsnd);
-		log_warn("run %s: step %lld of incarnation %llu is already stored: duplicate "
-		    "not stored", m->run, (long long)it->step, (unsigned long long)it->inc);
+		log_warn("run %s: step %lld of incarnation %llu is already stored%s: %s, not "
+		    "stored", m->run, (long long)it->step, (unsigned long long)it->inc,
+		    kept == 2 ? "" : " (without some layers)", kept == 2 ? "duplicate" : "late");
 		return 0;
 	}
 	put_senders(w, r, it->snd, it->nsnd);
@@ -1016,7 +1030,10 @@ write_step(swd_writer *w, swd_witem *it)
 	}
 	r->dirty = 1;
 	atomic_fetch_add(&w->st.steps_written, 1);
-	if (add_key(r, it->step, it->inc) != 0)
+	int whole = 1;
+	for (uint32_t l = 0; l < L && whole; l++)
+		whole = it->layers[l] && !it->layers[l]->miss_rank;
+	if (add_key(r, it->step, it->inc, whole) != 0)
 		log_err("run %s: out of memory: duplicates of step %lld will not be spotted",
 		    m->run, (long long)it->step);
 	memcpy(r->prev, cur, LH * sizeof(*cur));

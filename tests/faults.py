@@ -414,6 +414,56 @@ def budget_parts():
     assert account_ok(r0) and r0["messages"] == 40, r0
 
 
+def idle_close_open_step():
+    """Issue 27, items 9 and 8: an open step does not keep a run from closing
+    idle (it is written incomplete, counted once); a layer of it after the
+    close is late, not a duplicate."""
+    d = Daemon(extra=["--run-idle-s", "2", "--step-timeout-ms", "60000"]).start()
+    run = "idleopen"
+    s = Sender(d.listen, run, layers=2, heads=2, fixed=False)
+    try:
+        s.snapshot(0, 0, random_probs(RNG, 2, 3, 8), inc=41)
+        d.wait(lambda st: "finished_run: %s " % run in d.ctl("status finished"), timeout=8,
+               what="the idle close")
+        st = d.status()
+        assert st["traffic"]["steps_incomplete"] == 1 and st["runs"]["runs"] == 0, st
+        s.snapshot(0, 1, random_probs(RNG, 2, 3, 8), inc=41)
+        d.wait(lambda st: st["drops"]["late"] == 1, what="the late layer counted late")
+        st = d.status()
+        assert st["drops"]["duplicate"] == 0, st["drops"]
+        assert st["traffic"]["steps_incomplete"] == 1, st["traffic"]
+    finally:
+        d.stop()
+        s.close()
+    with h5py.File(d.run_file(run), "r") as f:
+        assert f["step"][:].tolist() == [0] and f["missing"][0].tolist() == [0, 1], \
+            (f["step"][:], f["missing"][:])
+
+
+def shape_change_mid_run():
+    """Issue 27, item 7: a sender that changes its probe (keys) mid-run in
+    one daemon: the new shape is the next generation, nothing lost."""
+    d = Daemon().start()
+    run = "reshape"
+    s = Sender(d.listen, run, layers=1, heads=2, fixed=False)
+    try:
+        for step in range(4):
+            keys = 8 if step < 2 else 16
+            s.snapshot(step, 0, random_probs(RNG, 2, 3, keys), inc=42)
+        d.wait(lambda st: st["writer"]["steps_written"] >= 4, what="4 steps written")
+        st = d.status()
+        assert st["drops"]["write_error"] == 0 and st["writer"]["write_errors"] == 0, st
+    finally:
+        d.stop()
+        s.close()
+    with h5py.File(os.path.join(d.data, "reshape.h5"), "r") as f:
+        assert f["step"][:].tolist() == [0, 1] and f.attrs["keys"] == 8, f["step"][:]
+    with h5py.File(os.path.join(d.data, "reshape@2.h5"), "r") as f:
+        assert f["step"][:].tolist() == [2, 3] and f.attrs["keys"] == 16, f["step"][:]
+
+
+R.check("an idle close writes open steps; a layer after it is late", idle_close_open_step)
+R.check("a probe that changes shape mid-run: the next generation", shape_change_mid_run)
 R.check("parts under a small budget: each counted once", budget_parts)
 R.check("a sweep's two workers: prev_row within one incarnation", sweep_prev_row)
 R.check("late ends: marked ended once every rank has", late_ends)

@@ -594,6 +594,33 @@ START_TEST(test_finished_runs)
 }
 END_TEST
 
+/* Issue 27, item 9: an open step does not keep a run from closing idle:
+ * it goes out incomplete (counted), then the run closes. Item 8: a layer
+ * of that step after the close is late, not a step written again. */
+START_TEST(test_idle_close_writes_open_steps)
+{
+	swd_asm_conf c = { .step_timeout_ms = 60000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 2 };
+	nout = nincs = nsenders = 0;
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	ck_assert_int_eq(feed(a, msg("r", 0, 0, 7, 0), 0), SWD_ASM_ACCEPT);
+	swd_asm_tick(a, 1999);
+	ck_assert_int_eq(nout, 0);
+	swd_asm_tick(a, 2000);
+	ck_assert_int_eq(nout, 2);
+	ck_assert_int_eq(out[0].type, WQ_STEP);
+	ck_assert_uint_eq(out[0].have, 1);
+	ck_assert_int_eq(out[1].type, WQ_CLOSE);
+	ck_assert_int_eq(swd_asm_get_stats(a)->steps_incomplete, 1);
+	ck_assert_int_eq(feed(a, msg("r", 0, 1, 7, 1), 3000), SWD_DROP_LATE);
+	swd_asm_tick(a, 70000);
+	ck_assert_int_eq(swd_asm_get_stats(a)->steps_incomplete, 1);
+	for (int i = 2; i < nout; i++)
+		ck_assert_int_ne(out[i].type, WQ_STEP);
+	swd_asm_free(&a);
+}
+END_TEST
+
 START_TEST(test_end_keeps_step_order)
 {
 	swd_asm *a = mk(8);
@@ -1618,6 +1645,7 @@ suite(void)
 	tcase_add_test(tc, test_unnamed_sender_survives_close);
 	tcase_add_test(tc, test_end_after_idle_close);
 	tcase_add_test(tc, test_finished_runs);
+	tcase_add_test(tc, test_idle_close_writes_open_steps);
 	tcase_add_test(tc, test_end_keeps_step_order);
 	tcase_add_test(tc, test_step_resume_and_seq);
 	tcase_add_test(tc, test_unnamed_waits_and_late_clock);
