@@ -462,6 +462,31 @@ def shape_change_mid_run():
         assert f["step"][:].tolist() == [2, 3] and f.attrs["keys"] == 16, f["step"][:]
 
 
+def exact_steps():
+    """Issue 27, item 11: steps past 2^53 come out of report's JSON exact."""
+    import json
+    import subprocess
+    d = Daemon().start()
+    run = "bigsteps"
+    big = [2 ** 53 + 1, 2 ** 63 - 1]
+    s = Sender(d.listen, run, layers=1, heads=2, fixed=False)
+    try:
+        for step in big:
+            s.snapshot(step, 0, random_probs(RNG, 2, 3, 8), inc=43)
+        d.wait(lambda st: st["writer"]["steps_written"] >= 2, what="2 steps written")
+    finally:
+        d.stop()
+        s.close()
+    out = subprocess.run([os.environ["SINKWATCH"], "report", d.run_file(run), "--format",
+                          "json"], capture_output=True, check=True).stdout
+    rep = json.loads(out)
+    text = out.decode()
+    assert str(big[0]) in text and str(big[1]) in text, text[:3000]
+    assert "e+18" not in text and "9007199254740992," not in text, text[:3000]
+    assert rep is not None
+
+
+R.check("steps past 2^53 stay exact in JSON", exact_steps)
 R.check("an idle close writes open steps; a layer after it is late", idle_close_open_step)
 R.check("a probe that changes shape mid-run: the next generation", shape_change_mid_run)
 R.check("parts under a small budget: each counted once", budget_parts)

@@ -617,8 +617,8 @@ json_run_common(sw_json *j, const struct rep_run *e)
 	sw_json_str(j, "endpoint_form", a->form);
 	sw_json_int(j, "steps_stored", e->steps_stored);
 	sw_json_int(j, "steps_used", a->steps);
-	sw_json_num(j, "first_step", (double)a->first_step);
-	sw_json_num(j, "last_step", (double)a->last_step);
+	sw_json_int(j, "first_step", a->first_step);	/* steps are integers: exact */
+	sw_json_int(j, "last_step", a->last_step);
 	sw_json_int(j, "lost", e->lost);
 	sw_json_int(j, "incomplete", e->incomplete);
 	json_gaps(j, a);

@@ -372,7 +372,10 @@ json_entry(const sw_srv *s, sw_json *j, const struct entry *e, double now)
 	sw_json_str(j, "kind", e->kind);
 	sw_json_int(j, "rows", e->T);
 	sw_json_int(j, "steps", e->steps);
-	sw_json_num(j, "last_step", e->steps ? (double)e->last_step : NAN);
+	if (e->steps)	/* an integer, exact (the page holds 2^53 at most as a number) */
+		sw_json_int(j, "last_step", e->last_step);
+	else
+		sw_json_num(j, "last_step", NAN);
 	sw_json_num(j, "last_time", e->last_time);
 	sw_json_bool(j, "ended", e->ended);
 }
