@@ -150,6 +150,7 @@ struct swd_asm {
 		uint64_t seq;		/* order of the last refusal */
 	} refused[SWD_ASM_REFUSED_MAX];
 	uint64_t refused_seq;
+	int64_t refused_ids;		/* run ids that entered the refused list */
 	struct fin {			/* runs ended or closed lately, for status */
 		swd_asm_run r;
 		swd_meta meta;		/* r's strings point here */
@@ -1105,12 +1106,19 @@ note_refused(swd_asm *a, const char *run, int reason)
 		e = old;
 		memset(e, 0, sizeof(*e));
 		snprintf(e->run, sizeof(e->run), "%s", run);
+		a->refused_ids++;
 	}
 	e->seq = ++a->refused_seq;
 	if (reason == SWD_DROP_RUN_RATE)
 		e->rate++;
 	else
 		e->table++;
+}
+
+int64_t
+swd_asm_refused_total(const swd_asm *a)
+{
+	return a->refused_ids;
 }
 
 size_t

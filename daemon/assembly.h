@@ -203,5 +203,8 @@ typedef struct swd_asm_refused {
 /* Fills at most max of the run ids refused lately, the latest first;
  * returns the number filled (pointers into the assembly). */
 size_t swd_asm_refused_runs(const swd_asm *a, swd_asm_refused *out, size_t max);
+/* Run ids that entered the refused list since the start (one that left the
+ * list, the least recently refused, and came back counts again). */
+int64_t swd_asm_refused_total(const swd_asm *a);
 
 #endif

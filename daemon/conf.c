@@ -234,17 +234,27 @@ int
 swd_config_load(swd_config *c, const char *path, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "r");
-	char line[2048], msg[512];
+	char *line = NULL, msg[512];
+	size_t cap = 0;
+	ssize_t len;
 	int lineno = 0, rc = 0;
 
 	if (!f) {
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	while (fgets(line, sizeof(line), f)) {
+	/* getline: a NUL inside a line, the last line without a newline too, is
+	 * seen (fgets would cut the line there without a word) */
+	while ((len = getline(&line, &cap, f)) >= 0) {
 		lineno++;
-		if (!strchr(line, '\n') && !feof(f)) {
-			snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+		if (len > 2047) {
+			snprintf(err, errlen, "%s:%d: line too long (%zd bytes, 2047 at most)", path,
+			    lineno, len);
+			rc = -1;
+			break;
+		}
+		if (memchr(line, '\0', (size_t)len)) {
+			snprintf(err, errlen, "%s:%d: NUL byte in the line", path, lineno);
 			rc = -1;
 			break;
 		}
@@ -273,6 +283,7 @@ swd_config_load(swd_config *c, const char *path, char *err, size_t errlen)
 			break;
 		}
 	}
+	free(line);
 	fclose(f);
 	return rc;
 }

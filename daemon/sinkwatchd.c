@@ -738,6 +738,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	static swd_asm_refused ra[SWD_ASM_REFUSED_MAX];
 	static swd_status_refused rs[SWD_ASM_REFUSED_MAX];
 	st->nrefused = swd_asm_refused_runs(D.as, ra, SWD_ASM_REFUSED_MAX);
+	st->refused_total = swd_asm_refused_total(D.as);
 	for (size_t i = 0; i < st->nrefused; i++)
 		rs[i] = (swd_status_refused){ ra[i].run, ra[i].too_many_runs, ra[i].run_rate };
 	st->refused = rs;
@@ -1006,8 +1007,12 @@ reload(void)
 		else {
 			swd_auth_stats as;
 			swd_auth_get_stats(D.auth, &as);
-			log_info("SIGHUP: %lld client key(s) allowed, from %s", (long long)as.keys,
-			    c.curve_allow);
+			if (as.keys == 0)	/* nobody gets in, sinkwatch status neither */
+				log_warn("SIGHUP: %s allows no client key: every sender and every "
+				    "control client (sinkwatch status) is refused", c.curve_allow);
+			else
+				log_info("SIGHUP: %lld client key(s) allowed, from %s",
+				    (long long)as.keys, c.curve_allow);
 			memcpy(D.cfg.curve_allow, c.curve_allow, sizeof(c.curve_allow));
 		}
 	}
@@ -1172,6 +1177,9 @@ setup_sockets(char *err, size_t errlen)
 		swd_auth_get_stats(D.auth, &as);
 		log_info("CURVE on: public key %s, %lld client key(s) allowed, from %s",
 		    D.curve_public, (long long)as.keys, D.cfg.curve_allow);
+		if (as.keys == 0)	/* nobody gets in, sinkwatch status neither */
+			log_warn("%s allows no client key: every sender and every control client "
+			    "(sinkwatch status) is refused", D.cfg.curve_allow);
 	} else if ((!D.cfg.connect[0] && !swp_endpoint_local(D.cfg.listen)) ||
 	    !swp_endpoint_local(D.cfg.control)) {
 		log_warn("listening beyond loopback without CURVE (insecure_off_loopback): anyone "

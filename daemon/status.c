@@ -224,8 +224,9 @@ section(struct buf *b, const char *name, const swd_status *st)
 	} else if (!strcmp(name, "refused")) {
 		/* what a sender refused a run can read: its run is in no table */
 		put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
-		    "refused_runs: %zu\n", (long long)st->max_runs, (long long)st->new_runs_per_s,
-		    (long long)st->new_runs_burst, st->nrefused);
+		    "refused_runs: %zu\nrefused_total: %lld\n", (long long)st->max_runs,
+		    (long long)st->new_runs_per_s, (long long)st->new_runs_burst, st->nrefused,
+		    (long long)st->refused_total);
 		for (size_t i = 0; i < st->nrefused; i++)
 			put(b, "refused: %s too_many_runs=%lld run_rate=%lld\n", st->refused[i].run,
 			    (long long)st->refused[i].too_many_runs, (long long)st->refused[i].run_rate);

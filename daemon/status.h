@@ -93,6 +93,7 @@ typedef struct swd_status {
 	const swd_status_sender *senders;
 	size_t nrefused;
 	const swd_status_refused *refused;	/* the latest first */
+	int64_t refused_total;	/* run ids refused since the start (the list keeps 64) */
 	/* runs ended or closed lately, the latest first, with their senders'
 	 * last counters: what a sender reads after its run is gone */
 	size_t nfinished;

@@ -210,6 +210,38 @@ def case_start_refusal():
     assert "listening beyond loopback without CURVE (insecure_off_loopback)" in log, log
 
 
+def case_empty_allow():
+    """Issue 27, item 12: an allow list with no key refuses everyone, the
+    operator's own status too: said with a warning at start and at SIGHUP."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-emptyallow-")
+    srv = Keys(d, "srv")
+    allow = os.path.join(d, "allow")
+    with open(allow, "w") as f:
+        f.write("# nobody yet\n")
+    log = os.path.join(d, "log")
+    with open(log, "w") as lf:
+        p = subprocess.Popen([SINKWATCHD, "--listen", "tcp://127.0.0.1:%d" % free_port(),
+                              "--control", "tcp://127.0.0.1:%d" % free_port(),
+                              "--data-dir", os.path.join(d, "data"),
+                              "--curve-secret-file", srv.key, "--curve-allow", allow],
+                             stdout=lf, stderr=lf, env=child_env())
+    try:
+        def said(n):
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                with open(log) as f:
+                    if f.read().count("allows no client key") >= n:
+                        return True
+                time.sleep(0.05)
+            return False
+        assert said(1), open(log).read()
+        p.send_signal(signal.SIGHUP)
+        assert said(2), open(log).read()
+    finally:
+        p.terminate()
+        p.wait(20)
+
+
 def case_curve():
     """One allowed key (alice) and one refused (mallory), C and Python, the
     control socket, the counts, the log, /metrics, and SIGHUP."""
@@ -430,7 +462,7 @@ def case_forward_hop():
 
 
 CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve,
-         "forward_hop": case_forward_hop}
+         "forward_hop": case_forward_hop, "empty_allow": case_empty_allow}
 
 
 def main():

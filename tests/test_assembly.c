@@ -392,6 +392,8 @@ START_TEST(test_refused_table_bounded)
 	ck_assert_int_eq(rf[0].too_many_runs, 1);
 	snprintf(id, sizeof(id), "x%d", 3 * SWD_ASM_REFUSED_MAX - 1);
 	ck_assert_str_eq(rf[1].run, id);
+	/* the list keeps 64; the total says how many entered it (issue 27) */
+	ck_assert_int_eq(swd_asm_refused_total(a), 3 * SWD_ASM_REFUSED_MAX + 1);
 	swd_asm_free(&a);
 }
 END_TEST

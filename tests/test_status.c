@@ -50,6 +50,7 @@ sample(swd_status_run *runs)
 	rf[0] = (swd_status_refused){ "flood-9", 0, 4 };
 	rf[1] = (swd_status_refused){ "flood-3", 2, 1 };
 	st.nrefused = 2;
+	st.refused_total = 105;
 	st.refused = rf;
 	st.max_runs = 8;
 	st.new_runs_per_s = 5;
@@ -97,7 +98,7 @@ START_TEST(test_reply)
 	    "duplicates=0 disagree=0 uncompared=0 overlaps=0 mismatches=0 missing=0 after_end=0 "
 	    "seq_next=11 ended=1 stored=10 pending=0\n"));
 	ck_assert(strstr(out, "# refused\nmax_runs: 8\nnew_runs_per_s: 5\nnew_runs_burst: 10\n"
-	    "refused_runs: 2\nrefused: flood-9 too_many_runs=0 run_rate=4\n"
+	    "refused_runs: 2\nrefused_total: 105\nrefused: flood-9 too_many_runs=0 run_rate=4\n"
 	    "refused: flood-3 too_many_runs=2 run_rate=1\n"));
 	ck_assert(strstr(out, "run_rate: 5\n"));
 	ck_assert(strstr(out, "budget: 7\n"));
@@ -355,6 +356,18 @@ START_TEST(test_config)
 	fclose(f);
 	ck_assert_int_eq(swd_config_load(&d, path, err, sizeof(err)), -1);
 	ck_assert(strstr(err, ":1: batch: 0 is outside"));
+	/* a NUL byte is named, the last line without a newline too (issue 27) */
+	static const char nul1[] = "workers = 2\nbatch = 6\0 4\n", nul2[] = "workers = 2\0";
+	const char *nul[] = { nul1, nul2 };
+	const size_t nuln[] = { sizeof(nul1) - 1, sizeof(nul2) - 1 };
+	const char *where[] = { ":2: NUL byte", ":1: NUL byte" };
+	for (int k = 0; k < 2; k++) {
+		f = fopen(path, "w");
+		fwrite(nul[k], 1, nuln[k], f);
+		fclose(f);
+		ck_assert_int_eq(swd_config_load(&d, path, err, sizeof(err)), -1);
+		ck_assert_msg(strstr(err, where[k]), "%s", err);
+	}
 	unlink(path);
 	ck_assert_int_eq(swd_config_load(&d, "/nonexistent/x.conf", err, sizeof(err)), -1);
 	ck_assert(strstr(err, "No such file"));
