@@ -116,6 +116,7 @@ struct arun {
 	struct astep *open;
 	int64_t nopen, jobs;
 	int ending;
+	size_t state_bytes;	/* charged while open (conf.run_bytes) */
 	uint64_t last_ms;
 	struct digest dg[DIGESTS];	/* the last steps written, round robin */
 	unsigned ndg;
@@ -146,7 +147,7 @@ struct swd_asm {
 	int tokens_init;
 	struct refused {		/* run ids refused lately, with counts */
 		char run[SWP_RUN_MAX + 1];
-		int64_t table, rate;
+		int64_t table, rate, state;
 		uint64_t seq;		/* order of the last refusal */
 	} refused[SWD_ASM_REFUSED_MAX];
 	uint64_t refused_seq;
@@ -314,6 +315,7 @@ free_run(swd_asm *a, struct arun *r)
 	}
 	for (int k = 0; k < DIGESTS; k++)
 		digest_free(a, &r->dg[k]);
+	charge(a, -(long long)r->state_bytes);
 	free(r);
 }
 
@@ -1111,6 +1113,8 @@ note_refused(swd_asm *a, const char *run, int reason)
 	e->seq = ++a->refused_seq;
 	if (reason == SWD_DROP_RUN_RATE)
 		e->rate++;
+	else if (reason == SWD_DROP_RUN_STATE)
+		e->state++;
 	else
 		e->table++;
 }
@@ -1135,7 +1139,7 @@ swd_asm_refused_runs(const swd_asm *a, swd_asm_refused *out, size_t max)
 		}
 		if (!best)
 			break;
-		out[n++] = (swd_asm_refused){ best->run, best->table, best->rate };
+		out[n++] = (swd_asm_refused){ best->run, best->table, best->rate, best->state };
 		below = best->seq;
 	}
 	return n;
@@ -1262,6 +1266,15 @@ find_run(swd_asm *a, const swd_meta *mm)
 static struct arun *
 new_run(swd_asm *a, const swd_meta *mm, uint64_t now, char *why, size_t len, int *reason)
 {
+	/* what the run will hold while open, whatever its header claims, first */
+	size_t state = a->c.run_bytes ? a->c.run_bytes(a->c.work_ud, mm) : 0;
+	if (over_budget(a, state)) {
+		snprintf(why, len, "a run of %u layers x %u heads x %u probe rows holds %zu bytes "
+		    "while open: past the budget", mm->layers, mm->heads, mm->rows, state);
+		*reason = SWD_DROP_RUN_STATE;
+		note_refused(a, mm->run, *reason);
+		return NULL;
+	}
 	/* an idle run is closed only for a run that is taken */
 	struct arun *old = a->nruns >= a->c.max_runs ? idlest(a) : NULL;
 	if (a->nruns >= a->c.max_runs && !old) {
@@ -1291,6 +1304,8 @@ new_run(swd_asm *a, const swd_meta *mm, uint64_t now, char *why, size_t len, int
 		return NULL;
 	}
 	r->meta = *mm;
+	r->state_bytes = state;
+	charge(a, (long long)state);
 	r->serial = ++a->serials;
 	r->last_step = -1;
 	r->last_ms = now;

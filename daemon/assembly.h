@@ -59,6 +59,13 @@ typedef struct swd_asm_conf {
 	 * budget refuses a layer's first part, never a part that waits.
 	 */
 	size_t (*work_bytes)(void *ud, const swp_msg *m);
+	/*
+	 * The bytes a run of this shape holds while it is open (the writer's
+	 * swd_run_state_bytes); NULL: 0. Charged to the budget from the run's
+	 * first message to its close; a run it does not fit is refused
+	 * (run_state), whatever its header claims.
+	 */
+	size_t (*run_bytes)(void *ud, const swd_meta *m);
 } swd_asm_conf;
 
 /* Where assembled steps and run ends go (the writer); the callee owns it. */
@@ -197,7 +204,7 @@ size_t swd_asm_finished_senders(const swd_asm *a, swd_sender *out, const char **
 /* A run id refused lately (too_many_runs, run_rate), with its counts. */
 typedef struct swd_asm_refused {
 	const char *run;
-	int64_t too_many_runs, run_rate;
+	int64_t too_many_runs, run_rate, run_state;
 } swd_asm_refused;
 #define SWD_ASM_REFUSED_MAX 64	/* run ids remembered (the least recent goes) */
 /* Fills at most max of the run ids refused lately, the latest first;

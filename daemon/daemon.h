@@ -166,6 +166,15 @@ typedef struct swd_writer swd_writer;
 
 /* Starts the writer thread. 0 or -1. */
 int swd_writer_start(swd_writer **w, const swd_config *cfg, atomic_llong *inflight);
+/*
+ * The memory a run of this shape holds in the writer while it is open:
+ * its file's buffers (sw_runfile_state_bytes), the last step's values, and
+ * what writing one step takes (head values, the L*H*H pair matrices, the
+ * cross-layer pairs when on). The assembly charges it to the budget while
+ * the run is open and refuses a run it does not fit (run_state).
+ */
+size_t swd_run_state_bytes(const swd_meta *m, int cross_layer_pairs);
+
 /* Queues an item (the writer frees it). */
 void swd_writer_push(swd_writer *w, swd_witem *it);
 /* Returns once every item queued before the call is processed. */

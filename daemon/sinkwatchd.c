@@ -453,6 +453,14 @@ out:
 	swp_msg_clear(&m);
 }
 
+/* What a run of this shape holds while open (the assembly charges it). */
+static size_t
+run_state_bytes(void *ud, const swd_meta *m)
+{
+	(void)ud;
+	return swd_run_state_bytes(m, (int)D.cfg.cross_layer_pairs);
+}
+
 /* What a gathered layer's computation holds (the assembly reserves it). */
 static size_t
 gathered_bytes(void *ud, const swp_msg *m)
@@ -740,7 +748,8 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->nrefused = swd_asm_refused_runs(D.as, ra, SWD_ASM_REFUSED_MAX);
 	st->refused_total = swd_asm_refused_total(D.as);
 	for (size_t i = 0; i < st->nrefused; i++)
-		rs[i] = (swd_status_refused){ ra[i].run, ra[i].too_many_runs, ra[i].run_rate };
+		rs[i] = (swd_status_refused){ ra[i].run, ra[i].too_many_runs, ra[i].run_rate,
+		    ra[i].run_state };
 	st->refused = rs;
 	st->max_runs = D.cfg.max_runs;
 	swd_auth_stats as;
@@ -1448,7 +1457,7 @@ main(int argc, char **argv)
 		.step_timeout_ms = D.cfg.step_timeout_ms, .max_open_steps = D.cfg.max_open_steps,
 		.max_runs = D.cfg.max_runs, .run_idle_s = D.cfg.run_idle_s,
 		.inflight = &D.inflight, .budget_bytes = D.cfg.budget_mb << 20,
-		.work_bytes = gathered_bytes, .work = start_gathered,
+		.work_bytes = gathered_bytes, .run_bytes = run_state_bytes, .work = start_gathered,
 		.new_runs_per_s = D.cfg.new_runs_per_s, .new_runs_burst = D.cfg.new_runs_burst,
 	};
 	if (!(D.as = swd_asm_new(&ac, to_writer, NULL))) {

@@ -9,7 +9,8 @@
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
 	"nomem", "stopping", "unknown_run", "open_steps", "write_error",
-	"senders_mismatch", "overlap", "part_mismatch", "locked", "run_rate", "head_missing"
+	"senders_mismatch", "overlap", "part_mismatch", "locked", "run_rate", "head_missing",
+	"run_state"
 };
 
 const char *const swd_stage_names[SWD_STAGES_N] = {
@@ -228,8 +229,9 @@ section(struct buf *b, const char *name, const swd_status *st)
 		    (long long)st->new_runs_per_s, (long long)st->new_runs_burst, st->nrefused,
 		    (long long)st->refused_total);
 		for (size_t i = 0; i < st->nrefused; i++)
-			put(b, "refused: %s too_many_runs=%lld run_rate=%lld\n", st->refused[i].run,
-			    (long long)st->refused[i].too_many_runs, (long long)st->refused[i].run_rate);
+			put(b, "refused: %s too_many_runs=%lld run_rate=%lld run_state=%lld\n",
+			    st->refused[i].run, (long long)st->refused[i].too_many_runs,
+			    (long long)st->refused[i].run_rate, (long long)st->refused[i].run_state);
 	} else if (!strcmp(name, "traffic")) {
 		put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
 		    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"

@@ -11,7 +11,7 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 17
+#define SWD_DROP_REASONS 18
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
 enum {
@@ -21,7 +21,8 @@ enum {
 	SWD_DROP_WRITE, SWD_DROP_SENDERS, SWD_DROP_OVERLAP, SWD_DROP_PART_MISMATCH,
 	SWD_DROP_LOCKED,	/* another process holds the run's lock (runlock.c) */
 	SWD_DROP_RUN_RATE,
-	SWD_DROP_HEAD_MISSING	/* a part whose heads were written missing (a row split) */
+	SWD_DROP_HEAD_MISSING,	/* a part whose heads were written missing (a row split) */
+	SWD_DROP_RUN_STATE	/* a new run whose state does not fit in the budget */
 };
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */
@@ -77,7 +78,7 @@ typedef struct swd_status_sender {
 /* A run id refused lately: no room in the run table, or past the rate. */
 typedef struct swd_status_refused {
 	const char *run;
-	int64_t too_many_runs, run_rate;
+	int64_t too_many_runs, run_rate, run_state;
 } swd_status_refused;
 
 /* A plain snapshot of the daemon's figures. */

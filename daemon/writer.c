@@ -840,6 +840,25 @@ out:
 	return rc;
 }
 
+size_t
+swd_run_state_bytes(const swd_meta *m, int cross_layer_pairs)
+{
+	size_t L = m->layers, H = m->heads, LH = L * H, LHH = LH * H;
+	int cross = cross_layer_pairs && m->kind != SWP_ROWSTATS;
+	size_t b = sw_runfile_state_bytes(m->layers, m->heads, m->rows, m->fixed_probe, cross);
+	b += LH * sizeof(swm_head);				/* prev */
+	/* a step being written: write_step's buffers */
+	b += SW_HEAD_FIELDS * LH * sizeof(double) + SW_PAIR_FIELDS * LHH * sizeof(double) +
+	    LH * (2 * sizeof(int64_t) + SWM_STATUS__N * sizeof(int64_t) + sizeof(swm_head)) +
+	    L * (1 + 3 * sizeof(double) + sizeof(void *)) + H * sizeof(swm_head_acc) +
+	    swm_layer_scratch(H) + m->rows + 1;
+	if (cross)	/* xp, and cross_pairs' sums over L*H heads */
+		b += LH * LH * (2 * sizeof(double) + sizeof(swm_pair_acc) + 4 * sizeof(double) +
+		    sizeof(uint64_t)) + LH * (sizeof(swm_head_acc) + sizeof(uint64_t) + 1) +
+		    swm_block_scratch(LH, m->keys);
+	return b;
+}
+
 static int
 write_step(swd_writer *w, swd_witem *it)
 {

@@ -1303,6 +1303,7 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 	f->heads = meta->heads;
 	f->rows = meta->rows;
 	f->row_stats = meta->row_stats;
+	/* what these buffers take is sw_runfile_state_bytes: keep the two together */
 	size_t lh = (size_t)meta->layers * meta->heads;
 	size_t plen = strlen(dir) + strlen(name) + 2;
 	f->path = malloc(plen);
@@ -1646,6 +1647,19 @@ sw_runfile_flush(sw_runfile *f, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+size_t
+sw_runfile_state_bytes(uint32_t layers, uint32_t heads, uint32_t rows, int row_stats, int cross)
+{
+	size_t lh = (size_t)layers * heads;
+	size_t b = lh * heads * sizeof(double) + lh * NREASONS * sizeof(int64_t) +
+	    (size_t)rows + 1 + lh * sizeof(int32_t) + 1;
+	if (row_stats)
+		b += lh * rows * (sizeof(double) + 1);
+	if (cross)
+		b += lh * lh * sizeof(double);
+	return b;
 }
 
 int

@@ -231,6 +231,14 @@ int sw_runfile_probe(const char *dir, const sw_runmeta *meta, char *err, size_t 
 /* Whether the file's last end mark says the run ended. */
 int sw_runfile_is_ended(const sw_runfile *f);
 
+/*
+ * The bytes an open run file holds for its run's shape (the NaN and
+ * repacking buffers sw_runfile_open allocates), so that a daemon can refuse
+ * a shape its budget cannot hold before opening anything.
+ */
+size_t sw_runfile_state_bytes(uint32_t layers, uint32_t heads, uint32_t rows, int row_stats,
+    int cross);
+
 /* Steps stored so far (after a resume, what the file already had). */
 int64_t sw_runfile_steps(const sw_runfile *f);
 /* 1 when the open file has the cross-layer pair datasets (its own setting). */

@@ -623,6 +623,49 @@ START_TEST(test_idle_close_writes_open_steps)
 }
 END_TEST
 
+static size_t state_bytes_v;
+static size_t
+state_bytes(void *ud, const swd_meta *m)
+{
+	(void)ud;
+	return state_bytes_v * m->layers;
+}
+
+/* Issue 27, item 1: a run's state is charged to the budget while it is open,
+ * and a run whose state does not fit is refused (run_state), counted. */
+START_TEST(test_run_state_budget)
+{
+	atomic_llong inflight = 0;
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .inflight = &inflight, .budget_bytes = 1000,
+	    .run_bytes = state_bytes };
+	nout = nincs = nsenders = 0;
+	state_bytes_v = 300;	/* 2 layers: 600 bytes */
+	swd_asm *a = swd_asm_new(&c, emit, NULL);
+	swd_ticket t;
+	char why[256];
+	swp_msg m = msg("r", 0, 0, 7, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_cancel(a, &t, SWD_DROP_BUDGET);
+	ck_assert_int_eq(atomic_load(&inflight), 600);
+	/* a second run of the same claim does not fit beside it */
+	m = msg("q", 0, 0, 8, 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 0, &t, why, sizeof(why)), SWD_DROP_RUN_STATE);
+	ck_assert_ptr_nonnull(strstr(why, "2 layers x 1 heads"));
+	swd_asm_refused rf[2];
+	ck_assert_uint_eq(swd_asm_refused_runs(a, rf, 2), 1);
+	ck_assert_str_eq(rf[0].run, "q");
+	ck_assert_int_eq(rf[0].run_state, 1);
+	/* given back when the run closes */
+	swd_asm_tick(a, 700000);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
+	ck_assert_int_eq(swd_asm_admit(a, &m, 700001, &t, why, sizeof(why)), SWD_ASM_ACCEPT);
+	swd_asm_cancel(a, &t, SWD_DROP_BUDGET);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
+}
+END_TEST
+
 START_TEST(test_end_keeps_step_order)
 {
 	swd_asm *a = mk(8);
@@ -1648,6 +1691,7 @@ suite(void)
 	tcase_add_test(tc, test_end_after_idle_close);
 	tcase_add_test(tc, test_finished_runs);
 	tcase_add_test(tc, test_idle_close_writes_open_steps);
+	tcase_add_test(tc, test_run_state_budget);
 	tcase_add_test(tc, test_end_keeps_step_order);
 	tcase_add_test(tc, test_step_resume_and_seq);
 	tcase_add_test(tc, test_unnamed_waits_and_late_clock);

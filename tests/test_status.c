@@ -47,8 +47,8 @@ sample(swd_status_run *runs)
 	st.nfinished_senders = 1;
 	st.finished_senders = fsnd;
 	static swd_status_refused rf[2];
-	rf[0] = (swd_status_refused){ "flood-9", 0, 4 };
-	rf[1] = (swd_status_refused){ "flood-3", 2, 1 };
+	rf[0] = (swd_status_refused){ "flood-9", 0, 4, 0 };
+	rf[1] = (swd_status_refused){ "flood-3", 2, 1, 0 };
 	st.nrefused = 2;
 	st.refused_total = 105;
 	st.refused = rf;
@@ -98,8 +98,8 @@ START_TEST(test_reply)
 	    "duplicates=0 disagree=0 uncompared=0 overlaps=0 mismatches=0 missing=0 after_end=0 "
 	    "seq_next=11 ended=1 stored=10 pending=0\n"));
 	ck_assert(strstr(out, "# refused\nmax_runs: 8\nnew_runs_per_s: 5\nnew_runs_burst: 10\n"
-	    "refused_runs: 2\nrefused_total: 105\nrefused: flood-9 too_many_runs=0 run_rate=4\n"
-	    "refused: flood-3 too_many_runs=2 run_rate=1\n"));
+	    "refused_runs: 2\nrefused_total: 105\nrefused: flood-9 too_many_runs=0 run_rate=4 run_state=0\n"
+	    "refused: flood-3 too_many_runs=2 run_rate=1 run_state=0\n"));
 	ck_assert(strstr(out, "run_rate: 5\n"));
 	ck_assert(strstr(out, "budget: 7\n"));
 	ck_assert(strstr(out, "bad_version: 2\n"));
