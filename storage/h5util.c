@@ -93,3 +93,17 @@ sw_h5_fail(char *err, size_t errlen, const char *fmt, ...)
 		snprintf(err + n, errlen - n, " (HDF5: %s)", detail);
 	}
 }
+
+hid_t
+sw_h5_reader_fapl(void)
+{
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+	if (fapl < 0)
+		return -1;
+	if (H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0 ||
+	    H5Pset_metadata_read_attempts(fapl, SW_H5_READ_ATTEMPTS) < 0) {
+		H5Pclose(fapl);
+		return -1;
+	}
+	return fapl;
+}

@@ -12,6 +12,16 @@ int sw_h5_attr_num(hid_t loc, const char *name, hid_t mtype, void *v);
 int sw_h5_attr_str(hid_t loc, const char *name, char *buf, size_t len);
 
 /*
+ * The file access list every SWMR reader opens with: the latest format,
+ * and metadata read attempts bounded (SW_H5_READ_ATTEMPTS) so that a
+ * checksum that keeps failing (a corrupt file) fails the read within about
+ * a second, where HDF5's default retries with doubling sleeps for minutes.
+ * -1 on failure (HDF5's error stack set).
+ */
+#define SW_H5_READ_ATTEMPTS 30	/* the sleeps double from 1 ns: 2^30 ns in all */
+hid_t sw_h5_reader_fapl(void);
+
+/*
  * Formats a message into err, with the innermost message of HDF5's error
  * stack appended when there is one. Call it right after the failing HDF5
  * call: the next API call clears the stack.

@@ -173,8 +173,7 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 	find_indices();
 	for (size_t i = 0; i < NNAMES; i++)
 		r->dset[i] = -1;
-	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
-	    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0) {
+	if ((fapl = sw_h5_reader_fapl()) < 0) {
 		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
 		goto fail;
 	}

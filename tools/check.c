@@ -274,8 +274,7 @@ inspect(struct filecheck *fc)
 		snprintf(fc->err, sizeof(fc->err), "%s: not an HDF5 file", fc->path);
 		return -1;
 	}
-	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
-	    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0) {
+	if ((fapl = sw_h5_reader_fapl()) < 0) {
 		sw_h5_fail(fc->err, sizeof(fc->err), "%s: making the file access list failed",
 		    fc->path);
 		goto done;

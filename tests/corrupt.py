@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Issue 27, item 2: run files with flipped bytes never hang the readers.
+
+Six copies of the golden run file, each with 20 bytes flipped (seeded):
+`sinkwatch check`, `report` and `tail --once` on each must finish within
+BOUND seconds, whatever they say of it. HDF5's SWMR reader retries a
+metadata read whose checksum fails with doubling sleeps (minutes, by
+default); the readers bound the attempts (sw_h5_reader_fapl).
+"""
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from swharness import SINKWATCH, Results, child_env  # noqa: E402
+
+BOUND = 20      # seconds a command may take on a corrupt file (measured: 1.1 to 5.4)
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "golden_run",
+                   "golden.h5")
+R = Results()
+
+
+def corrupt_copies():
+    d = tempfile.mkdtemp(prefix="sinkwatch-corrupt-")
+    size = os.path.getsize(SRC)
+    worst = (0.0, None)
+    for seed in range(6):
+        rng = random.Random(seed)
+        path = os.path.join(d, "c%d.h5" % seed)
+        shutil.copy(SRC, path)
+        with open(path, "r+b") as f:
+            for _ in range(20):
+                off = rng.randrange(size)
+                f.seek(off)
+                b = f.read(1)
+                f.seek(off)
+                f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+        for args in (["check", path], ["report", path], ["tail", "--once", path]):
+            t0 = time.time()
+            try:
+                subprocess.run([SINKWATCH] + args, capture_output=True, timeout=BOUND,
+                               env=child_env())
+            except subprocess.TimeoutExpired:
+                raise AssertionError("%s on a corrupt copy (seed %d) took over %d s"
+                                     % (" ".join(args[:-1]), seed, BOUND))
+            dt = time.time() - t0
+            if dt > worst[0]:
+                worst = (dt, "%s, seed %d" % (args[0], seed))
+    print("  the slowest: %.1f s (%s)" % worst)
+    shutil.rmtree(d)
+
+
+R.check("corrupt copies: the readers finish", corrupt_copies)
+R.finish()
