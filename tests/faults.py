@@ -518,6 +518,33 @@ def hostile_shape():
     assert not os.path.exists(d.run_file("huge"))
 
 
+def control_chars():
+    """Issue 27, item 4: a model name with ESC and BEL (senders may send any
+    byte but NUL) never reaches the terminal raw: report, tail and check
+    print it escaped."""
+    import subprocess
+    d = Daemon().start()
+    run, model = "ctl", "m\x1b]0;owned\x07\x1b[2J"
+    s = Sender(d.listen, run, layers=1, heads=2, fixed=False, model=model)
+    try:
+        for step in range(2):
+            s.snapshot(step, 0, random_probs(RNG, 2, 3, 8), inc=45)
+        d.wait(lambda st: st["writer"]["steps_written"] >= 2, what="2 steps written")
+    finally:
+        d.stop()
+        s.close()
+    path = d.run_file(run)
+    for args in (["report", path], ["tail", "--once", path], ["check", path],
+                 ["report", os.path.dirname(path)]):
+        out = subprocess.run([os.environ["SINKWATCH"]] + args, capture_output=True,
+                             timeout=60).stdout
+        assert b"\x1b" not in out and b"\x07" not in out, (args, out[:400])
+    out = subprocess.run([os.environ["SINKWATCH"], "report", path], capture_output=True,
+                         timeout=60).stdout
+    assert b"m\\x1b]0;owned\\x07\\x1b[2J" in out, out[:400]
+
+
+R.check("control characters never reach the terminal", control_chars)
 R.check("a header claiming a huge model is refused (run_state)", hostile_shape)
 R.check("steps past 2^53 stay exact in JSON", exact_steps)
 R.check("an idle close writes open steps; a layer after it is late", idle_close_open_step)

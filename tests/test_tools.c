@@ -112,6 +112,25 @@ START_TEST(test_ranks_not_ended)
 }
 END_TEST
 
+/* Issue 27, item 4: text for a terminal: no control character gets through. */
+START_TEST(test_text_safe)
+{
+	char b[SW_TEXT_SAFE(64)];
+	ck_assert_str_eq(sw_text_safe("gpt-small/seed1", b, sizeof(b)), "gpt-small/seed1");
+	ck_assert_str_eq(sw_text_safe("caf\xc3\xa9 \xe2\x9c\x93", b, sizeof(b)),
+	    "caf\xc3\xa9 \xe2\x9c\x93");	/* UTF-8 as it is */
+	ck_assert_str_eq(sw_text_safe("a\x1b]0;pwned\x07" "b", b, sizeof(b)),
+	    "a\\x1b]0;pwned\\x07b");	/* ESC, BEL: a title sequence, defused */
+	ck_assert_str_eq(sw_text_safe("x\x7f\ty\n", b, sizeof(b)), "x\\x7f\\x09y\\x0a");
+	ck_assert_str_eq(sw_text_safe("\xc2\x9b" "2J", b, sizeof(b)), "\\xc2\\x9b2J");	/* C1 CSI */
+	ck_assert_str_eq(sw_text_safe("r\xff\\", b, sizeof(b)), "r\\xff\\x5c");
+	/* cut at a whole character, always terminated */
+	char small[6];
+	ck_assert_str_eq(sw_text_safe("ab\x1b" "cd", small, sizeof(small)), "ab");
+	ck_assert_str_eq(sw_text_safe("abcdefgh", small, sizeof(small)), "abcde");
+}
+END_TEST
+
 int
 main(void)
 {
@@ -119,6 +138,7 @@ main(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_json_utf8);
 	tcase_add_test(tc, test_ranks_not_ended);
+	tcase_add_test(tc, test_text_safe);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -470,7 +470,8 @@ text_report(const struct filecheck *fc)
 		printf("  %-15s%s\n", "error:", fc->err);
 		return;
 	}
-	printf("  %-15s%s\n", "run:", fc->run);
+	char trun[SW_TEXT_SAFE(sizeof(fc->run))];
+	printf("  %-15s%s\n", "run:", sw_text_safe(fc->run, trun, sizeof(trun)));
 	printf("  %-15s%d\n", "layout:", (int)fc->layout);
 	printf("  %-15s%lld committed", "rows:", (long long)fc->steps);
 	if (fc->steps > 0)

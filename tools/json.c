@@ -193,3 +193,34 @@ sw_json_finish(sw_json *j)
 {
 	fputc('\n', j->f);
 }
+
+const char *
+sw_text_safe(const char *s, char *buf, size_t len)
+{
+	size_t o = 0;
+	if (len == 0)
+		return "";
+	for (const unsigned char *p = (const unsigned char *)s; *p && o + 1 < len;) {
+		int n = utf8_len(p);
+		/* printable: ASCII from space, and UTF-8 past the C1 controls */
+		int ok = n == 1 ? *p >= 0x20 && *p != 0x7f && *p != '\\' :
+		    n > 1 && !(n == 2 && p[0] == 0xc2 && p[1] < 0xa0);
+		if (ok) {
+			if (o + (size_t)n + 1 > len)
+				break;
+			memcpy(buf + o, p, (size_t)n);
+			o += (size_t)n;
+			p += n;
+			continue;
+		}
+		/* a control character, a backslash, a byte that is not UTF-8: \xHH each */
+		int k = n > 1 ? n : 1;
+		if (o + 4 * (size_t)k + 1 > len)
+			break;
+		for (int i = 0; i < k; i++)
+			o += (size_t)snprintf(buf + o, len - o, "\\x%02x", p[i]);
+		p += k;
+	}
+	buf[o] = '\0';
+	return buf;
+}

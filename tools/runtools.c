@@ -19,6 +19,7 @@
 #include "metrics/swm.h"
 #include "storage/runfile.h"
 #include "tools/analyze.h"
+#include "proto/swproto.h"
 #include "tools/json.h"
 #include "tools/runagg.h"
 #include "tools/tools.h"
@@ -219,8 +220,11 @@ sw_tail_main(int argc, char **argv)
 	}
 	signal(SIGINT, on_sigint);
 	signal(SIGTERM, on_sigint);
-	printf("# run %s, model %s, %u layers x %u heads, split %s\n", meta.run,
-	    meta.model[0] ? meta.model : "-", meta.layers, meta.heads, meta.split_form);
+	char trun[SW_TEXT_SAFE(SWP_RUN_MAX)], tmodel[SW_TEXT_SAFE(SWP_MODEL_MAX)];
+	printf("# run %s, model %s, %u layers x %u heads, split %s\n",
+	    sw_text_safe(meta.run, trun, sizeof(trun)),
+	    meta.model[0] ? sw_text_safe(meta.model, tmodel, sizeof(tmodel)) : "-", meta.layers,
+	    meta.heads, meta.split_form);
 	printf("%10s", "step");
 	for (int c = 0; c < NC; c++)
 		printf(" %15s", cols[c]);
@@ -954,8 +958,11 @@ text_one(sw_run *run, const struct rep_run *e, const struct rep_opts *o)
 {
 	const sw_agg *a = &e->agg;
 	const sw_view *v = &run->view;
+	char trun[SW_TEXT_SAFE(SWP_RUN_MAX)], tmodel[SW_TEXT_SAFE(SWP_MODEL_MAX)];
 	printf("run %s  model %s  %zu layers x %zu heads  %lld steps stored (%lld .. %lld)  "
-	    "split %s\n", run->meta.run, run->meta.model[0] ? run->meta.model : "-", a->L, a->H,
+	    "split %s\n", sw_text_safe(run->meta.run, trun, sizeof(trun)),
+	    run->meta.model[0] ? sw_text_safe(run->meta.model, tmodel, sizeof(tmodel)) : "-",
+	    a->L, a->H,
 	    (long long)v->n, (long long)v->step[0], (long long)v->step[v->n - 1], a->form);
 	printf("rows %lld (%lld superseded)  lost %lld  incomplete %lld  steps in step order\n",
 	    (long long)run->T, (long long)v->superseded, (long long)run->lost,
@@ -1526,8 +1533,11 @@ text_many(struct rep_run *const *cmp, size_t n, const struct rep_group *g, size_
 		snprintf(lost, sizeof(lost), "%lld", (long long)e->lost);
 		snprintf(inc, sizeof(inc), "%lld/%lld", (long long)a->intervals_incomplete,
 		    (long long)a->intervals);
-		text_row(e->meta.model[0] ? e->meta.model : "-", params, &a->model, steps, a->form,
-		    lost, inc, e->file);
+		char tmodel[SW_TEXT_SAFE(SWP_MODEL_MAX)] = "-", tfile[SW_TEXT_SAFE(1024)];
+		if (e->meta.model[0])
+			sw_text_safe(e->meta.model, tmodel, sizeof(tmodel));
+		text_row(tmodel, params, &a->model, steps, a->form, lost, inc,
+		    sw_text_safe(e->file, tfile, sizeof(tfile)));
 		if (o->per_layer)
 			for (size_t l = 0; l < a->L; l++) {
 				char label[32];
@@ -1537,7 +1547,7 @@ text_many(struct rep_run *const *cmp, size_t n, const struct rep_group *g, size_
 		if (a->ngaps && (o->per_layer || o->per_head))
 			text_gaps("  ", a);
 		if (o->per_head) {
-			printf("\n%s (%s):", e->file, e->meta.model);
+			printf("\n%s (%s):", tfile, tmodel);
 			text_heads(a, &e->rank, o->eps);
 			printf("\n");
 		}
@@ -1553,9 +1563,10 @@ text_many(struct rep_run *const *cmp, size_t n, const struct rep_group *g, size_
 		for (size_t k = 0; k < ng; k++) {
 			const struct rep_run *e = cmp[g[k].first];
 			const double *m = g[k].mean, *s = g[k].sd;
+			char tmodel[SW_TEXT_SAFE(SWP_MODEL_MAX)];
 			printf("%-22s %12llu %4zu  %10.6f ± %-8.6f  %10.6f ± %-8.6f  %10.6f ± %-8.6f  "
 			    "%7.4f ± %-7.4f | %10.6f ± %-8.6f  %7.4f ± %.4f\n",
-			    e->meta.model[0] ? e->meta.model : "-",
+			    e->meta.model[0] ? sw_text_safe(e->meta.model, tmodel, sizeof(tmodel)) : "-",
 			    (unsigned long long)e->meta.params, g[k].n, m[G_PDH], s[G_PDH], m[G_PSINK],
 			    s[G_PSINK], m[G_PCONT], s[G_PCONT], m[G_PSSH], s[G_PSSH], m[G_EDH],
 			    s[G_EDH], m[G_ESSH], s[G_ESSH]);
@@ -1570,12 +1581,14 @@ text_many(struct rep_run *const *cmp, size_t n, const struct rep_group *g, size_
 			const struct rep_run *e = &runs->v[i];
 			if (!e->reason[0])
 				continue;
+			char tmodel[SW_TEXT_SAFE(SWP_MODEL_MAX)], tfile[SW_TEXT_SAFE(1024)];
+			sw_text_safe(e->file, tfile, sizeof(tfile));
 			if (e->meta.layers)
-				printf("  %s (model %s, params %llu): %s\n", e->file,
-				    e->meta.model[0] ? e->meta.model : "-",
-				    (unsigned long long)e->meta.params, e->reason);
+				printf("  %s (model %s, params %llu): %s\n", tfile,
+				    e->meta.model[0] ? sw_text_safe(e->meta.model, tmodel,
+				    sizeof(tmodel)) : "-", (unsigned long long)e->meta.params, e->reason);
 			else
-				printf("  %s: %s\n", e->file, e->reason);
+				printf("  %s: %s\n", tfile, e->reason);
 		}
 	}
 	if (skipped->n) {
