@@ -68,6 +68,8 @@ name_at(size_t i)
 	return sw_schema_at(i)->name;
 }
 
+static hsize_t extent0(hid_t ds, int *rank, hsize_t *dims);
+
 static int
 read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
 {
@@ -112,6 +114,32 @@ read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
 	}
 	H5Eclear2(H5E_DEFAULT);
 	m->cross_pairs = cross;
+	/*
+	 * The shape the readers size their buffers by, against the protocol's
+	 * limits (PROTOCOL.md section 8, check 13) and against the datasets: a
+	 * file's attributes are claims, checked before anything is allocated.
+	 */
+	const char *bad = m->layers < 1 || m->layers > 4096 ? "layers" :
+	    m->heads < 1 || m->heads > 1024 ? "heads" :
+	    m->rows > 65536 ? "rows" : m->keys > (1u << 20) ? "keys" : NULL;
+	if (bad) {
+		snprintf(err, errlen, "%s: the attribute %s (%u layers x %u heads, probe %u x %u) "
+		    "is outside the protocol's limits: not a run file this build wrote", r->path,
+		    bad, m->layers, m->heads, m->rows, m->keys);
+		return -1;
+	}
+	hid_t ds = H5Dopen2(r->file, "sink_mass", H5P_DEFAULT);
+	hsize_t dims[4];
+	int rank = 0;
+	hsize_t n = ds >= 0 ? extent0(ds, &rank, dims) : (hsize_t)-1;
+	if (ds >= 0)
+		H5Dclose(ds);
+	H5Eclear2(H5E_DEFAULT);
+	if (n == (hsize_t)-1 || rank != 3 || dims[1] != m->layers || dims[2] != m->heads) {
+		snprintf(err, errlen, "%s: /sink_mass is not [steps, %u layers, %u heads] as the "
+		    "file's attributes say: the file is inconsistent", r->path, m->layers, m->heads);
+		return -1;
+	}
 	r->layers = m->layers;
 	r->heads = m->heads;
 	r->rows = m->row_stats ? m->rows : 0;
@@ -231,6 +259,19 @@ sw_reader_refresh(sw_reader *r, char *err, size_t errlen)
 	hsize_t n = extent0(r->dset[STEP_INDEX], NULL, dims);
 	if (n == (hsize_t)-1) {
 		sw_h5_fail(err, errlen, "%s: reading the extent of /step failed", r->path);
+		return -1;
+	}
+	/*
+	 * Every committed step holds its 8-byte /step entry and its head values
+	 * (layers x heads doubles of sink mass alone) in the file: an extent
+	 * past what the file's size can hold is a claim, never allocated for.
+	 */
+	struct stat sb;
+	uint64_t per = 8 + 8 * (uint64_t)r->layers * r->heads;
+	if (stat(r->path, &sb) == 0 && n > 0 && n > (hsize_t)sb.st_size / per) {
+		snprintf(err, errlen, "%s: /step claims %llu steps, more than its %lld bytes can "
+		    "hold (%llu bytes a step at least): the file is corrupt", r->path,
+		    (unsigned long long)n, (long long)sb.st_size, (unsigned long long)per);
 		return -1;
 	}
 	/* an extent never shrinks; keep the count monotone regardless */

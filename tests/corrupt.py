@@ -54,5 +54,36 @@ def corrupt_copies():
     shutil.rmtree(d)
 
 
+def hostile_claims():
+    """Issue 27, item 3: a file's extents and attributes are claims, checked
+    before anything is allocated: /step resized to 2^40, and layers x heads
+    attributes of 4096 x 1024 on a file of 2 x 3. Each reader refuses it at
+    once and names what is wrong."""
+    import h5py
+    d = tempfile.mkdtemp(prefix="sinkwatch-hostile-")
+    step, attrs = os.path.join(d, "step.h5"), os.path.join(d, "attrs.h5")
+    shutil.copy(SRC, step)
+    shutil.copy(SRC, attrs)
+    with h5py.File(step, "r+") as f:
+        f["step"].resize((2 ** 40,))
+    with h5py.File(attrs, "r+") as f:
+        f.attrs.modify("layers", 4096)
+        f.attrs.modify("heads", 1024)
+    for path, says in ((step, "/step claims 1099511627776 steps"),
+                       (attrs, "/sink_mass is not [steps, 4096 layers, 1024 heads]")):
+        for args in (["report", path], ["report", "--format", "json", path],
+                     ["tail", "--once", path], ["check", path]):
+            t0 = time.time()
+            p = subprocess.run([SINKWATCH] + args, capture_output=True, timeout=BOUND,
+                               env=child_env())
+            out = (p.stdout + p.stderr).decode(errors="replace")
+            assert p.returncode != 0, (args, out[-500:])
+            if args[0] != "check" or path == attrs:
+                assert says in out, (args, out[-500:])
+            assert time.time() - t0 < BOUND, args
+    shutil.rmtree(d)
+
+
 R.check("corrupt copies: the readers finish", corrupt_copies)
+R.check("hostile extents and attributes: refused, named", hostile_claims)
 R.finish()

@@ -63,6 +63,7 @@ struct filecheck {
 	struct oddlist over;	/* rows beyond /step: left by a crash */
 	struct oddlist under;	/* shorter than /step: damage */
 	int has_view;		/* the view below could be read */
+	char bad[512];		/* the readers refuse it (its claims do not hold), or "" */
 	sw_view view;		/* the steps the rows stand for (LAYOUT.md) */
 	int64_t nopen;		/* ranks that never sent their end (PROTOCOL.md 7b) */
 	sw_open_rank open[OPEN_MAX];	/* the first OPEN_MAX of them */
@@ -389,9 +390,13 @@ view_of(struct filecheck *fc)
 	sw_rows rows;
 	char err[512];
 
-	if (sw_reader_open(fc->path, &r, NULL, err, sizeof(err)) != 0)
+	if (sw_reader_open(fc->path, &r, NULL, err, sizeof(err)) != 0) {
+		snprintf(fc->bad, sizeof(fc->bad), "%s", err);	/* what report and tail say */
 		return;
+	}
 	int64_t T = sw_reader_refresh(r, err, sizeof(err));
+	if (T < 0)
+		snprintf(fc->bad, sizeof(fc->bad), "%s", err);
 	if (T >= 0 && sw_reader_rows(r, T, &rows, err, sizeof(err)) == 0) {
 		fc->has_view = sw_view_build(&rows, &fc->view) == 0;
 		sw_rows_free(&rows);
@@ -428,7 +433,7 @@ check_file(struct filecheck *fc, int noclear)
 static int
 whole(const struct filecheck *fc)
 {
-	return fc->readable && fc->under.n == 0 && fc->flags_now == 0;
+	return fc->readable && fc->under.n == 0 && fc->flags_now == 0 && !fc->bad[0];
 }
 
 /* ---- output ------------------------------------------------------------------- */
@@ -502,8 +507,10 @@ text_report(const struct filecheck *fc)
 	text_odd("leftovers:", &fc->over, "rows beyond step are not part of the run, "
 	    "the next writer overwrites them");
 	text_odd("short:", &fc->under, "rows of committed steps are missing");
+	if (fc->bad[0])
+		printf("  %-15s%s\n", "inconsistent:", fc->bad);
 	printf("  %-15s%s\n", "verdict:", whole(fc) ? "whole" :
-	    fc->under.n ? "damaged" : "not closed");
+	    fc->under.n || fc->bad[0] ? "damaged" : "not closed");
 }
 
 static void
@@ -538,6 +545,8 @@ json_report(sw_json *j, const struct filecheck *fc)
 		sw_json_int(j, "last_step", fc->last);
 	}
 	sw_json_bool(j, "ended", fc->ended);
+	if (fc->bad[0])
+		sw_json_str(j, "inconsistent", fc->bad);
 	sw_json_bool(j, "writer_flags", fc->flags);
 	sw_json_bool(j, "daemon_writing", fc->daemon);
 	sw_json_bool(j, "cleared", fc->cleared);
