@@ -326,9 +326,18 @@ read_range(sw_reader *r, size_t i, int64_t t0, int64_t t1, int64_t limit, hid_t 
 		if (n >= (hsize_t)t1)
 			break;
 		if (tries == REFRESH_TRIES) {
-			snprintf(err, errlen, "%s: /%s has %llu steps, /step %lld: the writer "
-			    "has not finished its flush; read again", r->path, name,
-			    (unsigned long long)n, (long long)t1);
+			/* a writer that has the file open may be mid-flush; a closed
+			 * file (its writer flags clear) will not grow: inconsistent */
+			char ferr[64];
+			if (sw_runfile_writer_flags(r->path, ferr, sizeof(ferr)) == 0)
+				snprintf(err, errlen, "%s: /%s has %llu steps, /step %lld, and no "
+				    "writer has the file open: the file is inconsistent (sinkwatch "
+				    "check says what is short)", r->path, name,
+				    (unsigned long long)n, (long long)t1);
+			else
+				snprintf(err, errlen, "%s: /%s has %llu steps, /step %lld: the "
+				    "writer has not finished its flush; read again", r->path, name,
+				    (unsigned long long)n, (long long)t1);
 			return -1;
 		}
 		struct timespec ms = { 0, 1000000 };

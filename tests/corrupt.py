@@ -84,6 +84,24 @@ def hostile_claims():
     shutil.rmtree(d)
 
 
+def short_closed():
+    """Issue 27, item 12: a closed file whose /sink_mass is shorter than
+    /step is called inconsistent, not a flush to wait for."""
+    import h5py
+    d = tempfile.mkdtemp(prefix="sinkwatch-short-")
+    path = os.path.join(d, "short.h5")
+    shutil.copy(SRC, path)
+    with h5py.File(path, "r+") as f:
+        f["sink_mass"].resize((5,) + f["sink_mass"].shape[1:])
+    p = subprocess.run([SINKWATCH, "report", path], capture_output=True, timeout=BOUND,
+                       env=child_env())
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "the file is inconsistent" in err, err
+    assert "read again" not in err, err
+    shutil.rmtree(d)
+
+
 R.check("corrupt copies: the readers finish", corrupt_copies)
+R.check("a closed file shorter than /step: inconsistent", short_closed)
 R.check("hostile extents and attributes: refused, named", hostile_claims)
 R.finish()
