@@ -84,6 +84,7 @@ struct wrun {
 	sw_runfile *f;
 	int broken;		/* no file could be opened: steps are dropped, counted */
 	int locked;		/* broken because another process holds the run's lock */
+	int64_t lock_tried_ms;	/* when the lock was last tried (it is tried again) */
 	sw_runlock *lock;	/* the run's lock (storage/runlock.c), held while open */
 	int dirty;
 	int ended_ok;		/* an end that came later: every rank has ended */
@@ -617,6 +618,32 @@ fail:
 	return -1;
 }
 
+/* Opens the run's file (or notes why not: broken, locked). */
+static void
+wrun_open(swd_writer *w, struct wrun *r, const swd_witem *it)
+{
+	const swd_meta *m = &r->meta;
+	int retry = r->lock_tried_ms != 0;
+	if (open_file(w, r, it) != 0 || load_rows(r) != 0) {
+		r->broken = 1;
+		if (r->locked)
+			r->lock_tried_ms = mono_ms();
+		if (!retry)	/* a run refused, once */
+			atomic_fetch_add(r->locked ? &w->st.runs_locked : &w->st.write_errors, 1);
+		return;
+	}
+	struct stat sb;
+	if (stat(sw_runfile_path(r->f), &sb) == 0)	/* growth from here is counted */
+		r->size = sb.st_size;
+	atomic_fetch_add(&w->st.files_open, 1);
+	int64_t have = sw_runfile_steps(r->f);
+	if (have > 0)
+		log_info("run %s: resumed %s with %lld stored rows", m->run,
+		    sw_runfile_path(r->f), (long long)have);
+	else
+		log_info("run %s: new run file %s", m->run, sw_runfile_path(r->f));
+}
+
 static struct wrun *
 wrun_get(swd_writer *w, const swd_meta *m, const swd_witem *it)
 {
@@ -635,24 +662,40 @@ wrun_get(swd_writer *w, const swd_meta *m, const swd_witem *it)
 		return NULL;
 	}
 	mkdir(w->cfg.data_dir, 0755);
-	if (open_file(w, r, it) != 0 || load_rows(r) != 0) {
-		r->broken = 1;
-		atomic_fetch_add(r->locked ? &w->st.runs_locked : &w->st.write_errors, 1);
-	} else {
-		struct stat sb;
-		if (stat(sw_runfile_path(r->f), &sb) == 0)	/* growth from here is counted */
-			r->size = sb.st_size;
-		atomic_fetch_add(&w->st.files_open, 1);
-		int64_t have = sw_runfile_steps(r->f);
-		if (have > 0)
-			log_info("run %s: resumed %s with %lld stored rows", m->run,
-			    sw_runfile_path(r->f), (long long)have);
-		else
-			log_info("run %s: new run file %s", m->run, sw_runfile_path(r->f));
-	}
+	wrun_open(w, r, it);
 	r->next = w->runs;
 	w->runs = r;
 	return r;
+}
+
+/*
+ * A run refused because another process held its lock: the lock is tried
+ * again every LOCK_RETRY_MS while the run's steps come, and the run is
+ * taken over once the holder let it go (it died, or closed the run): the
+ * file is resumed as any other, an ended one not (open_file's rules).
+ */
+#define LOCK_RETRY_MS 5000
+static void
+retry_lock(swd_writer *w, struct wrun *r, const swd_witem *it)
+{
+	if (!r->locked || mono_ms() - r->lock_tried_ms < LOCK_RETRY_MS)
+		return;
+	sw_runlock_release(&r->lock);
+	r->locked = 0;
+	r->broken = 0;
+	wrun_open(w, r, it);
+	if (r->broken)
+		return;
+	if (sw_runfile_is_ended(r->f)) {	/* the holder ended it: nothing to take over */
+		sw_runfile_close(&r->f);
+		sw_runlock_release(&r->lock);
+		atomic_fetch_sub(&w->st.files_open, 1);
+		r->broken = r->locked = 1;
+		r->lock_tried_ms = mono_ms();
+		return;
+	}
+	log_warn("run %s: the process that held its lock let it go: the run is taken over, "
+	    "its steps are stored here from now on (%s)", r->meta.run, sw_runfile_path(r->f));
 }
 
 static void
@@ -863,6 +906,8 @@ static int
 write_step(swd_writer *w, swd_witem *it)
 {
 	struct wrun *r = wrun_get(w, &it->meta, it);
+	if (r && r->locked)
+		retry_lock(w, r, it);
 	if (!r || r->broken)
 		return r && r->locked ? -2 : -1;
 	const swd_meta *m = &r->meta;
@@ -1233,7 +1278,11 @@ mark_ended(swd_writer *w, struct wrun *r)
 		log_err("run %s: flush failed: %s", r->meta.run, err);
 	if (r->f && sw_runfile_mark_ended(r->f, err, sizeof(err)) != 0)
 		log_err("run %s: marking the end failed: %s", r->meta.run, err);
-	log_info("run %s: ended, file closed", r->meta.run);
+	if (r->f)
+		log_info("run %s: ended, file closed", r->meta.run);
+	else
+		log_info("run %s: ended; no file of it was open here (%s)", r->meta.run,
+		    r->locked ? "another process held its lock" : "it could not be opened");
 	if (r->lock) {	/* kept a while (ended_locks), the oldest let go */
 		size_t k = w->ended_next++ % SWD_ENDED_LOCKS;
 		sw_runlock_release(&w->ended_locks[k]);

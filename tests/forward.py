@@ -251,6 +251,60 @@ def case_lock():
     assert "another sinkwatchd writes to %s too" % data in d.read_log(), d.read_log()
 
 
+def case_takeover():
+    """Issue 27, item 6: two daemons on one directory take one run; the one
+    that writes it is SIGKILLed while the job keeps sending: the other
+    tries the lock again, takes the run over within seconds and stores the
+    rest of it."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-fwd-")
+    data = os.path.join(tmp, "shared")
+    fw = Forwarder(tmp).start()
+    a = Daemon(tmp=tmp, data_dir=data, extra=["--connect", fw.out, "--subscribe", "take/"]).start()
+    b = Daemon(tmp=tmp, data_dir=data, extra=["--connect", fw.out, "--subscribe", "take/"]).start()
+    try:
+        fw.wait(lambda s: s["subscriptions"]["prefixes"] >= 1 and
+                s["traffic"].get("subscribers", 2) >= 2, what="2 subscribers")
+        time.sleep(0.5)
+        rng = np.random.default_rng(11)
+        s = sender_for(fw.inp, "take/r", 1, 2)
+        for step in range(3):
+            s.snapshot(step, 0, random_probs(rng, 2, 3, 8, dtype=np.float64), inc=77)
+        deadline = time.time() + 20
+        while True:     # the holder wrote them; the other counted them locked
+            sa, sb = a.status(), b.status()
+            if sorted([sa["drops"]["locked"], sb["drops"]["locked"]]) == [0, 3]:
+                break
+            assert time.time() < deadline, (sa["drops"], sb["drops"])
+            time.sleep(0.05)
+        holder, other = (a, b) if sb["drops"]["locked"] else (b, a)
+        holder.wait(lambda st: st["writer"]["flushes"] >= 1, what="the holder's flush")
+        holder.stop(signal.SIGKILL)
+        t0 = time.time()
+        step = 3
+        while time.time() - t0 < 12:    # the job goes on
+            s.snapshot(step, 0, random_probs(rng, 2, 3, 8, dtype=np.float64), inc=77)
+            step += 1
+            time.sleep(0.3)
+        last = step
+        h = {"v": 1, "type": "end", "run": "take/r", "seq": s.seq, "time": time.time(),
+             "inc": 77}
+        import msgpack
+        s.send_frames([msgpack.packb(h)])
+        path = other.wait_ended("take/r", timeout=30)
+        s.close()
+        assert "the run is taken over" in other.read_log(), other.read_log()[-2000:]
+        with h5py.File(path, "r") as f:
+            steps = f["step"][:].tolist()
+        # within 5 s (the retry) and a step of the kill, the rest is stored
+        assert steps[-1] == last - 1 and len([x for x in steps if x >= 3]) >= (last - 3) - 20, \
+            (steps, last)
+        st = other.status()
+        assert st["drops"]["locked"] < last, st["drops"]
+    finally:
+        other.stop()
+        fw.stop()
+
+
 def case_errors():
     """Bad options: exit 2 and a message naming what was wrong."""
     p = "tcp://127.0.0.1:%d" % free_port()
@@ -303,6 +357,7 @@ def case_since():
 
 def main():
     cases = {"routing": case_routing, "nodrop": case_nodrop, "lock": case_lock,
+             "takeover": case_takeover,
              "errors": case_errors, "since": case_since}
     want = sys.argv[1:] or list(cases)
     r = Results()
