@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "daemon/metrics.h"
 
@@ -15,14 +16,46 @@
 #include <microhttpd.h>
 #endif
 
+#define CONN_LIMIT 16		/* connections at once */
+#define REQUEST_MS 3000		/* a request's headers must be whole within this */
+
+/*
+ * An open connection and when its current request began: libmicrohttpd's
+ * timeout counts inactivity only, so a client trickling a header byte every
+ * few seconds would hold a connection for as long as it likes, and
+ * CONN_LIMIT of them would keep every scrape out. A sweeper shuts down any
+ * connection whose request is not whole after REQUEST_MS.
+ */
+struct conn {
+	int fd;			/* -1: the slot is free */
+	int64_t since_ms;	/* its current request began */
+	int answered;		/* its headers came: the request is being answered */
+};
+
 struct swd_metrics {
 	pthread_mutex_t mu;
 	char *text;
 	size_t len;
 #ifdef HAVE_MICROHTTPD
 	struct MHD_Daemon *d;
+	pthread_mutex_t cmu;	/* conns, sweeping */
+	pthread_cond_t ccv;
+	struct conn conns[CONN_LIMIT + 4];
+	int stop;
+	pthread_t sweeper;
+	int64_t swept;		/* connections shut down for a request too slow */
 #endif
 };
+
+#ifdef HAVE_MICROHTTPD
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+#endif
 
 int
 swd_metrics_addr(const char *hostport, void *sap, size_t salen, char *err, size_t errlen)
@@ -93,6 +126,13 @@ answer(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 		*upload_len = 0;
 		return MHD_YES;
 	}
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
+	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	if (ci && ci->socket_context) {	/* its headers came: not swept */
+		pthread_mutex_lock(&m->cmu);
+		((struct conn *)ci->socket_context)->answered = 1;
+		pthread_mutex_unlock(&m->cmu);
+	}
 	if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
 		static const char msg[] = "only GET /metrics\n";
 		r = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *)msg,
@@ -119,6 +159,75 @@ answer(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 }
 #endif
 
+/* Connections open and closed (MHD_OPTION_NOTIFY_CONNECTION). */
+static void
+on_conn(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_ConnectionNotificationCode e)
+{
+	struct swd_metrics *m = cls;
+	pthread_mutex_lock(&m->cmu);
+	if (e == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
+		    MHD_CONNECTION_INFO_CONNECTION_FD);
+		for (size_t i = 0; ci && i < sizeof(m->conns) / sizeof(m->conns[0]); i++)
+			if (m->conns[i].fd < 0) {
+				m->conns[i] = (struct conn){ ci->connect_fd, mono_ms(), 0 };
+				*ctx = &m->conns[i];
+				break;
+			}
+	} else if (*ctx) {	/* closed: before libmicrohttpd closes its socket */
+		((struct conn *)*ctx)->fd = -1;
+		*ctx = NULL;
+	}
+	pthread_mutex_unlock(&m->cmu);
+}
+
+/* A request answered: the connection's next request has its own deadline. */
+static void
+on_done(void *cls, struct MHD_Connection *c, void **ptr, enum MHD_RequestTerminationCode t)
+{
+	struct swd_metrics *m = cls;
+	(void)ptr;
+	(void)t;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
+	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	if (!ci || !ci->socket_context)
+		return;
+	pthread_mutex_lock(&m->cmu);
+	struct conn *k = ci->socket_context;
+	k->answered = 0;
+	k->since_ms = mono_ms();
+	pthread_mutex_unlock(&m->cmu);
+}
+
+/* Shuts down the connections whose request is not whole after REQUEST_MS. */
+static void *
+sweep(void *arg)
+{
+	struct swd_metrics *m = arg;
+	pthread_mutex_lock(&m->cmu);
+	while (!m->stop) {
+		int64_t now = mono_ms();
+		for (size_t i = 0; i < sizeof(m->conns) / sizeof(m->conns[0]); i++) {
+			struct conn *k = &m->conns[i];
+			if (k->fd >= 0 && !k->answered && now - k->since_ms >= REQUEST_MS) {
+				shutdown(k->fd, SHUT_RDWR);	/* libmicrohttpd sees the end */
+				k->answered = 1;	/* once */
+				m->swept++;
+			}
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&m->ccv, &m->cmu, &ts);
+	}
+	pthread_mutex_unlock(&m->cmu);
+	return NULL;
+}
+
 int
 swd_metrics_start(swd_metrics **mp, const char *hostport, char *err, size_t errlen)
 {
@@ -133,16 +242,26 @@ swd_metrics_start(swd_metrics **mp, const char *hostport, char *err, size_t errl
 		return -1;
 	}
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_mutex_init(&m->cmu, NULL);
+	pthread_cond_init(&m->ccv, NULL);
+	for (size_t i = 0; i < sizeof(m->conns) / sizeof(m->conns[0]); i++)
+		m->conns[i].fd = -1;
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
 	    (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
 	m->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, m,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+	    MHD_OPTION_NOTIFY_CONNECTION, on_conn, m,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_done, m,
 	    MHD_OPTION_END);
-	if (!m->d) {
+	if (!m->d || pthread_create(&m->sweeper, NULL, sweep, m) != 0) {
 		snprintf(err, errlen, "metrics_listen: cannot serve on %s (in use?)", hostport);
+		if (m->d)
+			MHD_stop_daemon(m->d);
 		pthread_mutex_destroy(&m->mu);
+		pthread_mutex_destroy(&m->cmu);
+		pthread_cond_destroy(&m->ccv);
 		free(m);
 		return -1;
 	}
@@ -178,7 +297,14 @@ swd_metrics_stop(swd_metrics **mp)
 	if (!m)
 		return;
 #ifdef HAVE_MICROHTTPD
+	pthread_mutex_lock(&m->cmu);
+	m->stop = 1;
+	pthread_cond_signal(&m->ccv);
+	pthread_mutex_unlock(&m->cmu);
+	pthread_join(m->sweeper, NULL);
 	MHD_stop_daemon(m->d);
+	pthread_mutex_destroy(&m->cmu);
+	pthread_cond_destroy(&m->ccv);
 #endif
 	pthread_mutex_destroy(&m->mu);
 	free(m->text);

@@ -123,9 +123,57 @@ def case_loopback_only():
         assert rc == 0, (good, err)
 
 
+def case_slow_clients():
+    """Issue 27, item 5: sixteen connections trickling a header byte every
+    second (libmicrohttpd's timeout counts inactivity only) never keep a
+    scrape out: a request whose headers are not whole within 3 s is shut
+    down, and a scrape answers within 5 s while they trickle."""
+    import socket
+    import threading
+    port = free_port()
+    url = "http://127.0.0.1:%d/metrics" % port
+    d = Daemon(extra=["--metrics-listen", "127.0.0.1:%d" % port]).start()
+    stop = threading.Event()
+    closed = []
+
+    def trickle():
+        s = socket.create_connection(("127.0.0.1", port))
+        try:
+            for ch in b"GET /metrics HTTP/1.1\r\nHost: x\r\n":
+                if stop.is_set():
+                    return
+                s.sendall(bytes([ch]))
+                time.sleep(1)
+        except OSError:
+            closed.append(1)    # shut down by the daemon
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=trickle, daemon=True) for _ in range(16)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.5)         # every slot held
+        t0 = time.time()
+        deadline = t0 + 5
+        text = None
+        while time.time() < deadline and text is None:
+            try:
+                text = scrape(url)
+            except (OSError, urllib.error.URLError):
+                time.sleep(0.2)
+        assert text is not None and "sinkwatch_" in text, "no scrape within 5 s"
+        time.sleep(4)
+        assert len(closed) >= 1, "no slow connection was shut down"
+    finally:
+        stop.set()
+        assert d.stop() == 0
+
+
 if not SINKWATCHD:
     print("SINKWATCHD not set: skipped")
     sys.exit(77)
 res.check("scrape", case_scrape)
 res.check("loopback_only", case_loopback_only)
+res.check("slow_clients", case_slow_clients)
 sys.exit(res.finish())
