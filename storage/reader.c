@@ -140,6 +140,20 @@ read_meta(sw_reader *r, sw_runmeta *m, char *err, size_t errlen)
 		    "file's attributes say: the file is inconsistent", r->path, m->layers, m->heads);
 		return -1;
 	}
+	if (m->row_stats) {	/* the probe rows a paired split sizes its rows by */
+		ds = H5Dopen2(r->file, "row_status", H5P_DEFAULT);
+		n = ds >= 0 ? extent0(ds, &rank, dims) : (hsize_t)-1;
+		if (ds >= 0)
+			H5Dclose(ds);
+		H5Eclear2(H5E_DEFAULT);
+		if (n == (hsize_t)-1 || rank != 4 || dims[1] != m->layers || dims[2] != m->heads ||
+		    dims[3] != m->rows) {
+			snprintf(err, errlen, "%s: /row_status is not [steps, %u layers, %u heads, %u "
+			    "rows] as the file's attributes say: the file is inconsistent", r->path,
+			    m->layers, m->heads, m->rows);
+			return -1;
+		}
+	}
 	r->layers = m->layers;
 	r->heads = m->heads;
 	r->rows = m->row_stats ? m->rows : 0;
