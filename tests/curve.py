@@ -291,6 +291,51 @@ def case_revoke():
     assert steps_of(dm.run_file("revoked")) == [0, 1]
 
 
+def case_allowed_later():
+    """Issue 27, item 10: a client refused (400) connects again every 5 s,
+    so a key the daemon allows later (SIGHUP) gets in without restarting
+    the job: C and Python."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-later-")
+    srv, alice, bob, carol = Keys(d, "srv"), Keys(d, "alice"), Keys(d, "bob"), Keys(d, "carol")
+    allow = os.path.join(d, "allow")
+    with open(allow, "w") as f:
+        f.write("%s\n" % alice.public)
+    dm = Daemon(extra=["--curve-secret-file", srv.key, "--curve-allow", allow])
+    dm.ctl_keys = (srv.public.encode(), alice.public.encode(), alice.secret.encode())
+    dm.start()
+    try:
+        # C: bob refused, then allowed while the client waits for a subscription
+        p = subprocess.Popen([CURVE_CLIENT, dm.listen, "c-later", "--wait-ms", "15000",
+                              "--server-key", srv.public, "--key-file", bob.key],
+                             stdout=subprocess.PIPE, text=True, env=child_env())
+        # Python: carol likewise
+        c = sinkwatch.Client("py-later", 1, 2, endpoint=dm.listen, model="curve-test",
+                             server_key=srv.public, key_file=carol.key)
+        t0 = time.time()
+        while c.stats["auth_status"] != 400 and time.time() - t0 < 5:
+            c.flush(0.05)
+        assert c.stats["auth_status"] == 400, c.stats
+        with open(allow, "a") as f:
+            f.write("%s\n%s\n" % (bob.public, carol.public))
+        dm.proc.send_signal(signal.SIGHUP)
+        t0 = time.time()
+        while not c.stats["subscribed"] and time.time() - t0 < 12:
+            c.flush(0.05)
+        assert c.stats["subscribed"], c.stats
+        x = np.full((2, 3, 8), 1 / 8, np.float32)
+        for s in range(3):
+            c.send(s, 0, x)
+        c.end()
+        c.close()
+        out, _ = p.communicate(timeout=30)
+        st = dict(line.split("=", 1) for line in out.split())
+        assert st["subscribed"] == "1" and st["sent"] == "4", out
+        assert steps_of(dm.wait_ended("c-later")) == [0, 1, 2]
+        assert steps_of(dm.wait_ended("py-later")) == [0, 1, 2]
+    finally:
+        dm.stop()
+
+
 def case_curve():
     """One allowed key (alice) and one refused (mallory), C and Python, the
     control socket, the counts, the log, /metrics, and SIGHUP."""
@@ -512,7 +557,7 @@ def case_forward_hop():
 
 CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve,
          "forward_hop": case_forward_hop, "empty_allow": case_empty_allow,
-         "revoke": case_revoke}
+         "revoke": case_revoke, "allowed_later": case_allowed_later}
 
 
 def main():
