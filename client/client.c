@@ -70,6 +70,7 @@
 #include "proto/swkeys.h"
 
 #define NAP_MS 16
+#define REFUSED_RETRY_MS 5000	/* a refused handshake is tried again this often */
 /*
  * ZeroMQ's queue (ZMQ_SNDHWM) counts messages, not bytes: kept short, so
  * that queue_max_bytes, which bounds the handle's own queue, stays the
@@ -153,6 +154,7 @@ struct sw_client {
 	uint64_t auth_failures;	/* CURVE handshakes that failed */
 	int auth_status;
 	void *mon;		/* CURVE: the socket monitor's events, the sender's */
+	int64_t refused_ms;	/* a handshake refused (400): when; 0 none pending */
 
 	pthread_mutex_t pool_mu;	/* the copy pool; taken alone, never with mu */
 	struct copybuf *pool;
@@ -443,6 +445,9 @@ poll_monitor(sw_client *c)
 			pthread_mutex_lock(&c->mu);
 			c->auth_failures++;
 			c->auth_status = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? (int)value : -1;
+			/* libzmq does not try a handshake refused with 400 again */
+			if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && value == 400 && !c->refused_ms)
+				c->refused_ms = now_ms();
 			pthread_mutex_unlock(&c->mu);
 		}
 	}
@@ -607,6 +612,20 @@ sender_main(void *arg)
 		zmq_poll(it, c->mon ? 3 : 2, timeout);
 		if (c->mon && (it[2].revents & ZMQ_POLLIN))
 			poll_monitor(c);
+		/*
+		 * Refused (400): connect again every REFUSED_RETRY_MS, so that a key
+		 * the daemon allows later (its SIGHUP) gets in without a restart of
+		 * the job (the sender thread owns the socket).
+		 */
+		pthread_mutex_lock(&c->mu);
+		int64_t refused = c->refused_ms;
+		if (refused && now_ms() - refused >= REFUSED_RETRY_MS)
+			c->refused_ms = 0;
+		pthread_mutex_unlock(&c->mu);
+		if (refused && now_ms() - refused >= REFUSED_RETRY_MS) {
+			zmq_disconnect(c->sock, c->endpoint);
+			zmq_connect(c->sock, c->endpoint);
+		}
 		if (it[1].revents & ZMQ_POLLIN) {
 			uint64_t v;
 			while (read(c->efd, &v, sizeof(v)) < 0 && errno == EINTR)

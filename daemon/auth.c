@@ -156,13 +156,15 @@ decide(swd_auth *a, const char *domain, const char *address, const char *mech,
 }
 
 static void
-reply(void *s, const char *id, const char *code, const char *text)
+reply(void *s, const char *id, const char *code, const char *text, const char *user)
 {
 	zmq_send(s, "1.0", 3, ZMQ_SNDMORE);
 	zmq_send(s, id, strlen(id), ZMQ_SNDMORE);
 	zmq_send(s, code, strlen(code), ZMQ_SNDMORE);
 	zmq_send(s, text, strlen(text), ZMQ_SNDMORE);
-	zmq_send(s, "", 0, ZMQ_SNDMORE);	/* user id */
+	/* the client's key, which every message of the connection carries as its
+	 * User-Id property: a key revoked later is known by it (swd_auth_revoked) */
+	zmq_send(s, user, strlen(user), ZMQ_SNDMORE);
 	zmq_send(s, "", 0, 0);			/* metadata */
 }
 
@@ -184,12 +186,15 @@ zap_one(swd_auth *a)
 	}
 	/* version, id, domain, address, routing id, mechanism, credentials */
 	if (n < 6 || strcmp(f[0], "1.0")) {
-		reply(a->sock, n > 1 ? f[1] : "", "500", "bad ZAP request");
+		reply(a->sock, n > 1 ? f[1] : "", "500", "bad ZAP request", "");
 		return 0;
 	}
 	int ok = decide(a, f[2], f[3], f[5], n > 6 ? (const uint8_t *)f[6] : NULL,
 	    n > 6 ? len[6] : 0);
-	reply(a->sock, f[1], ok ? "200" : "400", ok ? "OK" : "key not allowed");
+	char z[SWP_KEY_LEN + 1] = "";
+	if (ok && n > 6 && len[6] == 32)
+		zmq_z85_encode(z, (const uint8_t *)f[6], 32);
+	reply(a->sock, f[1], ok ? "200" : "400", ok ? "OK" : "key not allowed", z);
 	return 0;
 }
 
@@ -401,4 +406,18 @@ swd_auth_join(swd_auth **ap)
 	free(a->list[1].keys);
 	free(a);
 	*ap = NULL;
+}
+
+int
+swd_auth_revoked(swd_auth *a, const char *user)
+{
+	uint8_t key[32];
+	if (!a || !user || strlen(user) != SWP_KEY_LEN || !zmq_z85_decode(key, user))
+		return 0;	/* not a CURVE client's key: nothing to revoke */
+	int ok = 0;
+	pthread_mutex_lock(&a->mu);
+	for (size_t i = 0; i < a->list[0].n && !ok; i++)
+		ok = !memcmp(a->list[0].keys[i], key, 32);
+	pthread_mutex_unlock(&a->mu);
+	return !ok;
 }

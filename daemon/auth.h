@@ -70,6 +70,12 @@ int swd_auth_watch(swd_auth *a, void *sock, const char *domain);
 int swd_auth_reload(swd_auth *a, const char *allow_file, const char *subscribers_file,
     char *err, size_t errlen);
 void swd_auth_get_stats(swd_auth *a, swd_auth_stats *st);
+/*
+ * Whether a connection's key (its messages' User-Id property, the Z85 key
+ * the handler gave at the handshake) is no longer in the allow list: it
+ * was allowed then and revoked since (SIGHUP). 0 for no key.
+ */
+int swd_auth_revoked(swd_auth *a, const char *user);
 /* Joins the thread and frees; the caller terminated zctx first (the
  * handler ends at ETERM). NULL or *a NULL is fine. */
 void swd_auth_join(swd_auth **a);

@@ -384,6 +384,16 @@ handle(zmq_msg_t *frames, size_t n)
 			log_warn("bad message: %s: %s", swp_errname(rc), detail);
 		return;
 	}
+	/* a connection whose key was revoked since its handshake (SIGHUP) */
+	const char *user = D.auth && !D.cfg.connect[0] ? zmq_msg_gets(&frames[0], "User-Id") : NULL;
+	if (user && swd_auth_revoked(D.auth, user)) {
+		swd_asm_refuse(D.as, &m, SWD_DROP_REVOKED);
+		snprintf(why, sizeof(why), "its connection's key %.40s was removed from the allow "
+		    "list", user);
+		drop(SWD_DROP_REVOKED, m.run, why);
+		swp_msg_clear(&m);
+		return;
+	}
 	if (m.type == SWP_END) {
 		rc = swd_asm_end(D.as, &m, mono_ms());
 		if (rc != SWD_ASM_ACCEPT && rc != SWD_ASM_DEFERRED)	/* deferred: the writer's */

@@ -10,7 +10,7 @@ const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
 	"nomem", "stopping", "unknown_run", "open_steps", "write_error",
 	"senders_mismatch", "overlap", "part_mismatch", "locked", "run_rate", "head_missing",
-	"run_state"
+	"run_state", "revoked"
 };
 
 const char *const swd_stage_names[SWD_STAGES_N] = {

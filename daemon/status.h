@@ -11,7 +11,7 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 18
+#define SWD_DROP_REASONS 19
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
 enum {
@@ -22,7 +22,8 @@ enum {
 	SWD_DROP_LOCKED,	/* another process holds the run's lock (runlock.c) */
 	SWD_DROP_RUN_RATE,
 	SWD_DROP_HEAD_MISSING,	/* a part whose heads were written missing (a row split) */
-	SWD_DROP_RUN_STATE	/* a new run whose state does not fit in the budget */
+	SWD_DROP_RUN_STATE,	/* a new run whose state does not fit in the budget */
+	SWD_DROP_REVOKED	/* its connection's key was removed from the allow list */
 };
 
 #define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */

@@ -242,6 +242,100 @@ def case_empty_allow():
         p.wait(20)
 
 
+def case_revoke():
+    """Issue 27, item 10: a key removed from the allow list (SIGHUP) stops
+    getting in on the connection it already has: its messages are dropped,
+    counted (revoked), never stored."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-revoke-")
+    srv, alice, other = Keys(d, "srv"), Keys(d, "alice"), Keys(d, "other")
+    allow = os.path.join(d, "allow")
+    with open(allow, "w") as f:
+        f.write("%s\n" % alice.public)
+    dm = Daemon(extra=["--curve-secret-file", srv.key, "--curve-allow", allow])
+    dm.ctl_keys = (srv.public.encode(), alice.public.encode(), alice.secret.encode())
+    dm.start()
+    x = np.full((2, 3, 8), 1 / 8, np.float32)
+    c = sinkwatch.Client("revoked", 1, 2, endpoint=dm.listen, model="curve-test",
+                         server_key=srv.public, key_file=alice.key)
+    try:
+        t0 = time.time()
+        while not c.stats["subscribed"] and time.time() - t0 < 5:
+            c.flush(0.02)
+        for s in range(2):
+            c.send(s, 0, x)
+        c.flush(2)
+        dm.wait(lambda st: st["writer"]["steps_written"] >= 2, what="2 steps stored")
+        with open(allow, "w") as f:      # alice's key revoked
+            f.write("%s\n" % other.public)
+        dm.ctl_keys = None
+        dm.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while "SIGHUP: 1 client key(s) allowed" not in dm.read_log():
+            assert time.time() < deadline, dm.read_log()
+            time.sleep(0.05)
+        for s in range(2, 5):
+            c.send(s, 0, x)
+        c.end()
+        c.close()
+        deadline = time.time() + 10
+        while True:
+            rc, st, err = run_status(dm.control, "--server-key", srv.public, "--key-file",
+                                     other.key)
+            m = re.search(r"^revoked: (\d+)$", st, re.M)
+            if m and int(m.group(1)) == 4 or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert m and int(m.group(1)) == 4, st    # 3 snapshots and the end
+    finally:
+        dm.stop()
+    assert steps_of(dm.run_file("revoked")) == [0, 1]
+
+
+def case_allowed_later():
+    """Issue 27, item 10: a client refused (400) connects again every 5 s,
+    so a key the daemon allows later (SIGHUP) gets in without restarting
+    the job: C and Python."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-later-")
+    srv, alice, bob, carol = Keys(d, "srv"), Keys(d, "alice"), Keys(d, "bob"), Keys(d, "carol")
+    allow = os.path.join(d, "allow")
+    with open(allow, "w") as f:
+        f.write("%s\n" % alice.public)
+    dm = Daemon(extra=["--curve-secret-file", srv.key, "--curve-allow", allow])
+    dm.ctl_keys = (srv.public.encode(), alice.public.encode(), alice.secret.encode())
+    dm.start()
+    try:
+        # C: bob refused, then allowed while the client waits for a subscription
+        p = subprocess.Popen([CURVE_CLIENT, dm.listen, "c-later", "--wait-ms", "15000",
+                              "--server-key", srv.public, "--key-file", bob.key],
+                             stdout=subprocess.PIPE, text=True, env=child_env())
+        # Python: carol likewise
+        c = sinkwatch.Client("py-later", 1, 2, endpoint=dm.listen, model="curve-test",
+                             server_key=srv.public, key_file=carol.key)
+        t0 = time.time()
+        while c.stats["auth_status"] != 400 and time.time() - t0 < 5:
+            c.flush(0.05)
+        assert c.stats["auth_status"] == 400, c.stats
+        with open(allow, "a") as f:
+            f.write("%s\n%s\n" % (bob.public, carol.public))
+        dm.proc.send_signal(signal.SIGHUP)
+        t0 = time.time()
+        while not c.stats["subscribed"] and time.time() - t0 < 12:
+            c.flush(0.05)
+        assert c.stats["subscribed"], c.stats
+        x = np.full((2, 3, 8), 1 / 8, np.float32)
+        for s in range(3):
+            c.send(s, 0, x)
+        c.end()
+        c.close()
+        out, _ = p.communicate(timeout=30)
+        st = dict(line.split("=", 1) for line in out.split())
+        assert st["subscribed"] == "1" and st["sent"] == "4", out
+        assert steps_of(dm.wait_ended("c-later")) == [0, 1, 2]
+        assert steps_of(dm.wait_ended("py-later")) == [0, 1, 2]
+    finally:
+        dm.stop()
+
+
 def case_curve():
     """One allowed key (alice) and one refused (mallory), C and Python, the
     control socket, the counts, the log, /metrics, and SIGHUP."""
@@ -462,7 +556,8 @@ def case_forward_hop():
 
 
 CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve,
-         "forward_hop": case_forward_hop, "empty_allow": case_empty_allow}
+         "forward_hop": case_forward_hop, "empty_allow": case_empty_allow,
+         "revoke": case_revoke, "allowed_later": case_allowed_later}
 
 
 def main():

@@ -172,9 +172,10 @@ typedef struct sw_client_stats {
 	 * Handshakes with the daemon that failed (since libsinkwatch.so.2): it
 	 * refused this client's key (not in its allow list; auth_status 400),
 	 * or the security did not match (auth_status -1): the daemon has CURVE
-	 * and this client no keys, or server_key is not the daemon's. ZeroMQ
-	 * may try again, so it may grow while that lasts; messages meanwhile
-	 * wait and are dropped as without a daemon. The daemon counts its
+	 * and this client no keys, or server_key is not the daemon's. After a
+	 * refusal (400) the client connects again every 5 s (libzmq does not),
+	 * so it grows while that lasts and a key allowed later gets in;
+	 * messages meanwhile wait and are dropped as without a daemon. The daemon counts its
 	 * refusals too (sinkwatch status auth), which this client cannot read:
 	 * the handshake is what failed.
 	 */

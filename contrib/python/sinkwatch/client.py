@@ -174,6 +174,7 @@ def curve_keys(server_key=None, key_file=None):
     return srv.encode(), zmq.curve_public(sec.encode()), sec.encode()
 
 
+REFUSED_RETRY_S = 5.0   # a handshake the daemon refused is tried again this often
 # the socket monitor's handshake failures (a CURVE refusal or mismatch)
 _HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                      zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
@@ -283,6 +284,7 @@ class Client:
         self.last_error = ""
         self._inc = new_incarnation() if incarnation is None else incarnation.__index__()
         self._auth_failures, self._auth_status = 0, 0
+        self._refused_at = None     # a handshake refused (400): when (monotonic)
         self._mon_polled = 0.0
         keys = curve_keys(server_key, key_file)
 
@@ -324,6 +326,19 @@ class Client:
 
     def _poll_monitor(self):
         """Counts the handshakes that failed (the socket monitor's events)."""
+        # libzmq does not try a handshake refused with 400 again: connect again
+        # every REFUSED_RETRY_S, so a key the daemon allows later (SIGHUP) gets in
+        if self._refused_at is not None and \
+                time.monotonic() - self._refused_at >= REFUSED_RETRY_S:
+            self._refused_at = None
+            try:
+                self._sock.disconnect(self.endpoint)
+            except zmq.ZMQError:
+                pass
+            try:
+                self._sock.connect(self.endpoint)
+            except zmq.ZMQError:
+                pass
         while self._mon is not None:
             try:    # EVENTS first: cheaper than the exception of an empty recv
                 if not self._mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
@@ -336,6 +351,8 @@ class Client:
                 if event & _HANDSHAKE_FAILED:
                     self._auth_failures += 1
                     self._auth_status = value if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH else -1
+                    if self._auth_status == 400 and self._refused_at is None:
+                        self._refused_at = time.monotonic()
 
     def _poll_subs(self):
         """Reads the subscription messages the XPUB has received (and the
