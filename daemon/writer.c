@@ -1200,12 +1200,9 @@ find_by_inc(swd_writer *w, const char *run, uint64_t inc, uint32_t from, swd_met
 			m->rows = rm.rows;
 			m->keys = rm.keys;
 			m->fixed_probe = rm.fixed_probe;
-			for (int v = 0; v < 3; v++)
-				if (rm.kind && !strcmp(rm.kind, swp_kind_name((swp_kind)v)))
-					m->kind = (swp_kind)v;
-			for (int v = 0; v < 4; v++)
-				if (rm.dtype && !strcmp(rm.dtype, swp_dtype_name((swp_dtype)v)))
-					m->dtype = (swp_dtype)v;
+			int kind = swp_kind_parse(rm.kind), dtype = swp_dtype_parse(rm.dtype);
+			m->kind = kind >= 0 ? (swp_kind)kind : SWP_PROBS;
+			m->dtype = dtype >= 0 ? (swp_dtype)dtype : SWP_F32;
 		}
 		sw_reader_close(&rd);
 		if (hit)

@@ -123,6 +123,28 @@ swp_kind_name(swp_kind k)
 	return (unsigned)k < 3 ? kind_names[k] : "invalid";
 }
 
+/* The index of name in names[n], or -1. */
+static int
+str_index(const char *name, const char *const *names, int n)
+{
+	for (int i = 0; name && i < n; i++)
+		if (!strcmp(name, names[i]))
+			return i;
+	return -1;
+}
+
+int
+swp_kind_parse(const char *name)
+{
+	return str_index(name, kind_names, 3);
+}
+
+int
+swp_dtype_parse(const char *name)
+{
+	return str_index(name, dtype_names, 4);
+}
+
 /* Stores a detail message (when the caller wants one) and returns err. */
 PRINTF(4, 5) static int
 fail(char *detail, size_t len, int err, const char *fmt, ...)

@@ -133,6 +133,8 @@ typedef struct swp_limits {
 size_t swp_dtype_size(swp_dtype dt);
 const char *swp_dtype_name(swp_dtype dt);	/* "f32", ... or "invalid" */
 const char *swp_kind_name(swp_kind k);		/* "probs", ... or "invalid" */
+int swp_kind_parse(const char *name);		/* the swp_kind of a name, or -1 */
+int swp_dtype_parse(const char *name);		/* the swp_dtype of a name, or -1 */
 
 /*
  * Writes the topic of a run ("sw/" + run) into buf (not NUL-terminated) and

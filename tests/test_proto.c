@@ -3124,6 +3124,14 @@ START_TEST(test_names)
 	ck_assert_str_eq(swp_kind_name(SWP_ROWSTATS), "rowstats");
 	ck_assert_str_eq(swp_kind_name((swp_kind)3), "invalid");
 	ck_assert_str_eq(swp_kind_name((swp_kind)-1), "invalid");
+	/* and back: every name to its value, anything else -1 */
+	for (int k = 0; k < 3; k++)
+		ck_assert_int_eq(swp_kind_parse(swp_kind_name((swp_kind)k)), k);
+	for (int d = 0; d < 4; d++)
+		ck_assert_int_eq(swp_dtype_parse(swp_dtype_name((swp_dtype)d)), d);
+	ck_assert_int_eq(swp_kind_parse("invalid"), -1);
+	ck_assert_int_eq(swp_kind_parse(NULL), -1);
+	ck_assert_int_eq(swp_dtype_parse("F32"), -1);
 	/* the numbering is swm_dtype's (metrics/swm.h) */
 	ck_assert_int_eq(SWP_F32, 0);
 	ck_assert_int_eq(SWP_F16, 1);
