@@ -121,12 +121,22 @@ def child_env():
     return env
 
 
+_HANDED = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port free now and never handed out before by this process: the
+    kernel may give a port just closed again, and two endpoints of one
+    daemon (listen and control) must differ."""
+    for _ in range(1000):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _HANDED:
+            _HANDED.add(port)
+            return port
+    raise RuntimeError("no fresh port after 1000 tries")
 
 
 def control_request(endpoint, req, timeout_ms=2000, keys=None):

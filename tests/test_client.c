@@ -41,19 +41,37 @@ now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A port free now and not handed out before by this process: the kernel
+ * may give a port just closed again, and a daemon's listen and control
+ * endpoints must differ. */
 static int
 free_port(void)
 {
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a;
-	socklen_t len = sizeof(a);
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	bind(s, (struct sockaddr *)&a, sizeof(a));
-	getsockname(s, (struct sockaddr *)&a, &len);
-	close(s);
-	return ntohs(a.sin_port);
+	static int handed[256];
+	static size_t nhanded, next;
+	for (int tries = 0; tries < 1000; tries++) {
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in a;
+		socklen_t len = sizeof(a);
+		memset(&a, 0, sizeof(a));
+		a.sin_family = AF_INET;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		bind(s, (struct sockaddr *)&a, sizeof(a));
+		getsockname(s, (struct sockaddr *)&a, &len);
+		close(s);
+		int port = ntohs(a.sin_port), seen = 0;
+		for (size_t i = 0; i < nhanded; i++)
+			seen |= handed[i] == port;
+		if (seen)
+			continue;
+		handed[next] = port;
+		next = (next + 1) % 256;
+		if (nhanded < 256)
+			nhanded++;
+		return port;
+	}
+	ck_abort_msg("no fresh port after 1000 tries");
+	return 0;
 }
 
 struct daemon {
