@@ -981,7 +981,13 @@ write_step(swd_writer *w, swd_witem *it)
 		lv.pm = (swm_pair_matrices){ mat[SW_P_COSINE_KEEP], mat[SW_P_COSINE_DROP],
 		    mat[SW_P_JS_KEEP], mat[SW_P_JS_DROP], mat[SW_P_PAIR_SINK],
 		    mat[SW_P_PAIR_CONTENT], NULL };
-		swm_layer_finish(ly ? ly->acc : zacc, ly ? ly->pairs : NULL, H, scratch, &lv);
+		/* a layer never sent: its heads' empty values, and no pair work at
+		 * all (its matrices stay the file's NaN fill, sw_runfile_append) */
+		if (ly)
+			swm_layer_finish(ly->acc, ly->pairs, H, scratch, &lv);
+		else
+			for (uint32_t h = 0; h < H; h++)
+				swm_head_finish(&zacc[h], &lv.head[h]);
 		/* flips compare every pair of heads: none with a head missing */
 		int allh = ly && !ly->miss_rank;
 		flip[l * 3 + 0] = allh ? lv.flip[0] : NAN;

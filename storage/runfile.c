@@ -132,14 +132,12 @@ struct sw_runfile {
 	int cross;		/* the cross-layer pair datasets exist */
 	int64_t steps;		/* committed: the extent of /step */
 	int ended;		/* the last /ended entry is 1 */
-	double *nan;		/* layers * heads * heads NaNs, for NULL arrays */
 	int64_t *rej;		/* layers * heads * NREASONS, repacked rejected */
 	double *rs;		/* layers * heads * rows, one row-stat field repacked */
 	uint8_t *rst;		/* layers * heads * rows statuses */
 	uint8_t *use;		/* rows zeros, for a step without row_use */
 	int32_t *present;	/* layers * heads -1s, for a step without missing_rank */
 	hsize_t sender_cols;	/* the sender table's fields in this file */
-	double *xnan;		/* (layers * heads)^2 NaNs, cross files only */
 	sw_runlock *lock;	/* the run's, held while the file is open */
 };
 
@@ -726,6 +724,83 @@ write_row(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
 	return rc;
 }
 
+/*
+ * Writes row t of dataset d, a dataset whose second axis is the layer, from
+ * buf (the whole row's layout), but only the layers not missing: a missing
+ * layer, and every layer when buf is NULL, stays the dataset's fill value
+ * (NaN for the f64 datasets), so that a step's work follows what was sent,
+ * not layers x heads x heads (storage/LAYOUT.md).
+ */
+static int
+write_layers(sw_runfile *f, int d, hsize_t t, hid_t mtype, const void *buf,
+    const uint8_t *missing, char *err, size_t errlen)
+{
+	uint32_t L = f->layers, present = 0;
+	for (uint32_t l = 0; buf && l < L; l++)
+		present += !missing || !missing[l];
+	if (buf && present == L)
+		return write_row(f, d, t, mtype, buf, err, errlen);
+
+	struct dspec s;
+	hsize_t dims[4], start[4] = { 0 }, count[4];
+	hid_t fsp = -1, msp = -1;
+	int rc = -1;
+
+	spec(d, &s);
+	int rank = shape_dims(s.shape, f->layers, f->heads, f->rows, dims);
+	if (f->ext[d] < t + 1) {
+		dims[0] = t + 1;
+		if (H5Dset_extent(f->dset[d], dims) < 0) {
+			sw_h5_fail(err, errlen, "%s: extending /%s to %llu steps failed",
+			    f->path, s.name, (unsigned long long)(t + 1));
+			return -1;
+		}
+		f->ext[d] = t + 1;
+	}
+	if (present == 0)
+		return 0;
+	/* the runs of present layers, the same selection in memory and file */
+	hsize_t mdims[4];
+	memcpy(mdims, dims, sizeof(dims));
+	mdims[0] = 1;
+	memcpy(count, dims, sizeof(dims));
+	count[0] = 1;
+	if ((fsp = H5Dget_space(f->dset[d])) < 0 ||
+	    (msp = H5Screate_simple(rank, mdims, NULL)) < 0)
+		goto out;
+	H5S_seloper_t op = H5S_SELECT_SET;
+	for (uint32_t l = 0; l < L;) {
+		if (missing[l]) {
+			l++;
+			continue;
+		}
+		uint32_t e = l;
+		while (e < L && !missing[e])
+			e++;
+		start[1] = l;
+		count[1] = e - l;
+		start[0] = t;
+		if (H5Sselect_hyperslab(fsp, op, start, NULL, count, NULL) < 0)
+			goto out;
+		start[0] = 0;
+		if (H5Sselect_hyperslab(msp, op, start, NULL, count, NULL) < 0)
+			goto out;
+		op = H5S_SELECT_OR;
+		l = e;
+	}
+	if (H5Dwrite(f->dset[d], mtype, msp, fsp, H5P_DEFAULT, buf) >= 0)
+		rc = 0;
+out:
+	if (rc < 0)
+		sw_h5_fail(err, errlen, "%s: writing step %llu of /%s failed", f->path,
+		    (unsigned long long)t, s.name);
+	if (msp >= 0)
+		H5Sclose(msp);
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return rc;
+}
+
 /* Reads row t of dataset d into buf as mtype. */
 static int
 read_row(const sw_runfile *f, int d, hsize_t t, hid_t mtype, void *buf)
@@ -1251,13 +1326,11 @@ runfile_free(sw_runfile *f)
 			H5Dclose(f->dset[d]);
 	if (f->file >= 0)
 		H5Fclose(f->file);
-	free(f->nan);
 	free(f->rej);
 	free(f->rs);
 	free(f->rst);
 	free(f->use);
 	free(f->present);
-	free(f->xnan);
 	free(f->path);
 	sw_runlock_release(&f->lock);
 	free(f);
@@ -1307,7 +1380,6 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 	size_t lh = (size_t)meta->layers * meta->heads;
 	size_t plen = strlen(dir) + strlen(name) + 2;
 	f->path = malloc(plen);
-	f->nan = malloc(lh * meta->heads * sizeof(double));
 	f->rej = malloc(lh * NREASONS * sizeof(int64_t));
 	if (f->row_stats) {
 		f->rs = malloc(lh * f->rows * sizeof(double));
@@ -1317,13 +1389,11 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 	f->present = malloc(lh * sizeof(int32_t) + 1);
 	for (size_t i = 0; f->present && i < lh; i++)
 		f->present[i] = -1;
-	if (!f->path || !f->nan || !f->rej || !f->use || !f->present ||
+	if (!f->path || !f->rej || !f->use || !f->present ||
 	    (f->row_stats && (!f->rs || !f->rst))) {
 		snprintf(err, errlen, "run %s: out of memory", meta->run);
 		goto fail;
 	}
-	for (size_t i = 0; i < lh * meta->heads; i++)
-		f->nan[i] = NAN;
 	snprintf(f->path, plen, "%s/%s", dir, name);
 
 	int e;
@@ -1344,15 +1414,6 @@ sw_runfile_open(const char *dir, const sw_runmeta *meta,
 	} else {
 		snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
 		goto fail;
-	}
-	if (f->cross) {
-		size_t n = lh * lh;
-		if (!(f->xnan = malloc(n * sizeof(double)))) {
-			snprintf(err, errlen, "run %s: out of memory", meta->run);
-			goto fail;
-		}
-		for (size_t i = 0; i < n; i++)
-			f->xnan[i] = NAN;
 	}
 	/* committed steps: the extent of /step, whatever the others say */
 	f->steps = (int64_t)f->ext[D_STEP];
@@ -1600,18 +1661,17 @@ sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 	if (write_row(f, D_TIME, t, H5T_NATIVE_DOUBLE, &s->time, err, errlen) < 0)
 		return -1;
 	for (int i = 0; i < SW_HEAD_FIELDS; i++)
-		if (write_row(f, D_HEAD + i, t, H5T_NATIVE_DOUBLE,
-		    s->head[i] ? s->head[i] : f->nan, err, errlen) < 0)
+		if (write_layers(f, D_HEAD + i, t, H5T_NATIVE_DOUBLE, s->head[i], NULL,
+		    err, errlen) < 0)
 			return -1;
 	if (write_row(f, D_ROWS, t, H5T_NATIVE_INT64, s->rows, err, errlen) < 0 ||
 	    write_row(f, D_REJECTED, t, H5T_NATIVE_INT64, f->rej, err, errlen) < 0)
 		return -1;
 	for (int i = 0; i < SW_PAIR_FIELDS; i++)
-		if (write_row(f, D_PAIR + i, t, H5T_NATIVE_DOUBLE,
-		    s->pair[i] ? s->pair[i] : f->nan, err, errlen) < 0)
+		if (write_layers(f, D_PAIR + i, t, H5T_NATIVE_DOUBLE, s->pair[i], s->missing,
+		    err, errlen) < 0)
 			return -1;
-	if (write_row(f, D_FLIP, t, H5T_NATIVE_DOUBLE, s->flip ? s->flip : f->nan,
-	    err, errlen) < 0 ||
+	if (write_layers(f, D_FLIP, t, H5T_NATIVE_DOUBLE, s->flip, NULL, err, errlen) < 0 ||
 	    write_row(f, D_MISSING, t, H5T_NATIVE_UINT8, s->missing, err, errlen) < 0 ||
 	    write_row(f, D_LOST, t, H5T_NATIVE_INT64, &s->lost, err, errlen) < 0 ||
 	    write_row(f, D_INCOMPLETE, t, H5T_NATIVE_INT64, &s->incomplete, err, errlen) < 0 ||
@@ -1628,8 +1688,8 @@ sw_runfile_append(sw_runfile *f, const sw_step *s, char *err, size_t errlen)
 	    err, errlen) < 0)
 		return -1;
 	for (int i = 0; f->cross && i < SW_XPAIR_FIELDS; i++)
-		if (write_row(f, D_XPAIR + i, t, H5T_NATIVE_DOUBLE,
-		    s->xpair[i] ? s->xpair[i] : f->xnan, err, errlen) < 0)
+		if (write_layers(f, D_XPAIR + i, t, H5T_NATIVE_DOUBLE, s->xpair[i], NULL,
+		    err, errlen) < 0)
 			return -1;
 	/* the commit: a reader sizes everything by /step */
 	if (write_row(f, D_STEP, t, H5T_NATIVE_INT64, &s->step, err, errlen) < 0)
@@ -1653,12 +1713,10 @@ size_t
 sw_runfile_state_bytes(uint32_t layers, uint32_t heads, uint32_t rows, int row_stats, int cross)
 {
 	size_t lh = (size_t)layers * heads;
-	size_t b = lh * heads * sizeof(double) + lh * NREASONS * sizeof(int64_t) +
-	    (size_t)rows + 1 + lh * sizeof(int32_t) + 1;
+	size_t b = lh * NREASONS * sizeof(int64_t) + (size_t)rows + 1 + lh * sizeof(int32_t) + 1;
 	if (row_stats)
 		b += lh * rows * (sizeof(double) + 1);
-	if (cross)
-		b += lh * lh * sizeof(double);
+	(void)cross;	/* NaN rows are the datasets' fill value: no buffer */
 	return b;
 }
 

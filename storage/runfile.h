@@ -120,7 +120,8 @@ typedef struct sw_step {
 	const double *head[SW_HEAD_FIELDS];	/* each [layers * heads] */
 	const int64_t *rows;		/* [layers * heads] valid rows */
 	const int64_t *rejected;	/* [layers * heads * SWM_STATUS__N] */
-	const double *pair[SW_PAIR_FIELDS];	/* each [layers * heads * heads], may be NULL */
+	const double *pair[SW_PAIR_FIELDS];	/* each [layers * heads * heads], may be NULL;
+					 * a missing layer's part is never read */
 	const double *flip;		/* [layers * 3], may be NULL */
 	const uint8_t *missing;		/* [layers]: 1 where the layer never arrived */
 	/* cumulative run counters as of this step */
@@ -259,8 +260,11 @@ int sw_runfile_last(const sw_runfile *f, double *head[SW_HEAD_FIELDS],
 /*
  * Appends one step: every dataset is extended and written first, /step
  * last, so a SWMR reader that sizes its reads by /step never sees a half
- * step. A NULL head field is stored as NaN like a NULL pair or flip; rows,
- * rejected and missing must be given. Does not flush. Returns 0, or -1
+ * step. A NULL head field is stored as NaN like a NULL pair, flip or
+ * xpair, and so are the pair matrices of a layer that missing marks: those
+ * are never written, the datasets' fill value is NaN, so that a step's
+ * work follows the layers sent. rows, rejected and missing must be given.
+ * Does not flush. Returns 0, or -1
  * with a message: a write that fails midway leaves the committed steps as
  * they were (/step not extended), and the next append writes that step
  * again.

@@ -518,6 +518,39 @@ def hostile_shape():
     assert not os.path.exists(d.run_file("huge"))
 
 
+def sparse_layers():
+    """Issue 27, item 1: the layers a step never got are the datasets' NaN
+    fill, never written from a layers x heads x heads buffer: with 1024
+    layers of 32 heads and only layer 0 sent, each step adds about one
+    chunk (1 MiB) per pair dataset to the file, not 8 MiB each."""
+    d = Daemon(extra=["--budget-mb", "256", "--step-timeout-ms", "100"]).start()
+    run, L, H, steps = "sparse", 1024, 32, 5
+    s = Sender(d.listen, run, layers=L, heads=H, fixed=False)
+    try:
+        for step in range(steps):
+            s.snapshot(step, 0, random_probs(RNG, H, 3, 8), inc=46)
+        d.wait(lambda st: st["writer"]["steps_written"] >= steps, what="%d steps" % steps)
+    finally:
+        d.stop()
+        s.close()
+    path = d.run_file(run)
+    with h5py.File(path, "r") as f:
+        # the pair datasets: one chunk (1 MiB, 128 layers) a step each,
+        # where writing every layer took 8 MiB each
+        for name in ("cosine_keep", "cosine_drop", "js_keep", "js_drop", "pair_sink",
+                     "pair_content"):
+            got = f[name].id.get_storage_size()
+            assert got <= steps * (1 << 20), "/%s: %d bytes stored, whole steps %d" % (
+                name, got, steps * L * H * H * 8)
+        assert f["step"].shape[0] == steps
+        ck = f["cosine_keep"][:, :2]
+        assert np.isfinite(ck[:, 0, 0, 1]).all(), ck[:, 0, 0, 1]
+        assert np.isnan(ck[:, 1]).all()
+        assert np.isnan(f["cosine_keep"][steps - 1, L - 1]).all()
+        assert (f["missing"][:, 1:] == 1).all() and (f["missing"][:, 0] == 0).all()
+        assert np.isnan(f["sink_mass"][:, 1:]).all()
+
+
 def control_chars():
     """Issue 27, item 4: a model name with ESC and BEL (senders may send any
     byte but NUL) never reaches the terminal raw: report, tail and check
@@ -546,6 +579,7 @@ def control_chars():
 
 R.check("control characters never reach the terminal", control_chars)
 R.check("a header claiming a huge model is refused (run_state)", hostile_shape)
+R.check("layers never sent are the NaN fill, not written", sparse_layers)
 R.check("steps past 2^53 stay exact in JSON", exact_steps)
 R.check("an idle close writes open steps; a layer after it is late", idle_close_open_step)
 R.check("a probe that changes shape mid-run: the next generation", shape_change_mid_run)
