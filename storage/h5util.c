@@ -64,6 +64,9 @@ done:
 }
 
 
+/* what the last sw_h5_fail of this thread saw: a metadata checksum failed */
+static _Thread_local int checksum_failed;
+
 static herr_t
 innermost(unsigned n, const H5E_error2_t *e, void *data)
 {
@@ -72,7 +75,19 @@ innermost(unsigned n, const H5E_error2_t *e, void *data)
 	/* walked upward, entry 0 is where HDF5 first saw the problem */
 	if (n == 0 && e->desc)
 		snprintf(detail, 200, "%s", e->desc);
+	/* HDF5 1.10 has no error code of its own for it: H5E_CANTLOAD with
+	 * "incorrect metadata checksum ..." (H5C__load_entry, H5F_block_read) */
+	if (e->desc && strstr(e->desc, "checksum"))
+		checksum_failed = 1;
 	return 0;
+}
+
+int
+sw_h5_checksum_failed(void)
+{
+	int was = checksum_failed;
+	checksum_failed = 0;
+	return was;
 }
 
 void

@@ -29,4 +29,13 @@ hid_t sw_h5_reader_fapl(void);
 void sw_h5_fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/*
+ * Whether an HDF5 error stack that sw_h5_fail read in this thread since the
+ * last call held a metadata checksum failure; the call clears it. A SWMR
+ * reader of a file being written can see one honestly; one that stays
+ * after a re-open, or in a file marked ended, is a corrupt file
+ * (storage/reader.c, sinkwatch check).
+ */
+int sw_h5_checksum_failed(void);
+
 #endif

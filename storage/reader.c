@@ -52,6 +52,7 @@ struct sw_reader {
 	char split_form[16], kind[16], dtype[16];
 	int version;
 	uint32_t layers, heads, rows;	/* rows: of the per-row statistics, 0 none */
+	int ended_mark;		/* the last /ended entry read was 1 */
 };
 
 static void
@@ -175,6 +176,71 @@ extent0(hid_t ds, int *rank, hsize_t *dims)
 	return rk < 1 ? (hsize_t)-1 : dims[0];
 }
 
+static void
+close_handles(sw_reader *r)
+{
+	for (size_t i = 0; i < NNAMES; i++)
+		if (r->dset[i] >= 0) {
+			H5Dclose(r->dset[i]);
+			r->dset[i] = -1;
+		}
+	if (r->ended >= 0)
+		H5Dclose(r->ended);
+	if (r->file >= 0)
+		H5Fclose(r->file);
+	r->ended = r->file = -1;
+	H5Eclear2(H5E_DEFAULT);
+}
+
+static int
+open_file(sw_reader *r, char *err, size_t errlen)
+{
+	hid_t fapl = sw_h5_reader_fapl();
+
+	close_handles(r);
+	if (fapl < 0) {
+		sw_h5_fail(err, errlen, "%s: making the file access list failed", r->path);
+		return -1;
+	}
+	r->file = H5Fopen(r->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+	H5Pclose(fapl);
+	if (r->file < 0) {
+		sw_h5_fail(err, errlen, "%s: cannot open the run file for SWMR reading", r->path);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * A call failed with err. A metadata checksum that fails in a file being
+ * written can be the reader's honest bad luck (SWMR): the file is opened
+ * again and 1 returned, to try the call once more. The second failure, or
+ * the first in a file marked ended, makes err say the file is corrupt, and
+ * 0 is returned, as for any other failure.
+ */
+static int
+again(sw_reader *r, int tried, char *err, size_t errlen)
+{
+	if (!sw_h5_checksum_failed())
+		return 0;
+	if (!tried && !r->ended_mark) {
+		char oerr[256];
+		if (open_file(r, oerr, sizeof(oerr)) == 0 &&
+		    (r->dset[STEP_INDEX] = H5Dopen2(r->file, "step", H5P_DEFAULT)) >= 0 &&
+		    (r->ended = H5Dopen2(r->file, "ended", H5P_DEFAULT)) >= 0)
+			return 1;
+		H5Eclear2(H5E_DEFAULT);
+	}
+	char was[512];
+	size_t n = strlen(r->path);
+	/* err names the path first: once is enough */
+	snprintf(was, sizeof(was), "%s", strncmp(err, r->path, n) == 0 && err[n] == ':' ?
+	    err + n + 2 : err);
+	snprintf(err, errlen, "%s: the file is corrupt: a metadata checksum fails %s (%s)",
+	    r->path, r->ended_mark ? "in a file marked ended" : "again after a re-open", was);
+	return 0;
+}
+
 void
 sw_reader_close(sw_reader **rp)
 {
@@ -183,17 +249,47 @@ sw_reader_close(sw_reader **rp)
 	if (!r)
 		return;
 	quiet();
-	for (size_t i = 0; i < NNAMES; i++)
-		if (r->dset[i] >= 0)
-			H5Dclose(r->dset[i]);
-	if (r->ended >= 0)
-		H5Dclose(r->ended);
-	if (r->file >= 0)
-		H5Fclose(r->file);
-	H5Eclear2(H5E_DEFAULT);
+	close_handles(r);
 	free(r->path);
 	free(r);
 	*rp = NULL;
+}
+
+static int64_t refresh_once(sw_reader *r, char *err, size_t errlen);
+
+static int
+open_once(sw_reader *r, sw_runmeta *meta, char *err, size_t errlen)
+{
+	int32_t version = -1;
+
+	if (open_file(r, err, errlen) < 0)
+		return -1;
+	htri_t has = H5Aexists(r->file, "layout_version");
+	if (has == 0) {
+		snprintf(err, errlen, "%s: not a sinkwatch run file (no layout_version)", r->path);
+		return -1;
+	}
+	if (has < 0 || sw_h5_attr_num(r->file, "layout_version", H5T_NATIVE_INT32, &version) < 0) {
+		sw_h5_fail(err, errlen, "%s: reading the attribute layout_version failed", r->path);
+		return -1;
+	}
+	if (version < SW_RUNFILE_VERSION_MIN || version > SW_RUNFILE_VERSION) {
+		snprintf(err, errlen, "%s: layout version %d, this build reads %d to %d", r->path,
+		    (int)version, SW_RUNFILE_VERSION_MIN, SW_RUNFILE_VERSION);
+		return -1;
+	}
+	r->version = version;
+	if (read_meta(r, meta, err, errlen) < 0)
+		return -1;
+	if ((r->dset[STEP_INDEX] = H5Dopen2(r->file, "step", H5P_DEFAULT)) < 0 ||
+	    (r->ended = H5Dopen2(r->file, "ended", H5P_DEFAULT)) < 0) {
+		sw_h5_fail(err, errlen, "%s: not a sinkwatch run file (no /step or /ended)", r->path);
+		return -1;
+	}
+	if (refresh_once(r, err, errlen) < 0)
+		return -1;
+	(void)sw_reader_ended(r);	/* a checksum failing in an ended file is corruption */
+	return 0;
 }
 
 int
@@ -201,8 +297,7 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
     size_t errlen)
 {
 	sw_reader *r;
-	hid_t fapl = -1;
-	int32_t version = -1;
+	sw_runmeta own;
 
 	*out = NULL;
 	quiet();
@@ -215,57 +310,42 @@ sw_reader_open(const char *path, sw_reader **out, sw_runmeta *meta, char *err,
 	find_indices();
 	for (size_t i = 0; i < NNAMES; i++)
 		r->dset[i] = -1;
-	if ((fapl = sw_h5_reader_fapl()) < 0) {
-		sw_h5_fail(err, errlen, "%s: making the file access list failed", path);
-		goto fail;
-	}
 	struct stat sb;
 	if (stat(path, &sb) != 0) {	/* say why plainly, before HDF5 does not */
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		goto fail;
+		sw_reader_close(&r);
+		return -1;
 	}
-	r->file = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
-	H5Pclose(fapl);
-	fapl = -1;
-	if (r->file < 0) {
-		sw_h5_fail(err, errlen, "%s: cannot open the run file for SWMR reading", path);
-		goto fail;
+	for (int tried = 0;; tried++) {
+		(void)sw_h5_checksum_failed();
+		if (open_once(r, meta ? meta : &own, err, errlen) == 0)
+			break;
+		if (!again(r, tried, err, errlen)) {
+			sw_reader_close(&r);
+			return -1;
+		}
 	}
-	if (sw_h5_attr_num(r->file, "layout_version", H5T_NATIVE_INT32, &version) < 0) {
-		sw_h5_fail(err, errlen, "%s: not a sinkwatch run file (no layout_version)", path);
-		goto fail;
-	}
-	if (version < SW_RUNFILE_VERSION_MIN || version > SW_RUNFILE_VERSION) {
-		snprintf(err, errlen, "%s: layout version %d, this build reads %d to %d", path,
-		    (int)version, SW_RUNFILE_VERSION_MIN, SW_RUNFILE_VERSION);
-		goto fail;
-	}
-	r->version = version;
-	sw_runmeta own;
-	if (read_meta(r, meta ? meta : &own, err, errlen) < 0)
-		goto fail;
-	if ((r->dset[STEP_INDEX] = H5Dopen2(r->file, "step", H5P_DEFAULT)) < 0 ||
-	    (r->ended = H5Dopen2(r->file, "ended", H5P_DEFAULT)) < 0) {
-		sw_h5_fail(err, errlen, "%s: not a sinkwatch run file (no /step or /ended)", path);
-		goto fail;
-	}
-	if (sw_reader_refresh(r, err, errlen) < 0)
-		goto fail;
 	*out = r;
 	return 0;
-fail:
-	if (fapl >= 0)
-		H5Pclose(fapl);
-	sw_reader_close(&r);
-	return -1;
 }
 
 int64_t
 sw_reader_refresh(sw_reader *r, char *err, size_t errlen)
 {
+	quiet();
+	for (int tried = 0;; tried++) {
+		(void)sw_h5_checksum_failed();
+		int64_t n = refresh_once(r, err, errlen);
+		if (n >= 0 || !again(r, tried, err, errlen))
+			return n;
+	}
+}
+
+static int64_t
+refresh_once(sw_reader *r, char *err, size_t errlen)
+{
 	hsize_t dims[4];
 
-	quiet();
 	if (H5Drefresh(r->dset[STEP_INDEX]) < 0) {
 		sw_h5_fail(err, errlen, "%s: refreshing /step failed", r->path);
 		return -1;
@@ -402,8 +482,13 @@ sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 		snprintf(err, errlen, "%s: no series \"%s\"", r->path, name);
 		return -1;
 	}
-	return read_range(r, (size_t)k, t0, t1, r->committed, H5T_NATIVE_DOUBLE, buf, buflen,
-	    err, errlen);
+	for (int tried = 0;; tried++) {
+		(void)sw_h5_checksum_failed();
+		int64_t n = read_range(r, (size_t)k, t0, t1, r->committed, H5T_NATIVE_DOUBLE, buf,
+		    buflen, err, errlen);
+		if (n >= 0 || !again(r, tried, err, errlen))
+			return n;
+	}
 }
 
 /* The extent of a resume dataset, after a refresh; -1 on error. */
@@ -420,10 +505,23 @@ res_extent(sw_reader *r, size_t i)
 	return n == (hsize_t)-1 ? -1 : (int64_t)n;
 }
 
+static int rows_once(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen);
+
 int
 sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 {
 	quiet();
+	for (int tried = 0;; tried++) {
+		(void)sw_h5_checksum_failed();
+		int rc = rows_once(r, T, out, err, errlen);
+		if (rc >= 0 || !again(r, tried, err, errlen))
+			return rc;
+	}
+}
+
+static int
+rows_once(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
+{
 	memset(out, 0, sizeof(*out));
 	int64_t nr = 0;
 	if (r->version >= 2) {
@@ -462,8 +560,24 @@ sw_reader_rows(sw_reader *r, int64_t T, sw_rows *out, char *err, size_t errlen)
 	return 0;
 }
 
+static int row_stats_once(sw_reader *r, int64_t t0, int64_t t1, swm_row *out, size_t n,
+    char *err, size_t errlen);
+
 int
 sw_reader_row_stats_range(sw_reader *r, int64_t t0, int64_t t1, swm_row *out, size_t n,
+    char *err, size_t errlen)
+{
+	quiet();
+	for (int tried = 0;; tried++) {
+		(void)sw_h5_checksum_failed();
+		int rc = row_stats_once(r, t0, t1, out, n, err, errlen);
+		if (rc >= 0 || !again(r, tried, err, errlen))
+			return rc;
+	}
+}
+
+static int
+row_stats_once(sw_reader *r, int64_t t0, int64_t t1, swm_row *out, size_t n,
     char *err, size_t errlen)
 {
 	size_t m = (size_t)r->layers * r->heads * r->rows, tn = t1 > t0 ? (size_t)(t1 - t0) : 0;
@@ -520,13 +634,27 @@ sw_reader_row_stats(sw_reader *r, int64_t t, swm_row *out, size_t n, char *err,
 	return sw_reader_row_stats_range(r, t, t + 1, out, n, err, errlen);
 }
 
+static int64_t senders_once(sw_reader *r, uint64_t **vals, size_t *fields, char *err,
+    size_t errlen);
+
 int64_t
 sw_reader_senders(sw_reader *r, uint64_t **vals, size_t *fields, char *err, size_t errlen)
+{
+	quiet();
+	for (int tried = 0;; tried++) {
+		(void)sw_h5_checksum_failed();
+		int64_t n = senders_once(r, vals, fields, err, errlen);
+		if (n >= 0 || !again(r, tried, err, errlen))
+			return n;
+	}
+}
+
+static int64_t
+senders_once(sw_reader *r, uint64_t **vals, size_t *fields, char *err, size_t errlen)
 {
 	hsize_t dims[4];
 	int k = sw_schema_find("senders");
 
-	quiet();
 	*vals = NULL;
 	if (fields)
 		*fields = 0;
@@ -600,7 +728,7 @@ sw_reader_ended(sw_reader *r)
 	    H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &start, NULL, &one, NULL) >= 0 &&
 	    (msp = H5Screate_simple(1, &one, NULL)) >= 0 &&
 	    H5Dread(r->ended, H5T_NATIVE_INT8, msp, fsp, H5P_DEFAULT, &v) >= 0)
-		rc = v == 1;
+		rc = r->ended_mark = v == 1;
 	if (msp >= 0)
 		H5Sclose(msp);
 	if (fsp >= 0)

@@ -64,6 +64,7 @@ struct filecheck {
 	struct oddlist under;	/* shorter than /step: damage */
 	int has_view;		/* the view below could be read */
 	char bad[512];		/* the readers refuse it (its claims do not hold), or "" */
+	int corrupt;		/* a metadata checksum failed twice, or in an ended file */
 	sw_view view;		/* the steps the rows stand for (LAYOUT.md) */
 	int64_t nopen;		/* ranks that never sent their end (PROTOCOL.md 7b) */
 	sw_open_rank open[OPEN_MAX];	/* the first OPEN_MAX of them */
@@ -164,11 +165,17 @@ visit(hid_t root, const char *name, const H5L_info_t *info, void *data)
 
 	if (info->type != H5L_TYPE_HARD || !strcmp(name, "step"))
 		return 0;
-	if (H5Oget_info_by_name2(root, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
-	    oi.type != H5O_TYPE_DATASET)
+	/* an object no reader can open is damage, never skipped */
+	if (H5Oget_info_by_name2(root, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: reading /%s failed", fc->path, name);
+		return -1;
+	}
+	if (oi.type != H5O_TYPE_DATASET)
 		return 0;
-	if ((ds = H5Dopen2(root, name, H5P_DEFAULT)) < 0)
-		return 0;
+	if ((ds = H5Dopen2(root, name, H5P_DEFAULT)) < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: opening /%s failed", fc->path, name);
+		return -1;
+	}
 	if (sw_h5_attr_str(ds, "dims", dims, sizeof(dims)) == 0 && step_indexed(dims) &&
 	    (n = settled_extent(ds, fc->steps)) >= 0 && n != fc->steps &&
 	    odd_add(n > fc->steps ? &fc->over : &fc->under, name, n - fc->steps) < 0) {
@@ -263,7 +270,7 @@ unlocked_or_say(struct filecheck *fc)
  * would hand a read-write open in this process the same open file.
  */
 static int
-inspect(struct filecheck *fc)
+inspect_once(struct filecheck *fc)
 {
 	hid_t fapl = -1, file = -1;
 	haddr_t eoa;
@@ -288,10 +295,21 @@ inspect(struct filecheck *fc)
 		unlocked_or_say(fc);
 		goto done;
 	}
+	htri_t has_v = H5Aexists(file, "layout_version");
+	htri_t has_r = has_v > 0 ? H5Aexists(file, "run") : has_v;
+	if (has_r < 0) {
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: reading the attributes failed", fc->path);
+		goto done;
+	}
+	if (!has_r) {
+		snprintf(fc->err, sizeof(fc->err), "%s: not a sinkwatch run file "
+		    "(no layout_version or run attribute)", fc->path);
+		goto done;
+	}
 	if (sw_h5_attr_num(file, "layout_version", H5T_NATIVE_INT32, &fc->layout) < 0 ||
 	    sw_h5_attr_str(file, "run", fc->run, sizeof(fc->run)) < 0) {
-		sw_h5_fail(fc->err, sizeof(fc->err), "%s: not a sinkwatch run file "
-		    "(no layout_version or run attribute)", fc->path);
+		sw_h5_fail(fc->err, sizeof(fc->err), "%s: reading the attributes layout_version "
+		    "and run failed", fc->path);
 		goto done;
 	}
 	if (read_steps(file, fc) < 0 || read_ended(file, fc) < 0) {
@@ -300,7 +318,9 @@ inspect(struct filecheck *fc)
 		goto done;
 	}
 	if (H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, NULL, visit, fc) < 0) {
-		sw_h5_fail(fc->err, sizeof(fc->err), "%s: reading the datasets failed", fc->path);
+		if (!fc->err[0])	/* visit says which, when it was one */
+			sw_h5_fail(fc->err, sizeof(fc->err), "%s: reading the datasets failed",
+			    fc->path);
 		goto done;
 	}
 	if (H5Fget_eoa(file, &eoa) >= 0 && stat(fc->path, &sb) == 0 &&
@@ -414,6 +434,36 @@ view_of(struct filecheck *fc)
 	free(o);
 	free(t);
 	sw_reader_close(&r);
+}
+
+/*
+ * inspect_once, and once more after a metadata checksum failed: a file
+ * being written can fail one read honestly. A checksum that fails again,
+ * or in a file marked ended, is a corrupt file, and the error says so.
+ */
+static int
+inspect(struct filecheck *fc)
+{
+	for (int tried = 0;; tried++) {
+		fc->err[0] = 0;
+		fc->over.n = fc->under.n = 0;	/* a second try counts afresh */
+		(void)sw_h5_checksum_failed();
+		if (inspect_once(fc) == 0)
+			return 0;
+		if (!sw_h5_checksum_failed())
+			return -1;
+		if (tried || fc->ended) {
+			char was[sizeof(fc->err)];
+			size_t n = strlen(fc->path);
+			snprintf(was, sizeof(was), "%s", strncmp(fc->err, fc->path, n) == 0 &&
+			    fc->err[n] == ':' ? fc->err + n + 2 : fc->err);
+			snprintf(fc->err, sizeof(fc->err), "%s: the file is corrupt: a metadata "
+			    "checksum fails %s (%.300s)", fc->path, fc->ended ? "in a file marked "
+			    "ended" : "again after a re-open", was);
+			fc->corrupt = 1;
+			return -1;
+		}
+	}
 }
 
 static void
@@ -534,6 +584,7 @@ json_report(sw_json *j, const struct filecheck *fc)
 	sw_json_bool(j, "whole", whole(fc));
 	if (!fc->readable) {
 		sw_json_str(j, "error", fc->err);
+		sw_json_bool(j, "corrupt", fc->corrupt);
 		sw_json_end_obj(j);
 		return;
 	}
