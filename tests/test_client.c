@@ -473,6 +473,60 @@ START_TEST(test_down_then_up)
 }
 END_TEST
 
+/*
+ * Issue 27, item 7: a C client whose probe changes keys, then rows, mid-run
+ * (one handle, one daemon): each shape is the run's next generation, in
+ * its own file, and nothing is lost or refused.
+ */
+START_TEST(test_reshape_mid_run)
+{
+	int port = free_port();
+	struct daemon d;
+	start_daemon(&d, port);
+	fill();
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = d.listen;
+	sw_run_info ri = info("reshape");
+	sw_client *c;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	ck_assert_int_eq(sw_client_flush(c, 5000), 0);
+	/* (rows, keys): 3 x 8, then 3 x 4, then 2 x 8; two steps each */
+	const uint32_t shape[3][2] = { { R, K }, { R, 4 }, { 2, K } };
+	for (int t = 0; t < 6; t++) {
+		static float probs[H * R * K];
+		sw_snapshot s = snap(t, 0);
+		s.rows = shape[t / 2][0];
+		s.keys = shape[t / 2][1];
+		s.bytes = (size_t)H * s.rows * s.keys * sizeof(float);
+		for (size_t i = 0; i < (size_t)H * s.rows * s.keys; i++)
+			probs[i] = 1.0f / (float)s.keys;	/* rows that sum to 1 */
+		s.data = probs;
+		ck_assert_int_eq(sw_client_send(c, &s), 0);
+		ck_assert_int_eq(sw_client_flush(c, 5000), 0);
+		/* each shape's first step after the last one's are written */
+		if (t % 2 == 1)
+			ck_assert_int_eq(wait_figure(&d, "steps_written", t + 1), t + 1);
+	}
+	ck_assert_int_eq(sw_client_end(c), 0);
+	ck_assert_int_eq(sw_client_flush(c, 5000), 0);
+	sw_client_destroy(&c);
+	ck_assert_int_eq(wait_figure(&d, "steps_written", 6), 6);
+	ck_assert_int_eq(figure(&d, "write_errors"), 0);
+	ck_assert_int_eq(figure(&d, "write_error"), 0);
+	ck_assert_int_eq(figure(&d, "duplicate"), 0);
+	ck_assert_int_eq(figure(&d, "run_mismatch"), 0);
+	stop_daemon(&d);
+	const char *names[3] = { "reshape.h5", "reshape@2.h5", "reshape@3.h5" };
+	for (int i = 0; i < 3; i++) {
+		char path[400];
+		struct stat sb;
+		snprintf(path, sizeof(path), "%s/data-%d/%s", tmpdir, port, names[i]);
+		ck_assert_msg(stat(path, &sb) == 0, "no %s", path);
+	}
+}
+END_TEST
+
 START_TEST(test_daemon_restart)
 {
 	int port = free_port();
@@ -1156,6 +1210,7 @@ main(void)
 	tcase_add_test(tc, test_curve_keys);
 	tcase_add_test(tc, test_down_then_up);
 	tcase_add_test(tc, test_daemon_restart);
+	tcase_add_test(tc, test_reshape_mid_run);
 	tcase_add_test(tc, test_slow_joiner);
 	tcase_add_test(tc, test_burst_after_new);
 	tcase_add_test(tc, test_incarnation);
