@@ -348,6 +348,43 @@ void swm_split_add(swm_split *a, const swm_split *b);
 void swm_split_shares(const swm_split *sp, double *sink_share,
     double *content_share);
 
+/*
+ * §4 drift of one head between two fixed-probe steps, over the rows
+ * accepted at both: *dsink the root mean square change of the sink balance
+ * b, *dcontent the root mean square Aitchison distance of the content parts
+ * over the rows whose ln parts both steps kept with the same valid keys.
+ * NaN where no row counts. Each side is one head's rows.
+ */
+typedef struct swm_drift_side {
+	const swm_row *row;		/* [rows] the head's row statistics */
+	const float *ln;		/* [nln * keys] ln parts of the rows ln_rows, or NULL */
+	const uint32_t *ln_rows;	/* [nln] ascending */
+	size_t nln;
+} swm_drift_side;
+void swm_drift(const swm_drift_side *a, const swm_drift_side *b, size_t rows,
+    size_t keys, size_t sink, double *dsink, double *dcontent);
+
+/*
+ * Cross-layer pairs (LAYOUT.md xpair_*): JS keep and drop (§5) between
+ * every two of the L*H heads of a model, on the pair rows the layers share,
+ * by the kernel of the pairs within a layer. A layer is the pair rows as
+ * sent: rows [heads, nx, keys] in the step's dtype (NULL: the layer is
+ * missing), their indices idx[nx] and valid keys nvalid[nx]. A layer with
+ * another pick than the first layer that has rows, and a missing head, give
+ * NaN. keep and drop hold (L*H)^2; scratch holds swm_cross_scratch(L, H,
+ * nx, keys, dt) bytes, 64-byte aligned, nx from swm_cross_nx().
+ */
+typedef struct swm_cross_layer {
+	const void *rows;
+	size_t nx;
+	const uint32_t *idx, *nvalid;
+	const int32_t *miss;	/* [heads] -1 where the head is present; NULL: all */
+} swm_cross_layer;
+size_t swm_cross_nx(const swm_cross_layer *layers, size_t L);
+size_t swm_cross_scratch(size_t L, size_t heads, size_t nx, size_t keys, swm_dtype dt);
+void swm_cross_pairs(const swm_cross_layer *layers, size_t L, size_t heads, size_t keys,
+    swm_dtype dt, swm_kind kind, size_t sink, void *scratch, double *keep, double *drop);
+
 #ifdef __cplusplus
 }
 #endif

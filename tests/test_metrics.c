@@ -2591,6 +2591,143 @@ START_TEST(test_row_from_stats)
 }
 END_TEST
 
+/*
+ * swm_drift (§4, the writer's drift) against the definitions in long
+ * double: two steps of two heads, a row rejected at one step (out of both
+ * sums), ln parts kept for other rows at each step (the content distance
+ * over the rows both kept), and a side without ln parts (content NaN).
+ */
+START_TEST(test_drift)
+{
+	enum { H = 2, R = 4, K = 11, KS = 0 };
+	static const uint32_t nvalid[R] = { 11, 11, 7, 7 };
+	static double src[2][H][R][K];
+	static double data[2][H * R * K];
+	static swm_row rows[2][H * R];
+	static float ln[2][H * 3 * K];
+	static const uint32_t pick[2][3] = { { 0, 2 }, { 0, 2, 3 } };
+	static const size_t npick[2] = { 2, 3 };
+	swm_opts o = dflt();
+	rng_state = 77;
+	for (int t = 0; t < 2; t++) {
+		for (int h = 0; h < H; h++)
+			for (int r = 0; r < R; r++) {
+				memset(src[t][h][r], 0, sizeof(src[t][h][r]));
+				make_row(src[t][h][r], nvalid[r], KS, 0.2 + 0.3 * t + 0.1 * h, 1 + h);
+				memcpy(&data[t][((size_t)h * R + r) * K], src[t][h][r], sizeof(double) * K);
+			}
+		if (t == 1)	/* head 0, row 1 rejected at the second step */
+			data[t][1 * K + 3] = -0.5;
+		swm_head_acc acc[H];
+		memset(acc, 0, sizeof(acc));
+		swm_block blk = { .data = data[t], .dtype = SWM_F64, .kind = SWM_PROBS,
+		    .heads = H, .rows = R, .keys = K, .head_stride = R * K, .row_stride = K,
+		    .nvalid = nvalid, .sink = KS, .rows_out = rows[t], .ln_pick = pick[t],
+		    .nln = npick[t], .ln_out = ln[t] };
+		void *scratch = aligned_alloc(64, (swm_block_scratch(H, K) + 63) & ~(size_t)63);
+		swm_block_add(&blk, &o, scratch, acc, NULL);
+		free(scratch);
+	}
+	ck_assert_int_ne(rows[1][1].status, SWM_OK);
+	for (int h = 0; h < H; h++) {
+		long double s2 = 0, c2 = 0;
+		int n = 0, nc = 0;
+		for (int r = 0; r < R; r++) {
+			if (h == 0 && r == 1)
+				continue;
+			static struct ref x, y;
+			ref_row(src[0][h][r], nvalid[r], KS, o.delta, &x);
+			ref_row(src[1][h][r], nvalid[r], KS, o.delta, &y);
+			s2 += (x.b - y.b) * (x.b - y.b);
+			n++;
+			if (r != 0 && r != 2)	/* ln parts kept at both steps */
+				continue;
+			long double mx = 0, my = 0;
+			for (uint32_t q = 1; q < nvalid[r]; q++)
+				mx += x.l[q], my += y.l[q];
+			mx /= nvalid[r] - 1;
+			my /= nvalid[r] - 1;
+			for (uint32_t q = 1; q < nvalid[r]; q++) {
+				long double d = (x.l[q] - mx) - (y.l[q] - my);
+				c2 += d * d;
+			}
+			nc++;
+		}
+		swm_drift_side a = { rows[0] + h * R, ln[0] + (size_t)h * npick[0] * K, pick[0],
+		    npick[0] };
+		swm_drift_side b = { rows[1] + h * R, ln[1] + (size_t)h * npick[1] * K, pick[1],
+		    npick[1] };
+		double ds, dc;
+		swm_drift(&a, &b, R, K, KS, &ds, &dc);
+		ck_close(ds, sqrtl(s2 / n), 1e-9, 1e-12);
+		ck_close(dc, sqrtl(c2 / nc), 1e-5, 1e-6);	/* float logs */
+		b.ln = NULL;
+		swm_drift(&a, &b, R, K, KS, &ds, &dc);
+		ck_close(ds, sqrtl(s2 / n), 1e-9, 1e-12);
+		ck_assert(isnan(dc));
+	}
+}
+END_TEST
+
+/*
+ * swm_cross_pairs against ref_pair's JS in long double: three layers of two
+ * heads, the third with another pick (NaN), a head of the second missing
+ * (NaN in its row and column), the diagonal 0; and every layer missing
+ * gives NaN everywhere.
+ */
+START_TEST(test_cross_pairs)
+{
+	enum { L = 3, H = 2, NX = 3, K = 9, KS = 0, N = L * H };
+	static double src[L][H][NX][K], data[L][H * NX * K];
+	static const uint32_t idx[NX] = { 0, 4, 8 }, idx2[NX] = { 0, 4, 9 };
+	static const uint32_t nvalid[NX] = { 9, 9, 6 };
+	static const int32_t miss1[H] = { -1, 3 };
+	rng_state = 5;
+	swm_cross_layer cl[L];
+	for (int l = 0; l < L; l++) {
+		for (int h = 0; h < H; h++)
+			for (int r = 0; r < NX; r++) {
+				memset(src[l][h][r], 0, sizeof(src[l][h][r]));
+				make_row(src[l][h][r], nvalid[r], KS, 0.1 + 0.2 * l, 0.5 + h);
+				memcpy(&data[l][((size_t)h * NX + r) * K], src[l][h][r],
+				    sizeof(double) * K);
+			}
+		cl[l] = (swm_cross_layer){ data[l], NX, l == 2 ? idx2 : idx, nvalid,
+		    l == 1 ? miss1 : NULL };
+	}
+	ck_assert_uint_eq(swm_cross_nx(cl, L), NX);
+	size_t sb = swm_cross_scratch(L, H, NX, K, SWM_F64);
+	void *scratch = aligned_alloc(64, sb);
+	double keep[N * N], drop[N * N];
+	swm_cross_pairs(cl, L, H, K, SWM_F64, SWM_PROBS, KS, scratch, keep, drop);
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++) {
+			int li = i / H, lj = j / H;
+			int gone = li == 2 || lj == 2 || i == 3 || j == 3;
+			if (gone) {
+				ck_assert_msg(isnan(keep[i * N + j]) && isnan(drop[i * N + j]),
+				    "%d %d: %g %g", i, j, keep[i * N + j], drop[i * N + j]);
+				continue;
+			}
+			long double k2 = 0, d2 = 0, pv[4];
+			for (int r = 0; r < NX; r++) {
+				ref_pair(src[li][i % H][r], src[lj][j % H][r], nvalid[r], KS, pv);
+				k2 += pv[2];
+				d2 += pv[3];
+			}
+			ck_close(keep[i * N + j], i == j ? 0 : k2 / NX, 1e-7, 1e-10);
+			ck_close(drop[i * N + j], i == j ? 0 : d2 / NX, 1e-7, 1e-10);
+		}
+	for (int l = 0; l < L; l++)
+		cl[l].rows = NULL;
+	ck_assert_uint_eq(swm_cross_nx(cl, L), 0);
+	swm_cross_pairs(cl, L, H, K, SWM_F64, SWM_PROBS, KS, scratch, keep, drop);
+	for (int i = 0; i < N * N; i++)
+		ck_assert(isnan(keep[i]) && isnan(drop[i]));
+	free(scratch);
+}
+END_TEST
+
 static Suite *
 metrics_suite(void)
 {
@@ -2633,6 +2770,8 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_block_pick, 0, NISA);
 	tcase_add_test(tc, test_flip_rate);
 	tcase_add_test(tc, test_row_from_stats);
+	tcase_add_test(tc, test_drift);
+	tcase_add_test(tc, test_cross_pairs);
 	suite_add_tcase(s, tc);
 	return s;
 }
