@@ -87,11 +87,16 @@ typedef struct swd_sender {
 	uint64_t inc;
 	uint32_t rank, senders;
 	uint64_t first_seq;	/* the first seq of it this session saw */
-	uint64_t seq_next;	/* the next seq expected of it */
-	int64_t messages;	/* received, whatever became of them (ends included) */
-	int64_t lost;		/* missing by seq */
-	int64_t stored;		/* messages whose data went into a step handed to the writer */
-	int64_t pending;	/* messages held: gathered, in work, or in a step still open */
+	/*
+	 * Its counters of its own (daemon/sender_counters.def, those OWN):
+	 * messages, lost, seq_next, stored, pending, disagree, ...
+	 */
+#define SWD_OWN_FIELD_OWN(type, name) SWD_CT_##type name;
+#define SWD_OWN_FIELD_DROP(type, name)
+#define SWD_SENDER_COUNTER(name, type, where, drop) SWD_OWN_FIELD_##where(type, name)
+#include "daemon/sender_counters.def"
+#undef SWD_OWN_FIELD_OWN
+#undef SWD_OWN_FIELD_DROP
 	/*
 	 * Its messages not stored, by drop reason (SWD_DROP_*), each counted
 	 * once: duplicate (parts or layers another sender had sent, and layers
@@ -99,11 +104,23 @@ typedef struct swd_sender {
 	 * messages = stored + pending + sum(drop) + ended (the end message).
 	 */
 	int64_t drop[SWD_DROP_REASONS];
-	int64_t disagree;	/* duplicates that differ from the kept data */
-	int64_t uncompared;	/* duplicates that could not be compared */
-	int64_t missing;	/* heads of layers it was to send that never came */
-	int ended;
 } swd_sender;
+
+/*
+ * A sender's counters as status shows them (daemon/sender_counters.def:
+ * those of its own, and the DROP ones under their names too).
+ */
+#define SWD_SVAL_OWN(c, name, r) (c)->name
+#define SWD_SVAL_DROP(c, name, r) (c)->drop[SWD_DROP_##r]
+static inline swd_status_sender
+swd_sender_status(const char *run, const swd_sender *c)
+{
+	swd_status_sender s = { .run = run, .inc = c->inc, .rank = c->rank, .senders = c->senders };
+#define SWD_SENDER_COUNTER(name, type, where, drop) s.name = SWD_SVAL_##where(c, name, drop);
+#include "daemon/sender_counters.def"
+	memcpy(s.drop, c->drop, sizeof(s.drop));
+	return s;
+}
 
 enum { WQ_STEP, WQ_END, WQ_CLOSE, WQ_STOP, WQ_INC, WQ_SENDERS };
 

@@ -7,10 +7,8 @@
 #include "daemon/status.h"
 
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
-	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
-	"nomem", "stopping", "unknown_run", "open_steps", "write_error",
-	"senders_mismatch", "overlap", "part_mismatch", "locked", "run_rate", "head_missing",
-	"run_state", "revoked"
+#define SWD_DROP(id, name) #name,
+#include "daemon/drops.def"
 };
 
 const char *const swd_stage_names[SWD_STAGES_N] = {
@@ -113,7 +111,7 @@ finish(struct buf *b)
 
 /* CPU seconds by stage, and per message received (ms). */
 static void
-cpu_section(struct buf *b, const swd_status *st)
+sec_cpu(struct buf *b, const swd_status *st)
 {
 	double sum = 0, per = st->messages > 0 ? 1e3 / (double)st->messages : 0;
 	put(b, "# cpu\n");
@@ -140,138 +138,218 @@ put_run(struct buf *b, const char *prefix, const swd_status_run *r)
 		put(b, "gap: %s %s\n", r->run, r->last_gap);
 }
 
-/* A sender's line (senders, finished): its counters and its whole account. */
+/* Whether drop reason r has a counter of its own on the sender line. */
+static int
+drop_shown(int r)
+{
+#define SWD_SENDER_COUNTER(name, type, where, drop) if (SWD_DROP_##drop == r) return 1;
+#include "daemon/sender_counters.def"
+	return 0;
+}
+
+#define SWD_FMT_S64 "%lld"
+#define SWD_FMT_U64 "%llu"
+#define SWD_FMT_INT "%d"
+#define SWD_CAST_S64 (long long)
+#define SWD_CAST_U64 (unsigned long long)
+#define SWD_CAST_INT (int)
+
+/*
+ * A sender's line (senders, finished): its counters (sender_counters.def)
+ * and the rest of its account, every other drop reason it has a count of.
+ */
 static void
 put_sender(struct buf *b, const char *prefix, const swd_status_sender *d)
 {
-	/* the rest of its account: stored, held, every other drop reason */
-	char more[64 + SWD_DROP_REASONS * 40];
-	size_t ml = (size_t)snprintf(more, sizeof(more), " stored=%lld pending=%lld",
-	    (long long)d->stored, (long long)d->pending);
-	for (int r = 0; r < SWD_DROP_REASONS && ml < sizeof(more); r++)
-		if (d->drop[r] && r != SWD_DROP_DUPLICATE && r != SWD_DROP_OVERLAP &&
-		    r != SWD_DROP_PART_MISMATCH && r != SWD_DROP_AFTER_END)
-			ml += (size_t)snprintf(more + ml, sizeof(more) - ml, " %s=%lld",
-			    swd_drop_names[r], (long long)d->drop[r]);
-	put(b, "%s: %s inc=%llu rank=%u/%u messages=%lld lost=%lld "
-	    "duplicates=%lld disagree=%lld uncompared=%lld overlaps=%lld "
-	    "mismatches=%lld missing=%lld after_end=%lld seq_next=%llu ended=%d%s\n",
-	    prefix, d->run, (unsigned long long)d->inc, d->rank, d->senders,
-	    (long long)d->messages, (long long)d->lost, (long long)d->duplicates,
-	    (long long)d->disagree, (long long)d->uncompared, (long long)d->overlaps,
-	    (long long)d->mismatches, (long long)d->missing, (long long)d->after_end,
-	    (unsigned long long)d->seq_next, d->ended, more);
+	put(b, "%s: %s inc=%llu rank=%u/%u", prefix, d->run, (unsigned long long)d->inc,
+	    d->rank, d->senders);
+#define SWD_SENDER_COUNTER(name, type, where, drop) \
+	put(b, " " #name "=" SWD_FMT_##type, SWD_CAST_##type d->name);
+#include "daemon/sender_counters.def"
+	for (int r = 0; r < SWD_DROP_REASONS; r++)
+		if (d->drop[r] && !drop_shown(r))
+			put(b, " %s=%lld", swd_drop_names[r], (long long)d->drop[r]);
+	put(b, "\n");
 }
+
+/* Where it listens, what it runs as. */
+static void
+sec_server(struct buf *b, const swd_status *st)
+{
+	put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
+	    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
+	    st->listen, st->control, st->data_dir);
+	if (st->connect && st->connect[0])
+		put(b, "connect: %s\n", st->connect);
+	/* one line per prefix, "" for all runs */
+	const char *p = st->subscribe ? st->subscribe : "";
+	do {
+		int n = (int)strcspn(p, "\n");
+		put(b, "subscribe: %.*s\n", n, p);
+		p += n + (p[n] == '\n');
+	} while (*p);
+	put(b, "kernel_isa: %s\nlog_precision: %s\n", st->kernel_isa ? st->kernel_isa : "-",
+	    st->log_precision ? st->log_precision : "-");
+}
+
+/* CURVE: its keys and the handshakes it allowed and refused. */
+static void
+sec_auth(struct buf *b, const swd_status *st)
+{
+	/*
+	 * refused_key: a CURVE client whose key is not in the allow list;
+	 * handshake_failed: no CURVE, another server key, a bad handshake
+	 */
+	put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
+	if (st->curve)
+		put(b, "public_key: %s\nallowed_keys: %lld\nhandshakes_allowed: %lld\n"
+		    "refused_key_data: %lld\nrefused_key_control: %lld\n"
+		    "handshake_failed_data: %lld\nhandshake_failed_control: %lld\n",
+		    st->curve_public, (long long)st->auth_keys, (long long)st->auth_allowed,
+		    (long long)st->auth_refused_data, (long long)st->auth_refused_control,
+		    (long long)st->auth_failed_data, (long long)st->auth_failed_control);
+	/* behind a forwarder: this daemon is the client of the hop */
+	if (st->upstream)
+		put(b, "upstream: %s\nupstream_curve: %s\nupstream_refused_key: %lld\n"
+		    "upstream_handshake_failed: %lld\n", st->upstream,
+		    st->upstream_curve ? "on" : "off", (long long)st->upstream_refused,
+		    (long long)st->upstream_failed);
+}
+
+/* The open runs, a line each. */
+static void
+sec_runs(struct buf *b, const swd_status *st)
+{
+	put(b, "# runs\nruns: %zu\n", st->nruns);
+	if (st->runs_live > (int64_t)st->nruns)
+		put(b, "runs_total: %lld\nruns_not_shown: %lld\n", (long long)st->runs_live,
+		    (long long)(st->runs_live - (int64_t)st->nruns));
+	for (size_t i = 0; i < st->nruns; i++)
+		put_run(b, "run", &st->runs[i]);
+}
+
+/* The senders of the open runs, a line each. */
+static void
+sec_senders(struct buf *b, const swd_status *st)
+{
+	put(b, "# senders\nsenders: %zu\n", st->nsenders);
+	if (st->senders_live > (int64_t)st->nsenders)
+		put(b, "senders_total: %lld\nsenders_not_shown: %lld\n",
+		    (long long)st->senders_live,
+		    (long long)(st->senders_live - (int64_t)st->nsenders));
+	for (size_t i = 0; i < st->nsenders; i++)
+		put_sender(b, "sender", &st->senders[i]);
+}
+
+/* Runs gone from the table lately, and their senders' last counts. */
+static void
+sec_finished(struct buf *b, const swd_status *st)
+{
+	put(b, "# finished\nfinished: %zu\n", st->nfinished);
+	for (size_t i = 0; i < st->nfinished; i++)
+		put_run(b, "finished_run", &st->finished[i]);
+	for (size_t i = 0; i < st->nfinished_senders; i++)
+		put_sender(b, "finished_sender", &st->finished_senders[i]);
+}
+
+/* The run ids refused lately. */
+static void
+sec_refused(struct buf *b, const swd_status *st)
+{
+	/* what a sender refused a run can read: its run is in no table */
+	put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
+	    "refused_runs: %zu\nrefused_total: %lld\n", (long long)st->max_runs,
+	    (long long)st->new_runs_per_s, (long long)st->new_runs_burst, st->nrefused,
+	    (long long)st->refused_total);
+	for (size_t i = 0; i < st->nrefused; i++)
+		put(b, "refused: %s too_many_runs=%lld run_rate=%lld run_state=%lld\n",
+		    st->refused[i].run, (long long)st->refused[i].too_many_runs,
+		    (long long)st->refused[i].run_rate, (long long)st->refused[i].run_state);
+}
+
+/* What came in. */
+static void
+sec_traffic(struct buf *b, const swd_status *st)
+{
+	put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
+	    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"
+	    "steps_incomplete: %lld\n", (long long)st->messages, (long long)st->bytes,
+	    (long long)st->rows, st->rows_per_s, st->msgs_per_s,
+	    (long long)st->steps_complete, (long long)st->steps_incomplete);
+}
+
+/* Messages not stored, by reason: drops.def, then errors.def (bad_*). */
+static void
+sec_drops(struct buf *b, const swd_status *st)
+{
+	put(b, "# drops\n");
+	for (int i = 0; i < SWD_DROP_REASONS; i++)
+		put(b, "%s: %lld\n", swd_drop_names[i], (long long)st->drops[i]);
+	for (int i = 1; i < SWD_DECODE_ERRORS; i++)
+		put(b, "bad_%s: %lld\n", swp_errname(-i), (long long)st->decode_errors[i]);
+}
+
+/* Rows rejected, by reason. */
+static void
+sec_rejects(struct buf *b, const swd_status *st)
+{
+	put(b, "# rejects\n");
+	for (int i = 1; i < SWM_STATUS__N; i++)
+		put(b, "%s: %lld\n", swm_status_name((swm_status)i), (long long)st->rejects[i]);
+}
+
+/* What is held, against the budget. */
+static void
+sec_queue(struct buf *b, const swd_status *st)
+{
+	put(b, "# queue\ninflight_bytes: %lld\nbudget_bytes: %lld\njobs_in_flight: %lld\n"
+	    "writer_queue: %lld\n", (long long)st->inflight_bytes,
+	    (long long)st->budget_bytes, (long long)st->jobs_in_flight,
+	    (long long)st->writer_queue);
+}
+
+/* The writer thread's figures. */
+static void
+sec_writer(struct buf *b, const swd_status *st)
+{
+	put(b, "# writer\nsteps_written: %lld\nwrite_errors: %lld\nflushes: %lld\n"
+	    "files_open: %lld\nmax_flush_us: %lld\n", (long long)st->steps_written,
+	    (long long)st->write_errors, (long long)st->flushes,
+	    (long long)st->files_open, (long long)st->max_flush_us);
+}
+
+/* The event loop's figures. */
+static void
+sec_loop(struct buf *b, const swd_status *st)
+{
+	put(b, "# loop\nturns: %lld\ndrain_rounds: %lld\nmax_batch: %lld\n"
+	    "batch_limit_hits: %lld\nidle_s: %.3f\n", (long long)st->loop_turns,
+	    (long long)st->drain_rounds, (long long)st->max_batch,
+	    (long long)st->batch_limit_hits, st->loop_idle_s);
+}
+
+/* Each section's name and function, in the order of the reply (sections.def). */
+static const struct {
+	const char *name;
+	void (*put)(struct buf *, const swd_status *);
+} section_fns[] = {
+#define SWD_SECTION(name) { #name, sec_##name },
+#include "daemon/sections.def"
+};
+#define NSECTIONS (sizeof(section_fns) / sizeof(section_fns[0]))
+
+static const char *const sections[NSECTIONS] = {
+#define SWD_SECTION(name) #name,
+#include "daemon/sections.def"
+};
 
 static void
 section(struct buf *b, const char *name, const swd_status *st)
 {
-	if (!strcmp(name, "server")) {
-		put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
-		    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
-		    st->listen, st->control, st->data_dir);
-		if (st->connect && st->connect[0])
-			put(b, "connect: %s\n", st->connect);
-		/* one line per prefix, "" for all runs */
-		const char *p = st->subscribe ? st->subscribe : "";
-		do {
-			int n = (int)strcspn(p, "\n");
-			put(b, "subscribe: %.*s\n", n, p);
-			p += n + (p[n] == '\n');
-		} while (*p);
-		put(b, "kernel_isa: %s\nlog_precision: %s\n", st->kernel_isa ? st->kernel_isa : "-",
-		    st->log_precision ? st->log_precision : "-");
-	} else if (!strcmp(name, "auth")) {
-		/*
-		 * refused_key: a CURVE client whose key is not in the allow list;
-		 * handshake_failed: no CURVE, another server key, a bad handshake
-		 */
-		put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
-		if (st->curve)
-			put(b, "public_key: %s\nallowed_keys: %lld\nhandshakes_allowed: %lld\n"
-			    "refused_key_data: %lld\nrefused_key_control: %lld\n"
-			    "handshake_failed_data: %lld\nhandshake_failed_control: %lld\n",
-			    st->curve_public, (long long)st->auth_keys, (long long)st->auth_allowed,
-			    (long long)st->auth_refused_data, (long long)st->auth_refused_control,
-			    (long long)st->auth_failed_data, (long long)st->auth_failed_control);
-		/* behind a forwarder: this daemon is the client of the hop */
-		if (st->upstream)
-			put(b, "upstream: %s\nupstream_curve: %s\nupstream_refused_key: %lld\n"
-			    "upstream_handshake_failed: %lld\n", st->upstream,
-			    st->upstream_curve ? "on" : "off", (long long)st->upstream_refused,
-			    (long long)st->upstream_failed);
-	} else if (!strcmp(name, "runs")) {
-		put(b, "# runs\nruns: %zu\n", st->nruns);
-		if (st->runs_live > (int64_t)st->nruns)
-			put(b, "runs_total: %lld\nruns_not_shown: %lld\n", (long long)st->runs_live,
-			    (long long)(st->runs_live - (int64_t)st->nruns));
-		for (size_t i = 0; i < st->nruns; i++)
-			put_run(b, "run", &st->runs[i]);
-	} else if (!strcmp(name, "senders")) {
-		put(b, "# senders\nsenders: %zu\n", st->nsenders);
-		if (st->senders_live > (int64_t)st->nsenders)
-			put(b, "senders_total: %lld\nsenders_not_shown: %lld\n",
-			    (long long)st->senders_live,
-			    (long long)(st->senders_live - (int64_t)st->nsenders));
-		for (size_t i = 0; i < st->nsenders; i++)
-			put_sender(b, "sender", &st->senders[i]);
-	} else if (!strcmp(name, "finished")) {
-		/* runs gone from the table lately, and their senders' last counts */
-		put(b, "# finished\nfinished: %zu\n", st->nfinished);
-		for (size_t i = 0; i < st->nfinished; i++)
-			put_run(b, "finished_run", &st->finished[i]);
-		for (size_t i = 0; i < st->nfinished_senders; i++)
-			put_sender(b, "finished_sender", &st->finished_senders[i]);
-	} else if (!strcmp(name, "refused")) {
-		/* what a sender refused a run can read: its run is in no table */
-		put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
-		    "refused_runs: %zu\nrefused_total: %lld\n", (long long)st->max_runs,
-		    (long long)st->new_runs_per_s, (long long)st->new_runs_burst, st->nrefused,
-		    (long long)st->refused_total);
-		for (size_t i = 0; i < st->nrefused; i++)
-			put(b, "refused: %s too_many_runs=%lld run_rate=%lld run_state=%lld\n",
-			    st->refused[i].run, (long long)st->refused[i].too_many_runs,
-			    (long long)st->refused[i].run_rate, (long long)st->refused[i].run_state);
-	} else if (!strcmp(name, "traffic")) {
-		put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
-		    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"
-		    "steps_incomplete: %lld\n", (long long)st->messages, (long long)st->bytes,
-		    (long long)st->rows, st->rows_per_s, st->msgs_per_s,
-		    (long long)st->steps_complete, (long long)st->steps_incomplete);
-	} else if (!strcmp(name, "drops")) {
-		put(b, "# drops\n");
-		for (int i = 0; i < SWD_DROP_REASONS; i++)
-			put(b, "%s: %lld\n", swd_drop_names[i], (long long)st->drops[i]);
-		for (int i = 1; i < SWD_DECODE_ERRORS; i++)
-			put(b, "bad_%s: %lld\n", swp_errname(-i), (long long)st->decode_errors[i]);
-	} else if (!strcmp(name, "rejects")) {
-		put(b, "# rejects\n");
-		for (int i = 1; i < SWM_STATUS__N; i++)
-			put(b, "%s: %lld\n", swm_status_name((swm_status)i), (long long)st->rejects[i]);
-	} else if (!strcmp(name, "queue")) {
-		put(b, "# queue\ninflight_bytes: %lld\nbudget_bytes: %lld\njobs_in_flight: %lld\n"
-		    "writer_queue: %lld\n", (long long)st->inflight_bytes,
-		    (long long)st->budget_bytes, (long long)st->jobs_in_flight,
-		    (long long)st->writer_queue);
-	} else if (!strcmp(name, "writer")) {
-		put(b, "# writer\nsteps_written: %lld\nwrite_errors: %lld\nflushes: %lld\n"
-		    "files_open: %lld\nmax_flush_us: %lld\n", (long long)st->steps_written,
-		    (long long)st->write_errors, (long long)st->flushes,
-		    (long long)st->files_open, (long long)st->max_flush_us);
-	} else if (!strcmp(name, "loop")) {
-		put(b, "# loop\nturns: %lld\ndrain_rounds: %lld\nmax_batch: %lld\n"
-		    "batch_limit_hits: %lld\nidle_s: %.3f\n", (long long)st->loop_turns,
-		    (long long)st->drain_rounds, (long long)st->max_batch,
-		    (long long)st->batch_limit_hits, st->loop_idle_s);
-	} else if (!strcmp(name, "cpu")) {
-		cpu_section(b, st);
-	}
+	for (size_t i = 0; i < NSECTIONS; i++)
+		if (!strcmp(name, section_fns[i].name))
+			section_fns[i].put(b, st);
 }
-
-static const char *const sections[] = {
-	"server", "auth", "runs", "senders", "refused", "traffic", "drops", "rejects", "queue",
-	"writer", "loop", "cpu", "finished"
-};
 
 static const char control_cut[] = "cut: this reply needs a buffer of %zu bytes, it had %zu\n";
 

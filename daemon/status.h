@@ -11,22 +11,17 @@
 #include "metrics/swm.h"
 #include "proto/swproto.h"
 
-#define SWD_DROP_REASONS 19
+/* Why a message that decoded was not stored: daemon/drops.def. */
+enum {
+#define SWD_DROP(id, name) SWD_DROP_##id,
+#include "daemon/drops.def"
+	SWD_DROP__N
+};
+#define SWD_DROP_REASONS SWD_DROP__N
 /* Names of message drops that are not decode errors. */
 extern const char *const swd_drop_names[SWD_DROP_REASONS];
-enum {
-	SWD_DROP_BUDGET, SWD_DROP_DUPLICATE, SWD_DROP_LATE, SWD_DROP_MISMATCH,
-	SWD_DROP_AFTER_END, SWD_DROP_TOO_MANY_RUNS, SWD_DROP_NOMEM,
-	SWD_DROP_STOPPING, SWD_DROP_UNKNOWN_RUN, SWD_DROP_OPEN_STEPS,
-	SWD_DROP_WRITE, SWD_DROP_SENDERS, SWD_DROP_OVERLAP, SWD_DROP_PART_MISMATCH,
-	SWD_DROP_LOCKED,	/* another process holds the run's lock (runlock.c) */
-	SWD_DROP_RUN_RATE,
-	SWD_DROP_HEAD_MISSING,	/* a part whose heads were written missing (a row split) */
-	SWD_DROP_RUN_STATE,	/* a new run whose state does not fit in the budget */
-	SWD_DROP_REVOKED	/* its connection's key was removed from the allow list */
-};
 
-#define SWD_DECODE_ERRORS 14	/* indexed by -swp_err */
+#define SWD_DECODE_ERRORS SWP_ERRORS_N	/* proto/errors.def, indexed by -swp_err */
 
 /*
  * The stages the daemon's CPU time is counted by (the status cpu section,
@@ -62,17 +57,22 @@ typedef struct swd_status_run {
 	const char *state;	/* finished runs: "ended" or "closed" (idle, not ended) */
 } swd_status_run;
 
-/* One sender of a run (PROTOCOL.md 7b), for the senders section. */
+/* The types of daemon/sender_counters.def. */
+#define SWD_CT_S64 int64_t
+#define SWD_CT_U64 uint64_t
+#define SWD_CT_INT int
+#define SWD_DROP_NONE (-1)	/* sender_counters.def: a counter of its own */
+
+/*
+ * One sender of a run (PROTOCOL.md 7b), for the senders section: its
+ * counters are daemon/sender_counters.def, in that order.
+ */
 typedef struct swd_status_sender {
 	const char *run;
 	uint64_t inc;
 	uint32_t rank, senders;
-	int64_t messages, lost, duplicates, disagree, uncompared, overlaps, mismatches,
-	    missing, after_end;
-	uint64_t seq_next;
-	int ended;
-	/* issue 26: messages = stored + pending + dropped (by reason) + its end */
-	int64_t stored, pending;
+#define SWD_SENDER_COUNTER(name, type, where, drop) SWD_CT_##type name;
+#include "daemon/sender_counters.def"
 	int64_t drop[SWD_DROP_REASONS];	/* those above under their own names too */
 } swd_status_sender;
 

@@ -44,23 +44,11 @@ static const char *const key_names[K__N] = {
 
 static const struct {
 	const char *name, *text;
-} errs[] = {
+} errs[SWP_ERRORS_N] = {
 	{ "ok", "success" },
-	{ "frames", "wrong number of frames for the message type" },
-	{ "topic", "topic frame malformed or disagrees with the header's run id" },
-	{ "header_size", "header frame empty or larger than the limit" },
-	{ "msgpack", "header is not one valid msgpack map (malformed, truncated or trailing bytes)" },
-	{ "version", "protocol version missing, not the first key, or not supported" },
-	{ "field", "a required header field is missing, duplicated or of the wrong type" },
-	{ "limit", "a header value is outside its limits" },
-	{ "dims", "tensor frame size or qpos count disagrees with the shape and dtype" },
-	{ "kind", "unknown tensor kind, or rowstats with keys other than 6" },
-	{ "dtype", "unknown element type" },
-	{ "type", "unknown message type" },
-	{ "nomem", "out of memory" },
-	{ "inval", "invalid argument" },
+#define SWP_ERROR(id, name, text) { #name, text },
+#include "proto/errors.def"
 };
-#define NERRS (sizeof(errs) / sizeof(errs[0]))
 
 static const char *const kind_names[] = { "probs", "logits", "rowstats" };
 static const char *const dtype_names[] = { "f32", "f16", "bf16", "f64" };
@@ -96,13 +84,13 @@ struct fields {
 const char *
 swp_strerror(int err)
 {
-	return err <= 0 && err > -(int)NERRS ? errs[-err].text : "unknown error code";
+	return err <= 0 && err > -(int)SWP_ERRORS_N ? errs[-err].text : "unknown error code";
 }
 
 const char *
 swp_errname(int err)
 {
-	return err <= 0 && err > -(int)NERRS ? errs[-err].name : "unknown";
+	return err <= 0 && err > -(int)SWP_ERRORS_N ? errs[-err].name : "unknown";
 }
 
 size_t

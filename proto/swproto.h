@@ -58,22 +58,20 @@ typedef enum swp_kind {
 /* Element types; the numbering matches swm_dtype (metrics/swm.h). */
 typedef enum swp_dtype { SWP_F32 = 0, SWP_F16 = 1, SWP_BF16 = 2, SWP_F64 = 3 } swp_dtype;
 
-/* Error codes: 0 or negative. */
+/*
+ * Error codes: 0 or negative, one for each entry of proto/errors.def (the
+ * one list of them: names, texts, what each means), -1 the first.
+ */
+enum swp_err_index {
+	SWP_EI_OK_,
+#define SWP_ERROR(id, name, text) SWP_EI_##id,
+#include "proto/errors.def"
+	SWP_ERRORS_N	/* the codes are 0 .. -(SWP_ERRORS_N - 1) */
+};
 typedef enum swp_err {
 	SWP_OK = 0,
-	SWP_E_FRAMES = -1,	/* wrong number of frames for the type */
-	SWP_E_TOPIC = -2,	/* topic frame malformed or disagrees with the header run */
-	SWP_E_HEADER_SIZE = -3,	/* header frame empty or over SWP_HEADER_MAX */
-	SWP_E_MSGPACK = -4,	/* not valid msgpack, truncated, or trailing bytes */
-	SWP_E_VERSION = -5,	/* "v" missing, not first, or outside [MIN, VERSION] */
-	SWP_E_FIELD = -6,	/* a required field missing, duplicated or of the wrong type */
-	SWP_E_LIMIT = -7,	/* a value over a limit (dims, string lengths, counts) */
-	SWP_E_DIMS = -8,	/* tensor bytes, shape[0] or qpos count disagree with the shape */
-	SWP_E_KIND = -9,	/* unknown kind, or rowstats with keys != 6 */
-	SWP_E_DTYPE = -10,	/* unknown dtype */
-	SWP_E_TYPE = -11,	/* unknown message type */
-	SWP_E_NOMEM = -12,	/* allocation failed */
-	SWP_E_INVAL = -13	/* invalid argument to an encoder */
+#define SWP_ERROR(id, name, text) SWP_E_##id = -SWP_EI_##id,
+#include "proto/errors.def"
 } swp_err;
 
 /* Static description of an error code, never NULL. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "metrics/swm.h"
+#include "storage/runfile.h"
 #include "storage/tensor.h"
 #include "tools/analyze.h"
 #include "tools/json.h"
@@ -398,18 +399,24 @@ totals(const struct run *r, uint64_t *used, uint64_t rej[SWM_STATUS__N])
 	}
 }
 
-/* The head values in output order, with their names. */
-#define HEAD_FIELDS 8
-static const char *const head_names[HEAD_FIELDS] = {
-	"sink_mass", "content_mass", "entropy", "sink_entropy", "content_entropy",
-	"content_term", "content_entropy_mw", "sink_balance"
-};
+/*
+ * The head values in output order: the run file's first per-head datasets,
+ * sink_mass .. sink_balance, under their names in its schema
+ * (storage/runfile.h, sw_head_field_names).
+ */
+#define HEAD_FIELDS (SW_F_SINK_BALANCE + 1)
 
 static void
 head_values(const swm_head *h, double v[HEAD_FIELDS])
 {
-	v[0] = h->s; v[1] = h->w; v[2] = h->H; v[3] = h->hb;
-	v[4] = h->Hc; v[5] = h->C; v[6] = h->Hcw; v[7] = h->b;
+	v[SW_F_SINK_MASS] = h->s;
+	v[SW_F_CONTENT_MASS] = h->w;
+	v[SW_F_ENTROPY] = h->H;
+	v[SW_F_SINK_ENTROPY] = h->hb;
+	v[SW_F_CONTENT_ENTROPY] = h->Hc;
+	v[SW_F_CONTENT_TERM] = h->C;
+	v[SW_F_CONTENT_ENTROPY_MW] = h->Hcw;
+	v[SW_F_SINK_BALANCE] = h->b;
 }
 
 static void
@@ -469,7 +476,7 @@ print_json(const struct run *r)
 			sw_json_int(&j, "rows", (int64_t)hd->rows);
 			json_rejected(&j, "rejected", r->acc[l * H + h].rejected);
 			for (int f = 0; f < HEAD_FIELDS; f++)
-				sw_json_num(&j, head_names[f], v[f]);
+				sw_json_num(&j, sw_head_field_names[f], v[f]);
 			sw_json_end_obj(&j);
 		}
 	sw_json_end_arr(&j);
@@ -530,7 +537,7 @@ print_csv(const struct run *r)
 	for (int s = 1; s < SWM_STATUS__N; s++)
 		printf(",rejected_%s", swm_status_name((swm_status)s));
 	for (int f = 0; f < HEAD_FIELDS; f++)
-		printf(",%s", head_names[f]);
+		printf(",%s", sw_head_field_names[f]);
 	putchar('\n');
 	for (size_t l = 0; l < r->L; l++)
 		for (size_t h = 0; h < H; h++) {

@@ -118,7 +118,11 @@ finish(struct buf *b)
 	return b->len;
 }
 
-static const char *const sections[] = { "server", "auth", "traffic", "drops", "subscriptions" };
+/* The sections of the reply, in its order: tools/fwd_sections.def. */
+static const char *const sections[] = {
+#define SW_FWD_SECTION(name) #name,
+#include "tools/fwd_sections.def"
+};
 
 /* A prefix as text: printable bytes as they are, others as \xHH. */
 static void

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "metrics/swm.h"
 #include "tools/analyze.h"
 #include "tools/tools.h"
 #ifdef SW_SERVE
@@ -76,7 +77,8 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-		printf("sinkwatch %s (metric contract %d)\n", PACKAGE_VERSION, 1);
+		printf("sinkwatch %s (metric contract %d)\n", PACKAGE_VERSION,
+		    SWM_CONTRACT_VERSION);
 		return 0;
 	}
 	fprintf(stderr, "sinkwatch: unknown command '%s'\n", cmd);
