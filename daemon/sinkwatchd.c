@@ -678,19 +678,6 @@ fill_cpu(swd_status *st)
 	st->process_cpu_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A sender's counters as status shows them (the duplicate, overlap,
- * part_mismatch and after_end counts under their older names too). */
-static swd_status_sender
-status_sender(const char *run, const swd_sender *c)
-{
-	swd_status_sender s = { run, c->inc, c->rank, c->senders, c->messages, c->lost,
-	    c->drop[SWD_DROP_DUPLICATE], c->disagree, c->uncompared, c->drop[SWD_DROP_OVERLAP],
-	    c->drop[SWD_DROP_PART_MISMATCH], c->missing, c->drop[SWD_DROP_AFTER_END],
-	    c->seq_next, c->ended, c->stored, c->pending, { 0 } };
-	memcpy(s.drop, c->drop, sizeof(s.drop));
-	return s;
-}
-
 static void
 fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 {
@@ -730,7 +717,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	for (size_t i = 0; i < ns; i++)
 		swd_writer_fates(D.writer, &sd[i]);
 	for (size_t i = 0; i < ns; i++)
-		ss[i] = status_sender(sr[i], &sd[i]);
+		ss[i] = swd_sender_status(sr[i], &sd[i]);
 	st->nsenders = ns;
 	st->senders = ss;
 	/* runs gone lately, and their senders' last counters with the writer's share */
@@ -750,7 +737,7 @@ fill_status(swd_status *st, swd_status_run *runs, size_t maxruns)
 	st->nfinished_senders = swd_asm_finished_senders(D.as, fsd, fsr, 1024);
 	for (size_t i = 0; i < st->nfinished_senders; i++) {
 		swd_writer_fates(D.writer, &fsd[i]);
-		fss[i] = status_sender(fsr[i], &fsd[i]);
+		fss[i] = swd_sender_status(fsr[i], &fsd[i]);
 	}
 	st->finished_senders = fss;
 	static swd_asm_refused ra[SWD_ASM_REFUSED_MAX];
