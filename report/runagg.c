@@ -12,7 +12,7 @@
 
 #include "proto/swproto.h"
 #include "tools/json.h"
-#include "tools/runagg.h"
+#include "report/runagg.h"
 
 /* ---- opening ---------------------------------------------------------------------- */
 
