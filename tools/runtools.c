@@ -211,9 +211,14 @@ sw_tail_main(int argc, char **argv)
 		return sw_tool_fail("tail", "%s", err);
 	size_t LH = (size_t)meta.layers * meta.heads;
 	double *buf = malloc(LH * sizeof(double));
-	static const char *const cols[] = { "entropy", "sink_mass", "content_entropy",
-	    "dH", "dH_sink", "dH_content" };
-	enum { NC = sizeof(cols) / sizeof(cols[0]) };
+	/* the columns, by the schema's names (storage/runfile.h) */
+	static const enum sw_head_field fields[] = { SW_F_ENTROPY, SW_F_SINK_MASS,
+	    SW_F_CONTENT_ENTROPY, SW_F_DH, SW_F_DH_SINK, SW_F_DH_CONTENT };
+	enum { NC = sizeof(fields) / sizeof(fields[0]) };
+	const char *cols[NC];
+	for (int c = 0; c < NC; c++)
+		cols[c] = sw_head_field_names[fields[c]];
+	const char *step_ds = sw_schema_at((size_t)sw_schema_find("step"))->name;
 	if (!buf) {
 		sw_reader_close(&r);
 		return sw_tool_fail("tail", "out of memory");
@@ -249,7 +254,7 @@ sw_tail_main(int argc, char **argv)
 		}
 		for (; shown < T; shown++) {
 			double step;
-			if (sw_reader_read(r, "step", shown, shown + 1, &step, 1, err, sizeof(err)) < 0) {
+			if (sw_reader_read(r, step_ds, shown, shown + 1, &step, 1, err, sizeof(err)) < 0) {
 				rc = sw_tool_fail("tail", "%s", err);
 				goto out;
 			}
