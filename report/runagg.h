@@ -268,6 +268,9 @@ int64_t sw_ranks_not_ended(const uint64_t *t, int64_t n, sw_open_rank **out);
 
 /* ---- families of runs ------------------------------------------------------------ */
 
+/* Mean of the finite values of v[0 .. n). NaN if none. */
+double sw_finite_mean(const double *v, size_t n);
+
 /* Mean and sample standard deviation (n - 1) of the finite values of
  * v[0 .. n); *used their count. NaN when none (sd: under two). */
 void sw_mean_sd(const double *v, size_t n, double *mean, double *sd, size_t *used);

@@ -36,20 +36,6 @@ sw_tool_fail(const char *cmd, const char *fmt, ...)
 	return 2;
 }
 
-/* Mean of the finite values of v[0 .. n). NaN if none. */
-static double
-finite_mean(const double *v, size_t n)
-{
-	double s = 0;
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		if (isfinite(v[i])) {
-			s += v[i];
-			k++;
-		}
-	return k ? s / (double)k : NAN;
-}
-
 /* ---- tail ----------------------------------------------------------------------- */
 
 static volatile sig_atomic_t tail_stop;
@@ -178,6 +164,38 @@ tail_superseded(sw_reader *r, int64_t T, int64_t shown, struct tail_seen *ts, ch
 	return 0;
 }
 
+/* The columns tail shows, by the schema's names (storage/runfile.h). */
+static const enum sw_head_field tail_fields[] = { SW_F_ENTROPY, SW_F_SINK_MASS,
+    SW_F_CONTENT_ENTROPY, SW_F_DH, SW_F_DH_SINK, SW_F_DH_CONTENT };
+enum { TAIL_NC = sizeof(tail_fields) / sizeof(tail_fields[0]) };
+
+/* Prints rows *shown .. T-1 (their step and each column's head mean);
+ * -1 with err. buf: LH doubles. */
+static int
+tail_rows(sw_reader *r, int64_t *shown, int64_t T, double *buf, size_t LH, char *err,
+    size_t errlen)
+{
+	const char *step_ds = sw_schema_at((size_t)sw_schema_find("step"))->name;
+	for (; *shown < T; (*shown)++) {
+		double step;
+		if (sw_reader_read(r, step_ds, *shown, *shown + 1, &step, 1, err, errlen) < 0)
+			return -1;
+		printf("%10.0f", step);
+		for (int c = 0; c < TAIL_NC; c++) {
+			const char *col = sw_head_field_names[tail_fields[c]];
+			if (sw_reader_read(r, col, *shown, *shown + 1, buf, LH, err, errlen) < 0)
+				return -1;
+			double v = sw_finite_mean(buf, LH);
+			if (isfinite(v))
+				printf(" %15.9f", v);
+			else
+				printf(" %15s", "nan");
+		}
+		printf("\n");
+	}
+	return 0;
+}
+
 int
 sw_tail_main(int argc, char **argv)
 {
@@ -211,14 +229,6 @@ sw_tail_main(int argc, char **argv)
 		return sw_tool_fail("tail", "%s", err);
 	size_t LH = (size_t)meta.layers * meta.heads;
 	double *buf = malloc(LH * sizeof(double));
-	/* the columns, by the schema's names (storage/runfile.h) */
-	static const enum sw_head_field fields[] = { SW_F_ENTROPY, SW_F_SINK_MASS,
-	    SW_F_CONTENT_ENTROPY, SW_F_DH, SW_F_DH_SINK, SW_F_DH_CONTENT };
-	enum { NC = sizeof(fields) / sizeof(fields[0]) };
-	const char *cols[NC];
-	for (int c = 0; c < NC; c++)
-		cols[c] = sw_head_field_names[fields[c]];
-	const char *step_ds = sw_schema_at((size_t)sw_schema_find("step"))->name;
 	if (!buf) {
 		sw_reader_close(&r);
 		return sw_tool_fail("tail", "out of memory");
@@ -231,8 +241,8 @@ sw_tail_main(int argc, char **argv)
 	    meta.model[0] ? sw_text_safe(meta.model, tmodel, sizeof(tmodel)) : "-", meta.layers,
 	    meta.heads, meta.split_form);
 	printf("%10s", "step");
-	for (int c = 0; c < NC; c++)
-		printf(" %15s", cols[c]);
+	for (int c = 0; c < TAIL_NC; c++)
+		printf(" %15s", sw_head_field_names[tail_fields[c]]);
 	printf("\n");
 	fflush(stdout);
 	int64_t shown = 0;
@@ -252,25 +262,9 @@ sw_tail_main(int argc, char **argv)
 			rc = sw_tool_fail("tail", "out of memory");
 			break;
 		}
-		for (; shown < T; shown++) {
-			double step;
-			if (sw_reader_read(r, step_ds, shown, shown + 1, &step, 1, err, sizeof(err)) < 0) {
-				rc = sw_tool_fail("tail", "%s", err);
-				goto out;
-			}
-			printf("%10.0f", step);
-			for (int c = 0; c < NC; c++) {
-				if (sw_reader_read(r, cols[c], shown, shown + 1, buf, LH, err, sizeof(err)) < 0) {
-					rc = sw_tool_fail("tail", "%s", err);
-					goto out;
-				}
-				double v = finite_mean(buf, LH);
-				if (isfinite(v))
-					printf(" %15.9f", v);
-				else
-					printf(" %15s", "nan");
-			}
-			printf("\n");
+		if (tail_rows(r, &shown, T, buf, LH, err, sizeof(err)) != 0) {
+			rc = sw_tool_fail("tail", "%s", err);
+			break;
 		}
 		/*
 		 * Steps shown that the view no longer holds: looked at when rows
@@ -293,7 +287,6 @@ sw_tail_main(int argc, char **argv)
 		struct timespec ts = { interval / 1000, (interval % 1000) * 1000000 };
 		nanosleep(&ts, NULL);
 	}
-out:
 	free(buf);
 	free(seen.said);
 	sw_reader_close(&r);
