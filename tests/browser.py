@@ -297,6 +297,50 @@ def main():
             finally:
                 srv2.stop()
         res.check("drift taken against another step: a gap in the drift chart", drift_gap)
+
+        def run_panel():
+            # a resumed two-sender run (tests/web_report.py makes it): the run
+            # history panel shows its segments, rows superseded, senders with
+            # their counts and the rank that never ended, from /api/report
+            from web_report import INC_A, INC_B, make_resumed_run, report_cli as rep_cli
+            rdir = os.path.join(d.tmp, "resumed")
+            path = make_resumed_run(rdir)
+            want = rep_cli(path)
+            srv3 = Server([rdir])
+            try:
+                drv.get(srv3.url + "#/run?id=" + urllib.parse.quote(
+                    "0/" + os.path.basename(path), safe=""))
+                wait(lambda: len(drv.find_elements(By.CSS_SELECTOR, "#segments-body tr")) == 2,
+                     10, "the segments")
+                got = drv.execute_script(
+                    "function rows(q) { return Array.from(document.querySelectorAll(q))"
+                    ".map(function (r) { return Array.from(r.children).map(function (c) {"
+                    " return c.textContent; }); }); }"
+                    "return { seg: rows('#segments-body tr'), snd: rows('#senders-body tr'),"
+                    " miss: Array.from(document.querySelectorAll('#ranks-missing li'))"
+                    ".map(function (l) { return [l.dataset.inc, l.dataset.rank,"
+                    " l.textContent]; }),"
+                    " rows: document.getElementById('panel-rows').textContent };")
+                assert [r[1] for r in got["seg"]] == [str(INC_A), str(INC_B)], got["seg"]
+                assert [r[2:] for r in got["seg"]] == [
+                    [str(g["first_step"]), str(g["last_step"]), str(g["steps"])]
+                    for g in want["segments"]], (got["seg"], want["segments"])
+                assert "%d superseded" % want["rows_superseded"] in got["rows"], got["rows"]
+                assert "%d rows stored" % want["rows_stored"] in got["rows"], got["rows"]
+                cols = ["inc", "rank", "senders", "messages", "stored", "lost", "duplicates",
+                        "missing", "ended"]
+                assert got["snd"] == [[str(r[c]) for c in cols] for r in want["senders"]], \
+                    (got["snd"], want["senders"])
+                assert len(got["snd"]) == 4, got["snd"]
+                assert [m[:2] for m in got["miss"]] == [[str(INC_A), "1"]], got["miss"]
+                assert "never sent its end" in got["miss"][0][2], got["miss"]
+                panel = drv.find_element(By.ID, "run-panel")
+                drv.execute_script("arguments[0].scrollIntoView();", panel)
+                drv.save_screenshot(os.path.join(SHOTS, "run-panel.png"))
+            finally:
+                srv3.stop()
+        res.check("run history panel: segments, superseded rows, senders and their counts, "
+                  "the rank not ended, as sinkwatch report says", run_panel)
     finally:
         if drv:
             drv.quit()

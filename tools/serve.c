@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "tools/json.h"
-#include "tools/runagg.h"
+#include "report/swreport.h"
 #include "tools/serve.h"
 
 /* One run file: a light reader for the run list, or the whole run. */
@@ -353,31 +353,48 @@ reply_error(sw_reply *r, int status, const char *msg)
 	return out_reply(&o, status, "application/json", r);
 }
 
-static void
-json_entry(const sw_srv *s, sw_json *j, const struct entry *e, double now)
+/* The run file's name in its data directory. */
+static const char *
+entry_file(const struct entry *e)
+{
+	return strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path;
+}
+
+/* The server's own keys of a run (none of them a report's): 1 when the
+ * run can be read. */
+static int
+json_entry_own(const sw_srv *s, sw_json *j, const struct entry *e, double now)
 {
 	sw_json_str(j, "id", e->id);
 	sw_json_str(j, "dir", s->dirs[e->dir]);
-	sw_json_str(j, "file", strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path);
 	sw_json_str(j, "state", entry_state(s, e, now));
 	if (e->err[0]) {
 		sw_json_str(j, "error", e->err);
-		return;
+		return 0;
 	}
+	sw_json_int(j, "rows", e->T);
+	sw_json_int(j, "steps", e->steps);
+	sw_json_num(j, "last_time", e->last_time);
+	sw_json_bool(j, "ended", e->ended);
+	return 1;
+}
+
+static void
+json_entry(const sw_srv *s, sw_json *j, const struct entry *e, double now)
+{
+	sw_json_str(j, "file", entry_file(e));
+	if (!json_entry_own(s, j, e, now))
+		return;
 	sw_json_str(j, "run", e->meta.run);
 	sw_json_str(j, "model", e->meta.model);
 	sw_json_uint(j, "params", e->meta.params);
 	sw_json_int(j, "layers", e->meta.layers);
 	sw_json_int(j, "heads", e->meta.heads);
 	sw_json_str(j, "kind", e->kind);
-	sw_json_int(j, "rows", e->T);
-	sw_json_int(j, "steps", e->steps);
 	if (e->steps)	/* an integer, exact (the page holds 2^53 at most as a number) */
 		sw_json_int(j, "last_step", e->last_step);
 	else
 		sw_json_num(j, "last_step", NAN);
-	sw_json_num(j, "last_time", e->last_time);
-	sw_json_bool(j, "ended", e->ended);
 }
 
 static int
@@ -688,120 +705,100 @@ api_state(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 
 
 /*
+ * The report's options from ?from=&to=&eps= (per head always, no
+ * series): 0, or -1 with the reason in why.
+ */
+static int
+report_opts(sw_arg_fn arg, void *ctx, sw_rep_opts *o, const char **why)
+{
+	const char *x;
+	int f, t;
+	memset(o, 0, sizeof(*o));
+	o->fmt = SW_REP_JSON;
+	o->per_head = 1;
+	o->eps = SW_CLASS_EPS_DEFAULT;
+	if ((f = arg_int(arg, ctx, "from", &o->range.from)) < 0 ||
+	    (t = arg_int(arg, ctx, "to", &o->range.to)) < 0) {
+		*why = "from, to: step numbers";
+		return -1;
+	}
+	o->range.has_from = f;
+	o->range.has_to = t;
+	if ((x = arg(ctx, "eps"))) {
+		char *end;
+		o->eps = strtod(x, &end);
+		if (*end || !(o->eps >= 0)) {
+			*why = "eps: a number >= 0";
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The stored steps of e's run in the range asked for (either end open),
+ * and the aggregation of them when it is the cached one of the whole view
+ * (the one the charts' series came from). -1: none stored there.
+ */
+static int
+report_range(struct entry *e, const sw_rep_opts *o, sw_range *rg, const sw_agg **cached)
+{
+	int64_t from = o->range.has_from ? o->range.from : INT64_MIN;
+	int64_t to = o->range.has_to ? o->range.to : INT64_MAX;
+	*cached = NULL;
+	if (sw_run_span(e->run, from, to, &rg->k0, &rg->k1) != 0)
+		return -1;
+	if (rg->k0 == 0 && rg->k1 == e->run->view.n - 1 && entry_agg(e) == 0 &&
+	    e->agg.range.k0 == rg->k0 && e->agg.range.k1 == rg->k1) {
+		*cached = &e->agg;
+		return 0;
+	}
+	/* (a refresh in between grows the view: the range again) */
+	return sw_run_span(e->run, from, to, &rg->k0, &rg->k1);
+}
+
+/*
  * GET /api/report?id=&from=&to=[&eps=]: the report of the stored steps in
- * [from, to] (either end open), the keys named as `sinkwatch report
- * --format json --per-head` names them.
+ * [from, to] (either end open): the JSON of `sinkwatch report --format json
+ * --per-head` (sw_report_json_run, the one report model), with the
+ * server's keys of the run (id, dir, state, rows, steps, ...); file is the
+ * file's name in its data directory.
  */
 static int
 api_report(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 {
 	int rc = 0;
 	char err[512];
+	const char *why;
 	struct entry *e = want_run(s, arg, ctx, r, &rc);
-	int64_t from = INT64_MIN, to = INT64_MAX, k0, k1;
-	double eps = SW_CLASS_EPS_DEFAULT;
-	const char *x;
+	sw_rep_opts opts;
+	sw_range rg;
+	const sw_agg *cached;
+	sw_report m;
+	out_t o;
 
 	if (!e)
 		return rc;
-	if (arg_int(arg, ctx, "from", &from) < 0 || arg_int(arg, ctx, "to", &to) < 0)
-		return reply_error(r, 400, "from, to: step numbers");
-	if ((x = arg(ctx, "eps"))) {
-		char *end;
-		eps = strtod(x, &end);
-		if (*end || !(eps >= 0))
-			return reply_error(r, 400, "eps: a number >= 0");
-	}
+	if (report_opts(arg, ctx, &opts, &why) != 0)
+		return reply_error(r, 400, why);
 	if (entry_full(e) != 0)
 		return reply_error(r, 409, e->err);
-	if (sw_run_span(e->run, from, to, &k0, &k1) != 0)
+	if (report_range(e, &opts, &rg, &cached) != 0)
 		return reply_error(r, 409, "no stored step in the range");
-	sw_range rg = { k0, k1 };
-	sw_agg mine, *ap = &mine;
-	sw_ranking rk;
-	/* the whole view's is the one the charts' series came from: cached */
-	if (k0 == 0 && k1 == e->run->view.n - 1 && entry_agg(e) == 0 &&
-	    e->agg.range.k0 == k0 && e->agg.range.k1 == k1)
-		ap = &e->agg;	/* (a refresh in between grows the view: not this) */
-	else if (sw_run_span(e->run, from, to, &k0, &k1) != 0)
-		return reply_error(r, 409, "no stored step in the range");
-	else {
-		rg.k0 = k0;
-		rg.k1 = k1;
-		if (sw_agg_compute(e->run, &rg, 0, &mine, err, sizeof(err)) != 0)
-			return reply_error(r, 500, err);
+	if (sw_report_build(&m, e->run, entry_file(e), &opts, &rg, cached, err, sizeof(err)) != 0) {
+		sw_report_free(&m);
+		return reply_error(r, 500, err);
 	}
-	sw_agg a = *ap;
-	if (sw_agg_rank(&a, &rk) != 0) {
-		if (ap == &mine)
-			sw_agg_free(&mine);
-		return -1;
-	}
-	out_t o;
 	if (out_open(&o) != 0) {
-		if (ap == &mine)
-			sw_agg_free(&mine);
-		sw_ranking_free(&rk);
+		sw_report_free(&m);
 		return -1;
 	}
-	sw_json *j = &o.j;
-	sw_json_begin_obj(j, NULL);
-	json_entry(s, j, e, now_s());
-	sw_json_str(j, "split_form", a.form);
-	sw_json_int(j, "steps_stored", e->run->view.n);
-	sw_json_int(j, "steps_used", a.steps);
-	sw_json_int(j, "first_step", a.first_step);
-	sw_json_int(j, "last_step", a.last_step);
-	sw_json_int(j, "intervals", a.intervals);
-	sw_json_int(j, "intervals_incomplete", a.intervals_incomplete);
-	sw_json_int(j, "steps_incomplete", a.ngaps);
-	sw_json_int(j, "lost", e->run->lost);
-	sw_json_int(j, "incomplete", e->run->incomplete);
-	sw_json_begin_obj(j, "model_attribution");
-	sw_json_attrib(j, &a.model);
-	sw_json_end_obj(j);
-	sw_json_begin_arr(j, "layer_attribution");
-	for (size_t l = 0; l < a.L; l++) {
-		sw_json_begin_obj(j, NULL);
-		sw_json_int(j, "layer", (int64_t)l);
-		sw_json_attrib(j, &a.layer[l]);
-		sw_json_end_obj(j);
-	}
-	sw_json_end_arr(j);
-	sw_json_begin_obj(j, "classification");
-	sw_json_num(j, "eps", eps);
-	sw_json_end_obj(j);
-	sw_json_begin_arr(j, "per_head");
-	for (size_t i = 0; i < a.LH; i++) {
-		const sw_head_at *f = &a.first[i], *l = &a.last[i];
-		sw_json_begin_obj(j, NULL);
-		sw_json_int(j, "layer", (int64_t)(i / a.H));
-		sw_json_int(j, "head", (int64_t)(i % a.H));
-		sw_json_int(j, "rows_first", f->rows);
-		sw_json_int(j, "rows_last", l->rows);
-		sw_json_num(j, "sink_mass_first", f->s);
-		sw_json_num(j, "sink_mass_last", l->s);
-		sw_json_num(j, "entropy_first", f->H);
-		sw_json_num(j, "entropy_last", l->H);
-		sw_json_num(j, "content_entropy_first", f->Hc);
-		sw_json_num(j, "content_entropy_last", l->Hc);
-		sw_json_attrib(j, &a.head[i]);
-		sw_json_str(j, "class", sw_head_class_name(sw_head_classify(&a.head[i], eps)));
-		sw_json_num(j, "rank_entropy", rk.rank_entropy[i]);
-		sw_json_num(j, "rank_content", rk.rank_content[i]);
-		sw_json_end_obj(j);
-	}
-	sw_json_end_arr(j);
-	sw_json_begin_obj(j, "ranking");
-	sw_json_int(j, "step", a.last_step);
-	sw_json_int(j, "ranked", (int64_t)rk.ranked);
-	sw_json_num(j, "spearman_rho", rk.rho);
-	sw_json_end_obj(j);
-	sw_json_end_obj(j);
-	sw_json_finish(j);
-	if (ap == &mine)
-		sw_agg_free(&mine);
-	sw_ranking_free(&rk);
+	sw_json_begin_obj(&o.j, NULL);
+	json_entry_own(s, &o.j, e, now_s());
+	sw_report_json_run(&o.j, &m);
+	sw_json_end_obj(&o.j);
+	sw_json_finish(&o.j);
+	sw_report_free(&m);
 	return out_reply(&o, 200, "application/json", r);
 }
 

@@ -3,8 +3,9 @@
  *
  * serve.c holds the runs (a cache of open readers, one per file, all used
  * from one thread: HDF5 is not thread-safe here) and answers the JSON and
- * CSV of the page from the one run aggregation (runagg.h); serve_http.c is
- * the HTTP side (libmicrohttpd with one internal thread, which is the
+ * CSV of the page from the one run aggregation (report/runagg.h) and the
+ * report model (report/swreport.h: /api/report is sw_report_json_run);
+ * serve_http.c is the HTTP side (libmicrohttpd with one internal thread, which is the
  * thread that calls sw_srv_api, hence the only one touching HDF5), with the
  * security rules: loopback by default, the Host check, the access token,
  * GET and HEAD only, a fixed set of static names.

@@ -225,6 +225,47 @@
     return "hsl(" + (210 - 185 * t) + ", 75%, " + (88 - 30 * Math.abs(t - 0.5) * 2 * 0.5) + "%)";
   }
 
+  /* The run's history, from its report: segments (incarnations, resumes),
+   * rows superseded, senders with their counts, ranks that never ended. */
+  var SENDER_COLS = ["inc", "rank", "senders", "messages", "stored", "lost", "duplicates",
+    "missing", "ended"];
+  function drawRunPanel(holder, rep) {
+    holder.textContent = "";
+    var segs = rep.segments || [], snd = rep.senders || [], open = rep.ranks_not_ended || [];
+    holder.appendChild(el("p", { id: "panel-rows", text: fmtInt(rep.rows_stored) +
+      " rows stored, " + fmtInt(rep.rows_superseded) + " superseded (a later incarnation " +
+      "resumed before them), " + segs.length + " segment" + (segs.length === 1 ? "" : "s") }));
+    var sb = el("tbody", { id: "segments-body" });
+    segs.forEach(function (g, k) {
+      sb.appendChild(el("tr", { "data-inc": String(g.inc) }, [el("td", { text: String(k) }),
+        el("td", { text: String(g.inc) }), el("td", { cls: "num", text: String(g.first_step) }),
+        el("td", { cls: "num", text: String(g.last_step) }),
+        el("td", { cls: "num", text: String(g.steps) })]));
+    });
+    holder.appendChild(el("div", { cls: "panel-part" }, [el("h3", { text: "Segments" }),
+      el("table", { id: "segments" }, [el("thead", null, [el("tr", null,
+        ["segment", "incarnation", "first step", "last step", "steps"].map(function (h) {
+          return el("th", { text: h }); }))]), sb])]));
+    var nb = el("tbody", { id: "senders-body" });
+    snd.forEach(function (r) {
+      nb.appendChild(el("tr", null, SENDER_COLS.map(function (c) {
+        return el("td", { cls: "num", "data-key": c, text: fmtInt(r[c]) }); })));
+    });
+    holder.appendChild(el("div", { cls: "panel-part" }, [el("h3", { text: "Senders" }),
+      rep.senders_error ? el("p", { cls: "err", text: rep.senders_error }) :
+      el("table", { id: "senders" }, [el("thead", null, [el("tr", null,
+        SENDER_COLS.map(function (h) { return el("th", { cls: "num", text: h }); }))]), nb])]));
+    var ml = el("ul", { id: "ranks-missing" });
+    open.forEach(function (o) {
+      ml.appendChild(el("li", { cls: "err", "data-inc": String(o.inc), "data-rank": String(o.rank),
+        text: "rank " + o.rank + " of " + o.senders + " (incarnation " + o.inc +
+          ") never sent " + (o.sent ? "its end" : "anything") }));
+    });
+    holder.appendChild(el("div", { cls: "panel-part" }, [el("h3", { text: "Ranks not ended" }),
+      open.length ? ml : el("p", { cls: "muted", id: "ranks-missing-none",
+        text: "every rank ended" })]));
+  }
+
   var CLASS_MARK = { sink: "S", content: "C", both: "B", rise: "R", stable: "·", none: "" };
   function drawHeads(holder, rep, metric) {
     holder.textContent = "";
@@ -299,6 +340,9 @@
       repBody])]));
     var repNote = el("p", { cls: "muted", id: "report-note" });
     main.appendChild(repNote);
+    main.appendChild(el("h2", { text: "Run history: segments, senders" }));
+    var runPanel = el("div", { cls: "run-panel", id: "run-panel" });
+    main.appendChild(runPanel);
     main.appendChild(el("h2", { text: "Heads" }));
     main.appendChild(el("div", { cls: "toolbar" }, [txt("colour by "), metricSel]));
     var headsBox = el("div", { id: "heads" });
@@ -351,6 +395,7 @@
           " of " + rep.intervals + " intervals touch an incomplete step (" +
           rep.steps_incomplete + " steps)" : "";
         drawHeads(headsBox, rep, metricSel.value);
+        drawRunPanel(runPanel, rep);
       }).catch(function (e) {
         if (my !== gen) return;
         repTitle.textContent = "Report: " + e.message;

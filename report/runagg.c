@@ -12,7 +12,7 @@
 
 #include "proto/swproto.h"
 #include "tools/json.h"
-#include "tools/runagg.h"
+#include "report/runagg.h"
 
 /* ---- opening ---------------------------------------------------------------------- */
 
@@ -724,9 +724,8 @@ sw_agg_rank(const sw_agg *a, sw_ranking *out)
 
 /* ---- the series ---------------------------------------------------------------- */
 
-/* Mean of the finite values of v[0 .. n). NaN if none. */
-static double
-finite_mean(const double *v, size_t n)
+double
+sw_finite_mean(const double *v, size_t n)
 {
 	double s = 0;
 	size_t k = 0;
@@ -743,7 +742,7 @@ finite_mean(const double *v, size_t n)
 static double
 col_mean(const sw_run *run, int c, size_t i, size_t n)
 {
-	return run->col[c] ? finite_mean(run->col[c] + i, n) : NAN;
+	return run->col[c] ? sw_finite_mean(run->col[c] + i, n) : NAN;
 }
 
 int
@@ -834,8 +833,8 @@ sw_agg_series(const sw_run *run, const sw_agg *a, sw_series *out, char *err, siz
 		memset(hs, 0, 2 * LH * sizeof(double));
 		for (size_t j = 0; j < n; j++) {
 			size_t t = (size_t)run->view.row[a->range.k0 + (int64_t)j], o = l * n + j;
-			out->sink_mass[o] = finite_mean(run->col[SW_RC_SINK_MASS] + t * LH + h0, nh);
-			out->entropy[o] = finite_mean(run->col[SW_RC_ENTROPY] + t * LH + h0, nh);
+			out->sink_mass[o] = sw_finite_mean(run->col[SW_RC_SINK_MASS] + t * LH + h0, nh);
+			out->entropy[o] = sw_finite_mean(run->col[SW_RC_ENTROPY] + t * LH + h0, nh);
 			out->content_entropy[o] = col_mean(run, SW_RC_CONTENT_ENTROPY, t * LH + h0, nh);
 			if (drift_ok[j]) {
 				out->drift_sink[o] = col_mean(run, SW_RC_DRIFT_SINK, t * LH + h0, nh);

@@ -1,0 +1,347 @@
+/*
+ * family.c: the report of several run files (swreport.h): the runs found
+ * in the files and directories named, each compared or with the reason it
+ * is not (unreadable, named twice, a setup other than the family's
+ * majority), and the groups of runs of one model. Nothing here prints.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "report/swreport.h"
+
+/* A new zeroed entry at the end of the list, or NULL. */
+static sw_rep_run *
+rep_add(sw_rep_list *l, const char *file)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		sw_rep_run *p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return NULL;
+		l->v = p;
+		l->cap = cap;
+	}
+	sw_rep_run *e = &l->v[l->n];
+	memset(e, 0, sizeof(*e));
+	if (!(e->file = strdup(file)))
+		return NULL;
+	l->n++;
+	return e;
+}
+
+static void
+rep_list_free(sw_rep_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		sw_rep_run_free(&l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof(*l));
+}
+
+/*
+ * Reads one run file into e (compared, or with the reason it is not).
+ * Returns -1 when the file does not open as a run file (reason set).
+ */
+static int
+rep_load(sw_rep_run *e, const sw_rep_opts *o)
+{
+	char err[512];
+	sw_run *run;
+	sw_range rg;
+
+	struct stat sb;
+
+	if (sw_run_open(e->file, &run, err, sizeof(err)) != 0) {
+		snprintf(e->reason, sizeof(e->reason), "unreadable: %s", err);
+		return -1;
+	}
+	if (stat(e->file, &sb) == 0) {
+		e->dev = sb.st_dev;
+		e->ino = sb.st_ino;
+	}
+	sw_rep_take_meta(e, run);
+	if (sw_run_range(run, &o->range, &rg, err, sizeof(err)) != 0)
+		snprintf(e->reason, sizeof(e->reason), "%s", err);
+	else if (rg.k1 - rg.k0 + 1 < 2)
+		snprintf(e->reason, sizeof(e->reason), "1 stored step in the range (%lld): an "
+		    "attribution needs two", (long long)run->view.step[rg.k0]);
+	else
+		sw_rep_compute(e, run, o, &rg, NULL);
+	sw_run_close(&run);
+	return 0;
+}
+
+static int
+name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * The run files of a directory, in name order. Skipped, each with its
+ * reason: the names LAYOUT.md keeps for files being made (.swtmp.*
+ * directories, hidden names: no run file name starts with '.'), what is
+ * not a regular file, names without .h5, and .h5 files that do not open
+ * as run files.
+ */
+static int
+rep_scan_dir(const char *dir, const sw_rep_opts *o, sw_rep_list *runs,
+    sw_rep_list *skipped)
+{
+	DIR *d = opendir(dir);
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d) {
+		sw_rep_run *e = rep_add(runs, dir);
+		if (!e)
+			return -1;
+		snprintf(e->reason, sizeof(e->reason), "unreadable: %s: %s", dir, strerror(errno));
+		return 0;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			char **p = realloc(names, cap * sizeof(*p));
+			if (!p) {
+				rc = -1;
+				break;
+			}
+			names = p;
+		}
+		if (!(names[n] = strdup(de->d_name))) {
+			rc = -1;
+			break;
+		}
+		n++;
+	}
+	closedir(d);
+	if (rc == 0 && n > 1)	/* names is NULL in an empty directory */
+		qsort(names, n, sizeof(*names), name_cmp);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const char *name = names[i];
+		size_t len = strlen(dir) + strlen(name) + 2;
+		char *full = malloc(len);
+		struct stat sb;
+		sw_rep_run *e;
+		if (!full) {
+			rc = -1;
+			break;
+		}
+		snprintf(full, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name);
+		size_t nl = strlen(name);
+		const char *why = NULL;
+		if (!strncmp(name, SW_TMPDIR_PREFIX, strlen(SW_TMPDIR_PREFIX)))
+			why = "temporary: a run file being created (LAYOUT.md)";
+		else if (name[0] == '.')
+			why = "hidden: no run file name starts with '.' (LAYOUT.md)";
+		else if (stat(full, &sb) != 0)
+			why = strerror(errno);
+		else if (!S_ISREG(sb.st_mode))
+			why = S_ISDIR(sb.st_mode) ? "a directory (not searched)" : "not a regular file";
+		else if (nl < 3 || strcmp(name + nl - 3, ".h5") != 0)
+			why = "not a run file: the name does not end in .h5";
+		if (why) {
+			if (!(e = rep_add(skipped, full)))
+				rc = -1;
+			else
+				snprintf(e->reason, sizeof(e->reason), "%s", why);
+		} else if (!(e = rep_add(runs, full)))
+			rc = -1;
+		else if (rep_load(e, o) != 0) {
+			/* not a run file after all: skipped, with what the reader said */
+			sw_rep_run *s = rep_add(skipped, full);
+			if (!s)
+				rc = -1;
+			else {
+				e = &runs->v[runs->n - 1];
+				snprintf(s->reason, sizeof(s->reason), "not a run file: %s",
+				    e->reason + strlen("unreadable: "));
+				runs->n--;
+				sw_rep_run_free(&runs->v[runs->n]);
+			}
+		}
+		free(full);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return rc;
+}
+
+/* Sorted by parameter count, then model name, then file. */
+static int
+rep_cmp(const void *x, const void *y)
+{
+	const sw_rep_run *a = x, *b = y;
+	if (a->meta.params != b->meta.params)
+		return a->meta.params < b->meta.params ? -1 : 1;
+	int c = strcmp(a->meta.model, b->meta.model);
+	return c ? c : strcmp(a->file, b->file);
+}
+
+/* A file named twice (or named and found in a directory) counts once. */
+static void
+rep_once(sw_rep_list *runs)
+{
+	for (size_t i = 0; i < runs->n; i++) {
+		sw_rep_run *a = &runs->v[i];
+		for (size_t k = 0; !a->reason[0] && a->ino && k < i; k++) {
+			const sw_rep_run *b = &runs->v[k];
+			if (!b->reason[0] && b->dev == a->dev && b->ino == a->ino)
+				snprintf(a->reason, sizeof(a->reason), "the same file as %s", b->file);
+		}
+	}
+}
+
+/* Whether two runs measure the same thing (kind, probe keys, fixed-probe
+ * setting and with it the split form). */
+static int
+rep_same_setup(const sw_rep_run *a, const sw_rep_run *b)
+{
+	return !strcmp(a->kind, b->kind) && a->meta.keys == b->meta.keys &&
+	    a->meta.fixed_probe == b->meta.fixed_probe && a->agg.paired == b->agg.paired;
+}
+
+/*
+ * Runs whose setup differs from the family's majority (ties: the setup
+ * of the first run in parameter order) are not compared: the reason
+ * names what differs.
+ */
+static void
+rep_majority(sw_rep_list *runs)
+{
+	const sw_rep_run *best = NULL;
+	size_t best_n = 0;
+	for (size_t i = 0; i < runs->n; i++) {
+		const sw_rep_run *a = &runs->v[i];
+		if (a->reason[0])
+			continue;
+		size_t c = 0;
+		for (size_t k = 0; k < runs->n; k++)
+			c += !runs->v[k].reason[0] && rep_same_setup(a, &runs->v[k]);
+		if (c > best_n) {
+			best = a;
+			best_n = c;
+		}
+	}
+	for (size_t i = 0; best && i < runs->n; i++) {
+		sw_rep_run *a = &runs->v[i];
+		if (a->reason[0] || rep_same_setup(a, best))
+			continue;
+		char *r = a->reason;
+		size_t len = sizeof(a->reason), n = 0;
+		n += (size_t)snprintf(r + n, len - n, "not comparable with the family's majority "
+		    "(%zu runs):", best_n);
+		if (strcmp(a->kind, best->kind) && n < len)
+			n += (size_t)snprintf(r + n, len - n, " kind %s, theirs %s;", a->kind, best->kind);
+		if (a->meta.keys != best->meta.keys && n < len)
+			n += (size_t)snprintf(r + n, len - n, " keys %u, theirs %u;", a->meta.keys,
+			    best->meta.keys);
+		if (a->meta.fixed_probe != best->meta.fixed_probe && n < len)
+			n += (size_t)snprintf(r + n, len - n, " fixed probe %s, theirs %s;",
+			    a->meta.fixed_probe ? "yes" : "no", best->meta.fixed_probe ? "yes" : "no");
+		if (a->agg.paired != best->agg.paired && n < len)
+			n += (size_t)snprintf(r + n, len - n, " split %s, theirs %s;", a->agg.form,
+			    best->agg.form);
+		if (n > 0 && n < len && r[n - 1] == ';')
+			r[n - 1] = 0;
+	}
+}
+
+static void
+group_values(const sw_attrib *m, double *v)
+{
+	v[SW_G_PDH] = m->path.dH;
+	v[SW_G_PSINK] = m->path.sink;
+	v[SW_G_PCONT] = m->path.content;
+	v[SW_G_PSSH] = m->path_sink_share;
+	v[SW_G_PCSH] = m->path_content_share;
+	v[SW_G_EDH] = m->endpoint.dH;
+	v[SW_G_ESINK] = m->endpoint.sink;
+	v[SW_G_ECONT] = m->endpoint.content;
+	v[SW_G_ESSH] = m->end_sink_share;
+	v[SW_G_ECSH] = m->end_content_share;
+}
+
+/* Groups of two or more runs with the same model name and params. */
+static size_t
+rep_groups(sw_rep_run *const *cmp, size_t n, sw_rep_group *g)
+{
+	size_t ng = 0;
+	for (size_t i = 0; i < n;) {
+		size_t e = i + 1;
+		while (e < n && cmp[e]->meta.params == cmp[i]->meta.params &&
+		    !strcmp(cmp[e]->meta.model, cmp[i]->meta.model))
+			e++;
+		if (e - i >= 2) {
+			double *v = malloc((e - i) * sizeof(double) + 1), row[SW_G_N];
+			g[ng].first = i;
+			g[ng].n = e - i;
+			for (int f = 0; f < SW_G_N; f++) {
+				for (size_t k = i; v && k < e; k++) {
+					group_values(&cmp[k]->agg.model, row);
+					v[k - i] = row[f];
+				}
+				size_t used;
+				if (v)
+					sw_mean_sd(v, e - i, &g[ng].mean[f], &g[ng].sd[f], &used);
+				else
+					g[ng].mean[f] = g[ng].sd[f] = NAN;
+			}
+			free(v);
+			ng++;
+		}
+		i = e;
+	}
+	return ng;
+}
+
+int
+sw_report_many_build(sw_report_many *m, char **paths, size_t np, const sw_rep_opts *o)
+{
+	memset(m, 0, sizeof(*m));
+	for (size_t i = 0; i < np; i++) {
+		struct stat sb;
+		if (stat(paths[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
+			if (rep_scan_dir(paths[i], o, &m->runs, &m->skipped) != 0)
+				return -1;
+			continue;
+		}
+		sw_rep_run *e = rep_add(&m->runs, paths[i]);
+		if (!e)
+			return -1;
+		rep_load(e, o);
+	}
+	if (m->runs.n > 1)	/* runs.v is NULL when no run was found */
+		qsort(m->runs.v, m->runs.n, sizeof(*m->runs.v), rep_cmp);
+	rep_once(&m->runs);
+	rep_majority(&m->runs);
+	if (!(m->cmp = malloc((m->runs.n + 1) * sizeof(*m->cmp))) ||
+	    !(m->g = malloc((m->runs.n + 1) * sizeof(*m->g))))
+		return -1;
+	for (size_t i = 0; i < m->runs.n; i++)
+		if (!m->runs.v[i].reason[0])
+			m->cmp[m->n++] = &m->runs.v[i];
+	m->ng = rep_groups(m->cmp, m->n, m->g);
+	return 0;
+}
+
+void
+sw_report_many_free(sw_report_many *m)
+{
+	free(m->cmp);
+	free(m->g);
+	rep_list_free(&m->runs);
+	rep_list_free(&m->skipped);
+	memset(m, 0, sizeof(*m));
+}
