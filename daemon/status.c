@@ -1,10 +1,10 @@
 /* status.c: control requests and status text (see status.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/status.h"
+#include "net/swctl.h"
 
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 	"budget", "duplicate", "late", "run_mismatch", "after_end", "too_many_runs",
@@ -25,91 +25,10 @@ const char *const swd_stage_help[SWD_STAGES_N] = {
 #undef SWD_STAGE_HELP
 };
 
-/*
- * The text being built. A fixed buffer (grow 0) keeps what fits and marks
- * the cut at finish(); a growing one (grow 1, p from malloc) reallocates.
- * need counts every byte asked for, whether it fit or not.
- */
-struct buf {
-	char *p;
-	size_t len, cap, need;
-	int grow, cut;
-	const char *cutfmt;	/* the line that says so: needed, then held */
-};
-
-/* Room for at least want bytes, NUL included: 0, or -1 (no more memory). */
-static int
-buf_grow(struct buf *b, size_t want)
-{
-	size_t cap = b->cap ? b->cap : 4096;
-	while (cap < want)
-		cap *= 2;
-	char *p = realloc(b->p, cap);
-	if (!p)
-		return -1;
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-static void
-put(struct buf *b, const char *fmt, ...)
-{
-	va_list ap;
-	for (;;) {
-		/* once cut, only count: what follows a cut is never half there */
-		size_t room = !b->cut && b->len < b->cap ? b->cap - b->len : 0;
-		va_start(ap, fmt);
-		int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return;
-		if ((size_t)n < room) {
-			b->len += (size_t)n;
-			b->need += (size_t)n;
-			return;
-		}
-		if (b->cut || !b->grow || buf_grow(b, b->len + (size_t)n + 1) != 0) {
-			b->cut = 1;
-			b->need += (size_t)n;
-			if (b->len < b->cap)
-				b->p[b->len] = '\0';
-			return;
-		}
-	}
-}
-
-/*
- * Ends the text. A cut one keeps its whole lines and ends with a line
- * saying what was cut (cutfmt: the bytes needed, the bytes held), as much
- * of that line as fits: the cut is never silent. Returns the length.
- */
-static size_t
-finish(struct buf *b)
-{
-	if (b->cap == 0)
-		return 0;
-	if (!b->cut) {
-		b->p[b->len] = '\0';
-		return b->len;
-	}
-	char note[160];
-	int m = snprintf(note, sizeof(note), b->cutfmt, b->need + 1, b->cap);
-	size_t nl = m < 0 ? 0 : (size_t)m < sizeof(note) ? (size_t)m : sizeof(note) - 1;
-	size_t keep = 0;
-	if (nl < b->cap)
-		for (size_t i = b->len < b->cap - nl ? b->len : b->cap - 1 - nl; i > 0; i--)
-			if (b->p[i - 1] == '\n') {
-				keep = i;
-				break;
-			}
-	if (nl >= b->cap)
-		nl = b->cap - 1;
-	memcpy(b->p + keep, note, nl);
-	b->len = keep + nl;
-	b->p[b->len] = '\0';
-	return b->len;
-}
+/* The text is built in net/swctl.h's buffer, with its put() and finish(). */
+#define buf swn_buf
+#define put swn_put
+#define finish swn_finish
 
 /* CPU seconds by stage, and per message received (ms). */
 static void
@@ -273,63 +192,25 @@ static const char *const sections[] = {
 	"writer", "loop", "cpu", "finished"
 };
 
-static const char control_cut[] = "cut: this reply needs a buffer of %zu bytes, it had %zu\n";
-
 static void
-control_reply(struct buf *b, const char *req, size_t reqlen, const swd_status *st)
+control_section(struct buf *b, const char *name, const void *st)
 {
-	char cmd[64];
-	/* the request is untrusted bytes: copy, cut at the first newline */
-	size_t n = reqlen < sizeof(cmd) - 1 ? reqlen : sizeof(cmd) - 1;
-	memcpy(cmd, req, n);
-	cmd[n] = '\0';
-	cmd[strcspn(cmd, "\r\n")] = '\0';
-	char *arg = strchr(cmd, ' ');
-	if (arg)
-		*arg++ = '\0';
-	if (!strcmp(cmd, "ping")) {
-		put(b, "pong\n");
-	} else if (!strcmp(cmd, "help")) {
-		put(b, "commands: status [SECTION], ping, help\nsections:");
-		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
-			put(b, " %s", sections[i]);
-		put(b, "\n");
-	} else if (!strcmp(cmd, "status")) {
-		int found = 0;
-		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
-			if (arg && *arg && strcmp(arg, sections[i]))
-				continue;
-			if (found++)
-				put(b, "\n");
-			section(b, sections[i], st);
-		}
-		if (!found)
-			put(b, "error: unknown section '%s'\n", arg);
-	} else {
-		put(b, "error: unknown command '%s' (try help)\n", cmd);
-	}
+	section(b, name, st);
 }
 
 size_t
 swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *out,
     size_t outlen)
 {
-	struct buf b = { .p = out, .cap = outlen, .cutfmt = control_cut };
-	if (outlen == 0)
-		return 0;
-	control_reply(&b, req, reqlen, st);
-	return finish(&b);
+	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	return swn_control_reply(req, reqlen, &c, out, outlen);
 }
 
 char *
 swd_control_reply_alloc(const char *req, size_t reqlen, const swd_status *st, size_t *len)
 {
-	struct buf b = { .grow = 1, .cutfmt = control_cut };
-	if (buf_grow(&b, 1) != 0)
-		return NULL;
-	control_reply(&b, req, reqlen, st);
-	*len = finish(&b);
-	return b.p;
+	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	return swn_control_reply_alloc(req, reqlen, &c, len);
 }
 
 /* ---- Prometheus --------------------------------------------------------------- */
