@@ -67,7 +67,7 @@
 #define SW_BUILDING_CLIENT 1
 #include "sinkwatch/client.h"
 #include "proto/swproto.h"
-#include "proto/swkeys.h"
+#include "net/swnet.h"
 
 #define NAP_MS 16
 #define REFUSED_RETRY_MS 5000	/* a refused handshake is tried again this often */
@@ -462,28 +462,12 @@ poll_monitor(sw_client *c)
 static int
 setup_curve(sw_client *c)
 {
-	const char *skey = c->o.server_key ? c->o.server_key : getenv("SINKWATCH_SERVER_KEY");
-	const char *kfile = c->o.key_file ? c->o.key_file : getenv("SINKWATCH_CLIENT_KEY_FILE");
-	int has_s = skey && *skey, has_k = kfile && *kfile;
-	if (has_s || has_k) {
-		char srv[SWP_KEY_LEN + 1], sec[SWP_KEY_LEN + 1], pub[SWP_KEY_LEN + 1], e[600];
-		if (!has_s || !has_k) {
-			seterr(c, SW_EKEY, "CURVE needs both server_key and key_file (or "
-			    "SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE)");
-			return SW_EKEY;
-		}
-		if (swp_key_load(skey, srv, e, sizeof(e)) != 0 || swp_key_read(kfile, 1, sec, e,
-		    sizeof(e)) != 0 || zmq_curve_public(pub, sec) != 0) {
-			seterr(c, SW_EKEY, "%s", e);
-			memset(sec, 0, sizeof(sec));
-			return SW_EKEY;
-		}
-		int rc = zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, srv, SWP_KEY_LEN) ||
-		    zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, SWP_KEY_LEN) ||
-		    zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, SWP_KEY_LEN);
-		memset(sec, 0, sizeof(sec));
-		if (rc)
-			return SW_EKEY;
+	static const char *const opts[2] = { "server_key", "key_file" };
+	char e[1200];
+	if (swn_curve_client(c->sock, c->o.server_key, c->o.key_file, opts, NULL, e,
+	    sizeof(e)) < 0) {
+		seterr(c, SW_EKEY, "%s", e);
+		return SW_EKEY;
 	}
 	int zero = 0;
 	if (zmq_socket_monitor(c->sock, "inproc://sinkwatch-monitor",

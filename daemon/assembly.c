@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "daemon/assembly.h"
-#include "daemon/log.h"
+#include "net/log.h"
 
 #include "daemon/assembly_int.h"
 

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "daemon/assembly_int.h"
-#include "daemon/log.h"
+#include "net/log.h"
 
 /* The message's incarnation: its own, or the one inferred (PROTOCOL.md 7a). */
 uint64_t

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "daemon/assembly_int.h"
-#include "daemon/log.h"
+#include "net/log.h"
 
 /*
  * Room for one more message in layer l of step s (so that ml_push cannot

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "daemon/conf.h"
-#include "daemon/log.h"
+#include "net/log.h"
 #include "proto/swkeys.h"
 #include "proto/swproto.h"
 

@@ -30,12 +30,13 @@
 #endif
 
 #include "daemon/assembly.h"
-#include "daemon/auth.h"
 #include "daemon/conf.h"
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "net/log.h"
 #include "daemon/metrics.h"
 #include "daemon/status.h"
+#include "net/auth.h"
+#include "net/swnet.h"
 #include "proto/swkeys.h"
 
 #define MAX_FRAMES 4
@@ -1125,37 +1126,27 @@ mkdirs(const char *path)
 }
 
 /*
- * CURVE on a server socket, before its bind: the ZAP handler (started
- * first) decides on every client key; domain names the socket in its
- * counts.
+ * CURVE on the SUB connected to a forwarder, before its connect, as every
+ * client (net/swnet.h): the forwarder's public key (or its file) from
+ * connect_server_key, else SINKWATCH_SERVER_KEY; this daemon's key pair
+ * from curve_secret_file, else SINKWATCH_CLIENT_KEY_FILE. No server key:
+ * a plain hop. 0, or -1 with err.
  */
 static int
-curve_server(void *sock, const char *secret, const char *domain)
+curve_client(void *sock, char *err, size_t errlen)
 {
-	int one = 1;
-	return zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) ||
-	    zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
-	    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN);
-}
-
-/*
- * CURVE on the SUB connected to a forwarder, before its connect: the
- * forwarder's public key (or its file), this daemon's own key pair.
- */
-static int
-curve_client(void *sock, const char *server_key, const char *secret, char *err, size_t errlen)
-{
-	char srv[SWP_KEY_LEN + 1];
-	if (swp_key_load(server_key, srv, err, errlen) != 0)
+	static const char *const opts[2] = { "connect_server_key", "curve_secret_file" };
+	const char *srv = D.cfg.connect_server_key, *kf = D.cfg.curve_secret_file;
+	swn_curve_info ci;
+	swn_curve_env(&srv, &kf);
+	if (!srv)
+		return 0;
+	if (swn_curve_client(sock, srv, kf, opts, &ci, err, errlen) < 0)
 		return -1;
-	if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, srv, SWP_KEY_LEN) ||
-	    zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, D.curve_public, SWP_KEY_LEN) ||
-	    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN)) {
-		snprintf(err, errlen, "connect_server_key: %s", zmq_strerror(zmq_errno()));
-		return -1;
-	}
+	/* whichever gave it, status says the hop is CURVE */
+	snprintf(D.cfg.connect_server_key, sizeof(D.cfg.connect_server_key), "%s", ci.server);
 	log_info("the hop from the forwarder at %s is CURVE: its key %s, this daemon's %s",
-	    D.cfg.connect, srv, D.curve_public);
+	    D.cfg.connect, ci.server, ci.pub);
 	return 0;
 }
 
@@ -1168,17 +1159,10 @@ setup_sockets(char *err, size_t errlen)
 		return -1;
 	}
 	if (D.cfg.curve_secret_file[0]) {
-		if (!zmq_has("curve")) {
-			snprintf(err, errlen, "curve_secret_file: this libzmq was built without CURVE");
-			return -1;
-		}
-		if (swp_key_read(D.cfg.curve_secret_file, 1, secret, err, errlen) != 0 ||
+		if (swn_curve_server_keys("curve_secret_file", D.cfg.curve_secret_file, secret,
+		    D.curve_public, err, errlen) != 0 ||
 		    swd_auth_start(&D.auth, D.zctx, D.cfg.curve_allow, NULL, err, errlen) != 0)
 			return -1;
-		if (zmq_curve_public(D.curve_public, secret) != 0) {
-			snprintf(err, errlen, "%.900s: not a secret key", D.cfg.curve_secret_file);
-			return -1;
-		}
 		swd_auth_stats as;
 		swd_auth_get_stats(D.auth, &as);
 		log_info("CURVE on: public key %s, %lld client key(s) allowed, from %s",
@@ -1204,14 +1188,13 @@ setup_sockets(char *err, size_t errlen)
 	if (!D.sub || zmq_setsockopt(D.sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
 	    zmq_setsockopt(D.sub, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
 	    zmq_setsockopt(D.sub, ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    (D.auth && !D.cfg.connect[0] && (curve_server(D.sub, secret, SWD_AUTH_DOMAIN_DATA) ||
+	    (D.auth && !D.cfg.connect[0] && (swn_curve_server(D.sub, secret, SWD_AUTH_DOMAIN_DATA) ||
 	    swd_auth_watch(D.auth, D.sub, SWD_AUTH_DOMAIN_DATA))) ||
 	    (D.auth && D.cfg.connect[0] && swd_auth_watch(D.auth, D.sub, SWD_AUTH_DOMAIN_UPSTREAM))) {
 		snprintf(err, errlen, "SUB socket: %s", zmq_strerror(errno));
 		return -1;
 	}
-	if (D.cfg.connect_server_key[0] &&
-	    curve_client(D.sub, D.cfg.connect_server_key, secret, err, errlen) != 0)
+	if (D.cfg.connect[0] && curve_client(D.sub, err, errlen) != 0)
 		return -1;
 	/* PROTOCOL.md 1: a topic is "sw/" + run id, so "sw/" + a prefix takes
 	 * the runs whose id starts with it; no prefix: every run */
@@ -1242,7 +1225,7 @@ setup_sockets(char *err, size_t errlen)
 	int64_t ctlmax = 4096;
 	if (!D.ctl || zmq_setsockopt(D.ctl, ZMQ_MAXMSGSIZE, &ctlmax, sizeof(ctlmax)) ||
 	    zmq_setsockopt(D.ctl, ZMQ_LINGER, &zero, sizeof(zero)) ||
-	    (D.auth && (curve_server(D.ctl, secret, SWD_AUTH_DOMAIN_CONTROL) ||
+	    (D.auth && (swn_curve_server(D.ctl, secret, SWD_AUTH_DOMAIN_CONTROL) ||
 	    swd_auth_watch(D.auth, D.ctl, SWD_AUTH_DOMAIN_CONTROL)))) {
 		snprintf(err, errlen, "control socket: %s", zmq_strerror(errno));
 		return -1;
@@ -1388,30 +1371,21 @@ main(int argc, char **argv)
 	 * creations is removed only by a daemon that is alone there (an
 	 * exclusive flock for the moment): another's may be in progress.
 	 */
-	char lockp[1100];
-	snprintf(lockp, sizeof(lockp), "%s/" SW_RUNLOCK_FILE, D.cfg.data_dir);
-	int lockfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	char lerr[1200];
+	int lockfd = sw_dirlock_open(D.cfg.data_dir, 1, lerr, sizeof(lerr));
 	if (lockfd < 0) {
-		log_err("%s: %s", lockp, strerror(errno));
+		log_err("%s", lerr);
 		return 2;
 	}
-	int alone = flock(lockfd, LOCK_EX | LOCK_NB) == 0;
+	int alone = sw_dirlock_exclusive(lockfd, D.cfg.data_dir, lerr, sizeof(lerr)) == 0;
 	if (alone) {
 		int stale = sw_runfile_clean_tmp(D.cfg.data_dir);
 		if (stale > 0)
 			log_info("removed %d unfinished file creation(s) a crash left in %s",
 			    stale, D.cfg.data_dir);
 	}
-	/* an exclusive holder (another daemon starting, sinkwatch check
-	 * clearing) holds it for a moment: wait a little for it */
-	int shared = -1;
-	for (int tries = 0; tries < 300 && (shared = flock(lockfd, LOCK_SH | LOCK_NB)) != 0 &&
-	    errno == EWOULDBLOCK; tries++)
-		usleep(10000);
-	if (shared != 0) {
-		log_err("%s: %s", lockp, errno == EWOULDBLOCK ? "another process holds the data "
-		    "directory exclusively (sinkwatch check clearing a file?): try again" :
-		    strerror(errno));
+	if (sw_dirlock_shared(lockfd, D.cfg.data_dir, lerr, sizeof(lerr)) != 0) {
+		log_err("%s", lerr);
 		return 2;
 	}
 	if (!alone)

@@ -1,10 +1,10 @@
 /* status.c: control requests and status text (see status.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/status.h"
+#include "net/swctl.h"
 
 const char *const swd_drop_names[SWD_DROP_REASONS] = {
 #define SWD_DROP(id, name) #name,
@@ -23,119 +23,33 @@ const char *const swd_stage_help[SWD_STAGES_N] = {
 #undef SWD_STAGE_HELP
 };
 
-/*
- * The text being built. A fixed buffer (grow 0) keeps what fits and marks
- * the cut at finish(); a growing one (grow 1, p from malloc) reallocates.
- * need counts every byte asked for, whether it fit or not.
- */
-struct buf {
-	char *p;
-	size_t len, cap, need;
-	int grow, cut;
-	const char *cutfmt;	/* the line that says so: needed, then held */
-};
-
-/* Room for at least want bytes, NUL included: 0, or -1 (no more memory). */
-static int
-buf_grow(struct buf *b, size_t want)
-{
-	size_t cap = b->cap ? b->cap : 4096;
-	while (cap < want)
-		cap *= 2;
-	char *p = realloc(b->p, cap);
-	if (!p)
-		return -1;
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-static void
-put(struct buf *b, const char *fmt, ...)
-{
-	va_list ap;
-	for (;;) {
-		/* once cut, only count: what follows a cut is never half there */
-		size_t room = !b->cut && b->len < b->cap ? b->cap - b->len : 0;
-		va_start(ap, fmt);
-		int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return;
-		if ((size_t)n < room) {
-			b->len += (size_t)n;
-			b->need += (size_t)n;
-			return;
-		}
-		if (b->cut || !b->grow || buf_grow(b, b->len + (size_t)n + 1) != 0) {
-			b->cut = 1;
-			b->need += (size_t)n;
-			if (b->len < b->cap)
-				b->p[b->len] = '\0';
-			return;
-		}
-	}
-}
-
-/*
- * Ends the text. A cut one keeps its whole lines and ends with a line
- * saying what was cut (cutfmt: the bytes needed, the bytes held), as much
- * of that line as fits: the cut is never silent. Returns the length.
- */
-static size_t
-finish(struct buf *b)
-{
-	if (b->cap == 0)
-		return 0;
-	if (!b->cut) {
-		b->p[b->len] = '\0';
-		return b->len;
-	}
-	char note[160];
-	int m = snprintf(note, sizeof(note), b->cutfmt, b->need + 1, b->cap);
-	size_t nl = m < 0 ? 0 : (size_t)m < sizeof(note) ? (size_t)m : sizeof(note) - 1;
-	size_t keep = 0;
-	if (nl < b->cap)
-		for (size_t i = b->len < b->cap - nl ? b->len : b->cap - 1 - nl; i > 0; i--)
-			if (b->p[i - 1] == '\n') {
-				keep = i;
-				break;
-			}
-	if (nl >= b->cap)
-		nl = b->cap - 1;
-	memcpy(b->p + keep, note, nl);
-	b->len = keep + nl;
-	b->p[b->len] = '\0';
-	return b->len;
-}
-
 /* CPU seconds by stage, and per message received (ms). */
 static void
-sec_cpu(struct buf *b, const swd_status *st)
+sec_cpu(swn_buf *b, const swd_status *st)
 {
 	double sum = 0, per = st->messages > 0 ? 1e3 / (double)st->messages : 0;
-	put(b, "# cpu\n");
+	swn_put(b, "# cpu\n");
 	for (int i = 0; i < SWD_STAGES_N; i++) {
 		sum += st->stage_cpu_s[i];
-		put(b, "%s_s: %.6f\n%s_ms_per_message: %.4f\n", swd_stage_names[i],
+		swn_put(b, "%s_s: %.6f\n%s_ms_per_message: %.4f\n", swd_stage_names[i],
 		    st->stage_cpu_s[i], swd_stage_names[i], st->stage_cpu_s[i] * per);
 	}
-	put(b, "stages_s: %.6f\nstages_ms_per_message: %.4f\nprocess_s: %.6f\n", sum, sum * per,
+	swn_put(b, "stages_s: %.6f\nstages_ms_per_message: %.4f\nprocess_s: %.6f\n", sum, sum * per,
 	    st->process_cpu_s);
 }
 
 /* A run's line (runs, finished), its last gap after it. */
 static void
-put_run(struct buf *b, const char *prefix, const swd_status_run *r)
+put_run(swn_buf *b, const char *prefix, const swd_status_run *r)
 {
-	put(b, "%s: %s model=%s layers=%u heads=%u split=%s steps=%lld "
+	swn_put(b, "%s: %s model=%s layers=%u heads=%u split=%s steps=%lld "
 	    "last_step=%lld open_steps=%lld messages=%lld lost=%lld incomplete=%lld%s%s\n",
 	    prefix, r->run, r->model[0] ? r->model : "-", r->layers, r->heads, r->split_form,
 	    (long long)r->steps_written, (long long)r->last_step,
 	    (long long)r->open_steps, (long long)r->messages, (long long)r->lost,
 	    (long long)r->incomplete, r->state ? " state=" : "", r->state ? r->state : "");
 	if (r->last_gap && r->last_gap[0])
-		put(b, "gap: %s %s\n", r->run, r->last_gap);
+		swn_put(b, "gap: %s %s\n", r->run, r->last_gap);
 }
 
 /* Whether drop reason r has a counter of its own on the sender line. */
@@ -159,50 +73,50 @@ drop_shown(int r)
  * and the rest of its account, every other drop reason it has a count of.
  */
 static void
-put_sender(struct buf *b, const char *prefix, const swd_status_sender *d)
+put_sender(swn_buf *b, const char *prefix, const swd_status_sender *d)
 {
-	put(b, "%s: %s inc=%llu rank=%u/%u", prefix, d->run, (unsigned long long)d->inc,
+	swn_put(b, "%s: %s inc=%llu rank=%u/%u", prefix, d->run, (unsigned long long)d->inc,
 	    d->rank, d->senders);
 #define SWD_SENDER_COUNTER(name, type, where, drop) \
-	put(b, " " #name "=" SWD_FMT_##type, SWD_CAST_##type d->name);
+	swn_put(b, " " #name "=" SWD_FMT_##type, SWD_CAST_##type d->name);
 #include "daemon/sender_counters.def"
 	for (int r = 0; r < SWD_DROP_REASONS; r++)
 		if (d->drop[r] && !drop_shown(r))
-			put(b, " %s=%lld", swd_drop_names[r], (long long)d->drop[r]);
-	put(b, "\n");
+			swn_put(b, " %s=%lld", swd_drop_names[r], (long long)d->drop[r]);
+	swn_put(b, "\n");
 }
 
 /* Where it listens, what it runs as. */
 static void
-sec_server(struct buf *b, const swd_status *st)
+sec_server(swn_buf *b, const swd_status *st)
 {
-	put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
+	swn_put(b, "# server\nversion: %s\npid: %ld\nuptime_s: %.1f\nlisten: %s\n"
 	    "control: %s\ndata_dir: %s\n", st->version, st->pid, st->uptime_s,
 	    st->listen, st->control, st->data_dir);
 	if (st->connect && st->connect[0])
-		put(b, "connect: %s\n", st->connect);
+		swn_put(b, "connect: %s\n", st->connect);
 	/* one line per prefix, "" for all runs */
 	const char *p = st->subscribe ? st->subscribe : "";
 	do {
 		int n = (int)strcspn(p, "\n");
-		put(b, "subscribe: %.*s\n", n, p);
+		swn_put(b, "subscribe: %.*s\n", n, p);
 		p += n + (p[n] == '\n');
 	} while (*p);
-	put(b, "kernel_isa: %s\nlog_precision: %s\n", st->kernel_isa ? st->kernel_isa : "-",
+	swn_put(b, "kernel_isa: %s\nlog_precision: %s\n", st->kernel_isa ? st->kernel_isa : "-",
 	    st->log_precision ? st->log_precision : "-");
 }
 
 /* CURVE: its keys and the handshakes it allowed and refused. */
 static void
-sec_auth(struct buf *b, const swd_status *st)
+sec_auth(swn_buf *b, const swd_status *st)
 {
 	/*
 	 * refused_key: a CURVE client whose key is not in the allow list;
 	 * handshake_failed: no CURVE, another server key, a bad handshake
 	 */
-	put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
+	swn_put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
 	if (st->curve)
-		put(b, "public_key: %s\nallowed_keys: %lld\nhandshakes_allowed: %lld\n"
+		swn_put(b, "public_key: %s\nallowed_keys: %lld\nhandshakes_allowed: %lld\n"
 		    "refused_key_data: %lld\nrefused_key_control: %lld\n"
 		    "handshake_failed_data: %lld\nhandshake_failed_control: %lld\n",
 		    st->curve_public, (long long)st->auth_keys, (long long)st->auth_allowed,
@@ -210,7 +124,7 @@ sec_auth(struct buf *b, const swd_status *st)
 		    (long long)st->auth_failed_data, (long long)st->auth_failed_control);
 	/* behind a forwarder: this daemon is the client of the hop */
 	if (st->upstream)
-		put(b, "upstream: %s\nupstream_curve: %s\nupstream_refused_key: %lld\n"
+		swn_put(b, "upstream: %s\nupstream_curve: %s\nupstream_refused_key: %lld\n"
 		    "upstream_handshake_failed: %lld\n", st->upstream,
 		    st->upstream_curve ? "on" : "off", (long long)st->upstream_refused,
 		    (long long)st->upstream_failed);
@@ -218,11 +132,11 @@ sec_auth(struct buf *b, const swd_status *st)
 
 /* The open runs, a line each. */
 static void
-sec_runs(struct buf *b, const swd_status *st)
+sec_runs(swn_buf *b, const swd_status *st)
 {
-	put(b, "# runs\nruns: %zu\n", st->nruns);
+	swn_put(b, "# runs\nruns: %zu\n", st->nruns);
 	if (st->runs_live > (int64_t)st->nruns)
-		put(b, "runs_total: %lld\nruns_not_shown: %lld\n", (long long)st->runs_live,
+		swn_put(b, "runs_total: %lld\nruns_not_shown: %lld\n", (long long)st->runs_live,
 		    (long long)(st->runs_live - (int64_t)st->nruns));
 	for (size_t i = 0; i < st->nruns; i++)
 		put_run(b, "run", &st->runs[i]);
@@ -230,11 +144,11 @@ sec_runs(struct buf *b, const swd_status *st)
 
 /* The senders of the open runs, a line each. */
 static void
-sec_senders(struct buf *b, const swd_status *st)
+sec_senders(swn_buf *b, const swd_status *st)
 {
-	put(b, "# senders\nsenders: %zu\n", st->nsenders);
+	swn_put(b, "# senders\nsenders: %zu\n", st->nsenders);
 	if (st->senders_live > (int64_t)st->nsenders)
-		put(b, "senders_total: %lld\nsenders_not_shown: %lld\n",
+		swn_put(b, "senders_total: %lld\nsenders_not_shown: %lld\n",
 		    (long long)st->senders_live,
 		    (long long)(st->senders_live - (int64_t)st->nsenders));
 	for (size_t i = 0; i < st->nsenders; i++)
@@ -243,9 +157,9 @@ sec_senders(struct buf *b, const swd_status *st)
 
 /* Runs gone from the table lately, and their senders' last counts. */
 static void
-sec_finished(struct buf *b, const swd_status *st)
+sec_finished(swn_buf *b, const swd_status *st)
 {
-	put(b, "# finished\nfinished: %zu\n", st->nfinished);
+	swn_put(b, "# finished\nfinished: %zu\n", st->nfinished);
 	for (size_t i = 0; i < st->nfinished; i++)
 		put_run(b, "finished_run", &st->finished[i]);
 	for (size_t i = 0; i < st->nfinished_senders; i++)
@@ -254,24 +168,24 @@ sec_finished(struct buf *b, const swd_status *st)
 
 /* The run ids refused lately. */
 static void
-sec_refused(struct buf *b, const swd_status *st)
+sec_refused(swn_buf *b, const swd_status *st)
 {
 	/* what a sender refused a run can read: its run is in no table */
-	put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
+	swn_put(b, "# refused\nmax_runs: %lld\nnew_runs_per_s: %lld\nnew_runs_burst: %lld\n"
 	    "refused_runs: %zu\nrefused_total: %lld\n", (long long)st->max_runs,
 	    (long long)st->new_runs_per_s, (long long)st->new_runs_burst, st->nrefused,
 	    (long long)st->refused_total);
 	for (size_t i = 0; i < st->nrefused; i++)
-		put(b, "refused: %s too_many_runs=%lld run_rate=%lld run_state=%lld\n",
+		swn_put(b, "refused: %s too_many_runs=%lld run_rate=%lld run_state=%lld\n",
 		    st->refused[i].run, (long long)st->refused[i].too_many_runs,
 		    (long long)st->refused[i].run_rate, (long long)st->refused[i].run_state);
 }
 
 /* What came in. */
 static void
-sec_traffic(struct buf *b, const swd_status *st)
+sec_traffic(swn_buf *b, const swd_status *st)
 {
-	put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
+	swn_put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
 	    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"
 	    "steps_incomplete: %lld\n", (long long)st->messages, (long long)st->bytes,
 	    (long long)st->rows, st->rows_per_s, st->msgs_per_s,
@@ -280,29 +194,29 @@ sec_traffic(struct buf *b, const swd_status *st)
 
 /* Messages not stored, by reason: drops.def, then errors.def (bad_*). */
 static void
-sec_drops(struct buf *b, const swd_status *st)
+sec_drops(swn_buf *b, const swd_status *st)
 {
-	put(b, "# drops\n");
+	swn_put(b, "# drops\n");
 	for (int i = 0; i < SWD_DROP_REASONS; i++)
-		put(b, "%s: %lld\n", swd_drop_names[i], (long long)st->drops[i]);
+		swn_put(b, "%s: %lld\n", swd_drop_names[i], (long long)st->drops[i]);
 	for (int i = 1; i < SWD_DECODE_ERRORS; i++)
-		put(b, "bad_%s: %lld\n", swp_errname(-i), (long long)st->decode_errors[i]);
+		swn_put(b, "bad_%s: %lld\n", swp_errname(-i), (long long)st->decode_errors[i]);
 }
 
 /* Rows rejected, by reason. */
 static void
-sec_rejects(struct buf *b, const swd_status *st)
+sec_rejects(swn_buf *b, const swd_status *st)
 {
-	put(b, "# rejects\n");
+	swn_put(b, "# rejects\n");
 	for (int i = 1; i < SWM_STATUS__N; i++)
-		put(b, "%s: %lld\n", swm_status_name((swm_status)i), (long long)st->rejects[i]);
+		swn_put(b, "%s: %lld\n", swm_status_name((swm_status)i), (long long)st->rejects[i]);
 }
 
 /* What is held, against the budget. */
 static void
-sec_queue(struct buf *b, const swd_status *st)
+sec_queue(swn_buf *b, const swd_status *st)
 {
-	put(b, "# queue\ninflight_bytes: %lld\nbudget_bytes: %lld\njobs_in_flight: %lld\n"
+	swn_put(b, "# queue\ninflight_bytes: %lld\nbudget_bytes: %lld\njobs_in_flight: %lld\n"
 	    "writer_queue: %lld\n", (long long)st->inflight_bytes,
 	    (long long)st->budget_bytes, (long long)st->jobs_in_flight,
 	    (long long)st->writer_queue);
@@ -310,9 +224,9 @@ sec_queue(struct buf *b, const swd_status *st)
 
 /* The writer thread's figures. */
 static void
-sec_writer(struct buf *b, const swd_status *st)
+sec_writer(swn_buf *b, const swd_status *st)
 {
-	put(b, "# writer\nsteps_written: %lld\nwrite_errors: %lld\nflushes: %lld\n"
+	swn_put(b, "# writer\nsteps_written: %lld\nwrite_errors: %lld\nflushes: %lld\n"
 	    "files_open: %lld\nmax_flush_us: %lld\n", (long long)st->steps_written,
 	    (long long)st->write_errors, (long long)st->flushes,
 	    (long long)st->files_open, (long long)st->max_flush_us);
@@ -320,9 +234,9 @@ sec_writer(struct buf *b, const swd_status *st)
 
 /* The event loop's figures. */
 static void
-sec_loop(struct buf *b, const swd_status *st)
+sec_loop(swn_buf *b, const swd_status *st)
 {
-	put(b, "# loop\nturns: %lld\ndrain_rounds: %lld\nmax_batch: %lld\n"
+	swn_put(b, "# loop\nturns: %lld\ndrain_rounds: %lld\nmax_batch: %lld\n"
 	    "batch_limit_hits: %lld\nidle_s: %.3f\n", (long long)st->loop_turns,
 	    (long long)st->drain_rounds, (long long)st->max_batch,
 	    (long long)st->batch_limit_hits, st->loop_idle_s);
@@ -331,7 +245,7 @@ sec_loop(struct buf *b, const swd_status *st)
 /* Each section's name and function, in the order of the reply (sections.def). */
 static const struct {
 	const char *name;
-	void (*put)(struct buf *, const swd_status *);
+	void (*put)(swn_buf *, const swd_status *);
 } section_fns[] = {
 #define SWD_SECTION(name) { #name, sec_##name },
 #include "daemon/sections.def"
@@ -344,85 +258,47 @@ static const char *const sections[NSECTIONS] = {
 };
 
 static void
-section(struct buf *b, const char *name, const swd_status *st)
+section(swn_buf *b, const char *name, const swd_status *st)
 {
 	for (size_t i = 0; i < NSECTIONS; i++)
 		if (!strcmp(name, section_fns[i].name))
 			section_fns[i].put(b, st);
 }
 
-static const char control_cut[] = "cut: this reply needs a buffer of %zu bytes, it had %zu\n";
-
 static void
-control_reply(struct buf *b, const char *req, size_t reqlen, const swd_status *st)
+control_section(swn_buf *b, const char *name, const void *st)
 {
-	char cmd[64];
-	/* the request is untrusted bytes: copy, cut at the first newline */
-	size_t n = reqlen < sizeof(cmd) - 1 ? reqlen : sizeof(cmd) - 1;
-	memcpy(cmd, req, n);
-	cmd[n] = '\0';
-	cmd[strcspn(cmd, "\r\n")] = '\0';
-	char *arg = strchr(cmd, ' ');
-	if (arg)
-		*arg++ = '\0';
-	if (!strcmp(cmd, "ping")) {
-		put(b, "pong\n");
-	} else if (!strcmp(cmd, "help")) {
-		put(b, "commands: status [SECTION], ping, help\nsections:");
-		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
-			put(b, " %s", sections[i]);
-		put(b, "\n");
-	} else if (!strcmp(cmd, "status")) {
-		int found = 0;
-		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
-			if (arg && *arg && strcmp(arg, sections[i]))
-				continue;
-			if (found++)
-				put(b, "\n");
-			section(b, sections[i], st);
-		}
-		if (!found)
-			put(b, "error: unknown section '%s'\n", arg);
-	} else {
-		put(b, "error: unknown command '%s' (try help)\n", cmd);
-	}
+	section(b, name, st);
 }
 
 size_t
 swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *out,
     size_t outlen)
 {
-	struct buf b = { .p = out, .cap = outlen, .cutfmt = control_cut };
-	if (outlen == 0)
-		return 0;
-	control_reply(&b, req, reqlen, st);
-	return finish(&b);
+	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	return swn_control_reply(req, reqlen, &c, out, outlen);
 }
 
 char *
 swd_control_reply_alloc(const char *req, size_t reqlen, const swd_status *st, size_t *len)
 {
-	struct buf b = { .grow = 1, .cutfmt = control_cut };
-	if (buf_grow(&b, 1) != 0)
-		return NULL;
-	control_reply(&b, req, reqlen, st);
-	*len = finish(&b);
-	return b.p;
+	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	return swn_control_reply_alloc(req, reqlen, &c, len);
 }
 
 /* ---- Prometheus --------------------------------------------------------------- */
 
 static void
-metric(struct buf *b, const char *name, const char *type, const char *help)
+metric(swn_buf *b, const char *name, const char *type, const char *help)
 {
-	put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	swn_put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void
-one(struct buf *b, const char *name, const char *type, const char *help, double v)
+one(swn_buf *b, const char *name, const char *type, const char *help, double v)
 {
 	metric(b, name, type, help);
-	put(b, "%s %.17g\n", name, v);
+	swn_put(b, "%s %.17g\n", name, v);
 }
 
 /* a comment line in the exposition format: the text stays valid */
@@ -431,11 +307,11 @@ static const char metrics_cut[] = "# cut: this text needs a buffer of %zu bytes,
 size_t
 swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 {
-	struct buf b = { .p = out, .cap = outlen, .cutfmt = metrics_cut };
+	swn_buf b = { .p = out, .cap = outlen, .cutfmt = metrics_cut };
 	if (outlen == 0)
 		return 0;
 	metric(&b, "sinkwatch_build_info", "gauge", "The daemon's version (always 1).");
-	put(&b, "sinkwatch_build_info{version=\"%s\",protocol=\"%d\"} 1\n", st->version,
+	swn_put(&b, "sinkwatch_build_info{version=\"%s\",protocol=\"%d\"} 1\n", st->version,
 	    SWP_VERSION);
 	one(&b, "sinkwatch_uptime_seconds", "gauge", "Seconds since the daemon started.",
 	    st->uptime_s);
@@ -446,15 +322,15 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	metric(&b, "sinkwatch_messages_dropped_total", "counter",
 	    "Messages not stored, by reason (PROTOCOL.md 7a and 8: bad_* failed to decode).");
 	for (int i = 0; i < SWD_DROP_REASONS; i++)
-		put(&b, "sinkwatch_messages_dropped_total{reason=\"%s\"} %lld\n", swd_drop_names[i],
+		swn_put(&b, "sinkwatch_messages_dropped_total{reason=\"%s\"} %lld\n", swd_drop_names[i],
 		    (long long)st->drops[i]);
 	for (int i = 1; i < SWD_DECODE_ERRORS; i++)
-		put(&b, "sinkwatch_messages_dropped_total{reason=\"bad_%s\"} %lld\n",
+		swn_put(&b, "sinkwatch_messages_dropped_total{reason=\"bad_%s\"} %lld\n",
 		    swp_errname(-i), (long long)st->decode_errors[i]);
 	metric(&b, "sinkwatch_stage_cpu_seconds_total", "counter",
 	    "CPU seconds of the daemon's threads by stage (sinkwatchd(8), CPU BY STAGE).");
 	for (int i = 0; i < SWD_STAGES_N; i++)
-		put(&b, "sinkwatch_stage_cpu_seconds_total{stage=\"%s\"} %.9g\n", swd_stage_names[i],
+		swn_put(&b, "sinkwatch_stage_cpu_seconds_total{stage=\"%s\"} %.9g\n", swd_stage_names[i],
 		    st->stage_cpu_s[i]);
 	one(&b, "sinkwatch_process_cpu_seconds_total", "counter",
 	    "CPU seconds of the whole process, user and system.", st->process_cpu_s);
@@ -462,7 +338,7 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	metric(&b, "sinkwatch_rows_rejected_total", "counter",
 	    "Attention rows rejected, by reason (METRICS.md 6).");
 	for (int i = 1; i < SWM_STATUS__N; i++)
-		put(&b, "sinkwatch_rows_rejected_total{reason=\"%s\"} %lld\n",
+		swn_put(&b, "sinkwatch_rows_rejected_total{reason=\"%s\"} %lld\n",
 		    swm_status_name((swm_status)i), (long long)st->rejects[i]);
 	one(&b, "sinkwatch_steps_complete_total", "counter", "Steps assembled whole.",
 	    (double)st->steps_complete);
@@ -506,7 +382,7 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	int64_t refused[2] = { st->auth_refused_data, st->auth_refused_control };
 	int64_t failed[2] = { st->auth_failed_data, st->auth_failed_control };
 	for (int i = 0; i < 2; i++)
-		put(&b, "sinkwatch_handshakes_refused_total{socket=\"%s\",reason=\"key_not_allowed\"} "
+		swn_put(&b, "sinkwatch_handshakes_refused_total{socket=\"%s\",reason=\"key_not_allowed\"} "
 		    "%lld\nsinkwatch_handshakes_refused_total{socket=\"%s\","
 		    "reason=\"handshake_failed\"} %lld\n", sock[i], (long long)refused[i], sock[i],
 		    (long long)failed[i]);
@@ -514,8 +390,8 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	    "Handshakes of this daemon's SUB with the forwarder it connects to that failed, by "
 	    "reason (key_not_allowed: the forwarder refused this daemon's key; "
 	    "handshake_failed: another server key, no CURVE there); 0 when it binds.");
-	put(&b, "sinkwatch_upstream_handshakes_failed_total{reason=\"key_not_allowed\"} %lld\n"
+	swn_put(&b, "sinkwatch_upstream_handshakes_failed_total{reason=\"key_not_allowed\"} %lld\n"
 	    "sinkwatch_upstream_handshakes_failed_total{reason=\"handshake_failed\"} %lld\n",
 	    (long long)st->upstream_refused, (long long)st->upstream_failed);
-	return finish(&b);
+	return swn_finish(&b);
 }

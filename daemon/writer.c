@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "net/log.h"
 #include "daemon/writer_int.h"
 
 static int64_t

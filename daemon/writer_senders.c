@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "net/log.h"
 #include "daemon/writer_int.h"
 
 static const int wf_reason[WF__N] = { SWD_DROP_DUPLICATE, SWD_DROP_WRITE, SWD_DROP_LOCKED,

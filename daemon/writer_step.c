@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "net/log.h"
 #include "daemon/writer_int.h"
 
 /* Drift of head h between two fixed-probe steps (§4, metrics/drift.c). */

@@ -205,6 +205,22 @@ void sw_runlock_release(sw_runlock **l);
 uint64_t sw_runlock_offset(const char *run);
 
 /*
+ * The data directory's lock (dirlock.c), an flock() of DIR/SW_RUNLOCK_FILE:
+ * a daemon holds it shared for as long as it runs, exclusive for a moment
+ * when it is alone there (and clears what a crash left); sinkwatch check
+ * holds it exclusive while it clears a file's writer flags, so that no
+ * daemon runs, nor starts, meanwhile. sw_dirlock_open opens (create:
+ * makes) the lock file: the descriptor, or -1 with err ("" and errno
+ * ENOENT: there is none, no daemon ever ran there). sw_dirlock_exclusive
+ * takes it exclusive without waiting: 0, 1 when another holds it, -1 with
+ * err. sw_dirlock_shared takes it shared, waiting up to 3 s for an
+ * exclusive holder: 0, or -1 with err. dir is named in the messages.
+ */
+int sw_dirlock_open(const char *dir, int create, char *err, size_t errlen);
+int sw_dirlock_exclusive(int fd, const char *dir, char *err, size_t errlen);
+int sw_dirlock_shared(int fd, const char *dir, char *err, size_t errlen);
+
+/*
  * Opens the run's file in dir for appending: creates it (latest format,
  * every dataset created, then SWMR writing started and the datasets
  * reopened) or resumes an existing one, also one left by a writer that was

@@ -555,9 +555,72 @@ def case_forward_hop():
         assert fw.stop() == 0, fw.read_log()
 
 
+def case_env_everywhere():
+    """The environment holds for every client alike (issue 28): the C
+    client, sinkwatch status and sinkwatchd --connect take the server's key
+    from SINKWATCH_SERVER_KEY and their secret key file from
+    SINKWATCH_CLIENT_KEY_FILE; one of the two alone is refused by each,
+    naming both."""
+    d = tempfile.mkdtemp(prefix="sinkwatch-env-")
+    fk, alice, dk = Keys(d, "fwd"), Keys(d, "alice"), Keys(d, "dmn")
+    jobs, daemons = os.path.join(d, "jobs"), os.path.join(d, "daemons")
+    with open(jobs, "w") as f:
+        f.write("%s # alice\n" % alice.public)
+    with open(daemons, "w") as f:
+        f.write("%s # the daemon\n" % dk.public)
+    fw = Forwarder(d, ["--curve-secret-file", fk.key, "--curve-allow", jobs,
+                       "--curve-allow-daemons", daemons])
+    fw.ctl_keys = (fk.public.encode(), alice.public.encode(), alice.secret.encode())
+    fw.start()
+    env_job = {"SINKWATCH_SERVER_KEY": fk.public, "SINKWATCH_CLIENT_KEY_FILE": alice.key}
+    env_dmn = {"SINKWATCH_SERVER_KEY": fk.pub, "SINKWATCH_CLIENT_KEY_FILE": dk.key}
+    dm = None
+    try:
+        # the daemon with half the pair: refused at start, both named
+        e = child_env()
+        e.pop("SINKWATCH_CLIENT_KEY_FILE", None)
+        e["SINKWATCH_SERVER_KEY"] = fk.pub
+        p = subprocess.run([SINKWATCHD, "--data-dir", os.path.join(d, "half"), "--connect",
+                            fw.out, "--control", "tcp://127.0.0.1:%d" % free_port()],
+                           capture_output=True, text=True, timeout=30, env=e)
+        assert p.returncode == 2 and "needs both" in p.stderr, p.stderr
+        assert "connect_server_key or SINKWATCH_SERVER_KEY" in p.stderr, p.stderr
+        assert "curve_secret_file or SINKWATCH_CLIENT_KEY_FILE" in p.stderr, p.stderr
+        # the daemon with both: the hop is CURVE, with its keys from the environment
+        old = dict(os.environ)
+        os.environ.update(env_dmn)
+        try:
+            dm = Daemon(tmp=d, data_dir=os.path.join(d, "envd"), extra=["--connect", fw.out])
+            dm.start()
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        fw.wait(lambda s: s["subscriptions"]["prefixes"] == 1, what="the daemon in")
+        a = dm.status()["auth"]
+        assert a["upstream"] == fw.out and a["upstream_curve"] == "on", a
+        assert ("the hop from the forwarder at %s is CURVE: its key %s, this daemon's %s" %
+                (fw.out, fk.public, dk.public)) in dm.read_log(), dm.read_log()
+        # the C client and sinkwatch status, from the environment alone
+        c = c_send(fw.inp, "c-env", env=env_job)
+        assert c["sent"] == 4 and c["auth_failures"] == 0, c
+        assert steps_of(dm.wait_ended("c-env")) == [0, 1, 2]
+        rc, out, err = run_status(fw.control, "auth", env=env_job)
+        assert rc == 0 and "curve: on\n" in out, (out, err)
+        rc, out, err = run_status(fw.control, env={"SINKWATCH_CLIENT_KEY_FILE": alice.key})
+        assert rc == 2 and "needs both" in err, err
+        assert "--server-key or SINKWATCH_SERVER_KEY" in err, err
+        c = c_send(fw.inp, "c-half", env={"SINKWATCH_SERVER_KEY": fk.public})
+        assert c == {"error": -7}, c
+    finally:
+        if dm:
+            assert dm.stop() == 0, dm.read_log()
+        assert fw.stop() == 0, fw.read_log()
+
+
 CASES = {"keygen": case_keygen, "start_refusal": case_start_refusal, "curve": case_curve,
          "forward_hop": case_forward_hop, "empty_allow": case_empty_allow,
-         "revoke": case_revoke, "allowed_later": case_allowed_later}
+         "revoke": case_revoke, "allowed_later": case_allowed_later,
+         "env_everywhere": case_env_everywhere}
 
 
 def main():

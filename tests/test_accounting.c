@@ -35,7 +35,7 @@
 
 #include "daemon/assembly.h"
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "net/log.h"
 #include "storage/runfile.h"
 
 #define MAXS 3			/* senders */

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "daemon/conf.h"
-#include "daemon/log.h"
+#include "net/log.h"
 #include "daemon/status.h"
 #include "proto/swkeys.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "tools/json.h"
-#include "tools/runagg.h"
+#include "report/runagg.h"
 
 /* The JSON document of one string value, NUL-terminated (the caller frees it). */
 static char *

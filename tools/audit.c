@@ -27,7 +27,7 @@
 #include "storage/runfile.h"
 #include "tools/analyze.h"
 #include "tools/json.h"
-#include "tools/runagg.h"
+#include "report/runagg.h"
 #include "tools/tools.h"
 
 /* Stored and recomputed flip rates agree within this (the same doubles, the same function). */
@@ -895,7 +895,7 @@ sw_audit_main(int argc, char **argv)
 	sw_run *run = NULL;
 	memset(&au, 0, sizeof(au));
 	au.o = &o;
-	/* the one run aggregation's open and range (tools/runagg.h), as the report's */
+	/* the one run aggregation's open and range (report/runagg.h), as the report's */
 	if (sw_run_open(o.path, &run, err, sizeof(err)) != 0)
 		return sw_tool_fail("audit", "%s", err);
 	au.meta = run->meta;

@@ -28,7 +28,7 @@
 #include "storage/h5util.h"
 #include "storage/runfile.h"
 #include "tools/json.h"
-#include "tools/runagg.h"
+#include "report/runagg.h"
 #include "tools/tools.h"
 
 #define REFRESH_TRIES 100	/* about 100 ms of 1 ms waits, as the reader */
@@ -338,8 +338,8 @@ done:
 }
 
 /*
- * Whether a sinkwatchd writes the file's directory: it holds a shared
- * flock on DATADIR/.sinkwatchd.lock for as long as it runs. Returns 1 if
+ * Whether a sinkwatchd writes the file's directory: it holds the
+ * directory's lock (sw_dirlock_*) shared as long as it runs. Returns 1 if
  * held, 0 if not (then *fd, unless -1, holds our exclusive lock: a daemon
  * that starts meanwhile cannot take the directory while we clear), -1 with
  * a message. No lock file: no daemon ever ran there (it never removes it).
@@ -347,31 +347,24 @@ done:
 static int
 daemon_lock(const char *path, int *fd, char *err, size_t errlen)
 {
-	char *copy = strdup(path), lockp[4096];
+	char *copy = strdup(path);
 
 	*fd = -1;
 	if (!copy) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	snprintf(lockp, sizeof(lockp), "%s/.sinkwatchd.lock", dirname(copy));
-	free(copy);
-	if ((*fd = open(lockp, O_RDONLY | O_CLOEXEC)) < 0) {
-		if (errno == ENOENT)
-			return 0;
-		snprintf(err, errlen, "%.400s: %s", lockp, strerror(errno));
-		return -1;
-	}
+	const char *dir = dirname(copy);
+	*fd = sw_dirlock_open(dir, 0, err, errlen);
+	int held = *fd < 0 ? (*err ? -1 : 0) : sw_dirlock_exclusive(*fd, dir, err, errlen);
 	/* daemons hold it shared (several may share a directory): ours is
 	 * exclusive, so that none runs, nor starts, while we clear */
-	if (flock(*fd, LOCK_EX | LOCK_NB) == 0)
-		return 0;
-	int held = errno == EWOULDBLOCK;
-	if (!held)
-		snprintf(err, errlen, "%.400s: %s", lockp, strerror(errno));
-	close(*fd);
-	*fd = -1;
-	return held ? 1 : -1;
+	if (held != 0 && *fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+	free(copy);
+	return held;
 }
 
 /* Clears the writer flags if no daemon holds the directory. */
@@ -509,7 +502,7 @@ text_flags(const struct filecheck *fc)
 		printf("were set (not closed cleanly: the writer was killed); cleared\n");
 	else if (fc->daemon)
 		printf("set; a sinkwatchd is writing this directory (it holds "
-		    ".sinkwatchd.lock): not cleared; SWMR readers work meanwhile\n");
+		    SW_RUNLOCK_FILE "): not cleared; SWMR readers work meanwhile\n");
 	else if (fc->clear_err[0])
 		printf("set; clearing failed: %s\n", fc->clear_err);
 	else

@@ -33,8 +33,9 @@
 #include <zmq.h>
 
 #include "config.h"
-#include "daemon/auth.h"
-#include "daemon/log.h"
+#include "net/auth.h"
+#include "net/log.h"
+#include "net/swnet.h"
 #include "proto/swkeys.h"
 #include "proto/swproto.h"
 #include "tools/analyze.h"
@@ -334,16 +335,9 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 	}
 	if (F->secret_file) {
 		char secret[SWP_KEY_LEN + 1];
-		if (!zmq_has("curve")) {
-			snprintf(err, errlen, "--curve-secret-file: this libzmq was built without CURVE");
+		if (swn_curve_server_keys("--curve-secret-file", F->secret_file, secret,
+		    F->public_key, err, errlen) != 0)
 			return -1;
-		}
-		if (swp_key_read(F->secret_file, 1, secret, err, errlen) != 0)
-			return -1;
-		if (zmq_curve_public(F->public_key, secret) != 0) {
-			snprintf(err, errlen, "%s: not a secret key", F->secret_file);
-			return -1;
-		}
 		if (swd_auth_start(&F->auth, F->ctx, F->allow, F->allow_daemons, err, errlen) != 0)
 			return -1;
 		void *socks[3] = { F->xsub, F->xpub, F->ctl };
@@ -352,9 +346,7 @@ setup(struct fwd *F, long hwm, char *err, size_t errlen)
 		/* a socket has one monitor: --in's is the forwarder's own (below),
 		 * which counts its failed handshakes too */
 		for (int i = 0; i < 3; i++)
-			if (zmq_setsockopt(socks[i], ZMQ_ZAP_DOMAIN, dom[i], strlen(dom[i])) ||
-			    zmq_setsockopt(socks[i], ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
-			    zmq_setsockopt(socks[i], ZMQ_CURVE_SECRETKEY, secret, SWP_KEY_LEN) ||
+			if (swn_curve_server(socks[i], secret, dom[i]) != 0 ||
 			    (i > 0 && swd_auth_watch(F->auth, socks[i], dom[i]) != 0)) {
 				memset(secret, 0, sizeof(secret));
 				snprintf(err, errlen, "CURVE on the %s socket: %s", dom[i],

@@ -1,9 +1,9 @@
 /* fwdcore.c: the forwarder's bookkeeping and status text (see fwdcore.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "net/swctl.h"
 #include "tools/fwdcore.h"
 
 const char *const sw_fwd_reason_names[SW_FWD_REASONS] = {
@@ -67,57 +67,6 @@ sw_fwd_subs_match(const sw_fwd_subs *s, const void *topic, size_t len)
 	return 0;
 }
 
-struct buf {
-	char *p;
-	size_t len, cap, need;
-	int cut;
-};
-
-/* Once a piece does not fit, only counted: what follows a cut is never half there. */
-static void
-put(struct buf *b, const char *fmt, ...)
-{
-	va_list ap;
-	size_t room = !b->cut && b->len < b->cap ? b->cap - b->len : 0;
-	va_start(ap, fmt);
-	int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	b->need += (size_t)n;
-	if ((size_t)n < room) {
-		b->len += (size_t)n;
-	} else {
-		b->cut = 1;
-		b->p[b->len] = '\0';
-	}
-}
-
-/* A cut reply: its whole lines, then a line saying so (as status.c does). */
-static size_t
-finish(struct buf *b)
-{
-	if (!b->cut)
-		return b->len;
-	char note[128];
-	int m = snprintf(note, sizeof(note), "cut: this reply needs a buffer of %zu bytes, "
-	    "it had %zu\n", b->need + 1, b->cap);
-	size_t nl = m < 0 ? 0 : (size_t)m < sizeof(note) ? (size_t)m : sizeof(note) - 1;
-	size_t keep = 0;
-	if (nl < b->cap)
-		for (size_t i = b->len < b->cap - nl ? b->len : b->cap - 1 - nl; i > 0; i--)
-			if (b->p[i - 1] == '\n') {
-				keep = i;
-				break;
-			}
-	if (nl >= b->cap)
-		nl = b->cap - 1;
-	memcpy(b->p + keep, note, nl);
-	b->len = keep + nl;
-	b->p[b->len] = '\0';
-	return b->len;
-}
-
 /* The sections of the reply, in its order: tools/fwd_sections.def. */
 static const char *const sections[] = {
 #define SW_FWD_SECTION(name) #name,
@@ -126,17 +75,17 @@ static const char *const sections[] = {
 
 /* A prefix as text: printable bytes as they are, others as \xHH. */
 static void
-put_prefix(struct buf *b, const unsigned char *p, size_t n)
+put_prefix(swn_buf *b, const unsigned char *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
-			put(b, "%c", p[i]);
+			swn_put(b, "%c", p[i]);
 		else
-			put(b, "\\x%02x", p[i]);
+			swn_put(b, "\\x%02x", p[i]);
 }
 
 static void
-section(struct buf *b, const char *name, const sw_fwd_stats *st)
+section(swn_buf *b, const char *name, const sw_fwd_stats *st)
 {
 	if (!strcmp(name, "server")) {
 		char since[32] = "-";
@@ -145,16 +94,16 @@ section(struct buf *b, const char *name, const sw_fwd_stats *st)
 		if (gmtime_r(&t, &tm))
 			strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
 		/* nothing keeps them across restarts: a reader must not add them up */
-		put(b, "# server\nprogram: sinkwatch forward\nversion: %s\npid: %ld\n"
+		swn_put(b, "# server\nprogram: sinkwatch forward\nversion: %s\npid: %ld\n"
 		    "uptime_s: %.1f\ncounters_since: %s (they restart with the forwarder)\n"
 		    "in: %s\nout: %s\ncontrol: %s\nmax_frame_bytes: %lld\n"
 		    "hwm: %lld\nhwm_wait_ms: %lld\n", st->version, st->pid, st->uptime_s, since,
 		    st->in, st->out, st->control, (long long)st->max_frame, (long long)st->hwm,
 		    (long long)st->hwm_wait_ms);
 	} else if (!strcmp(name, "auth")) {
-		put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
+		swn_put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
 		if (st->curve)
-			put(b, "public_key: %s\nallowed_keys: %lld\nallowed_daemon_keys: %lld\n"
+			swn_put(b, "public_key: %s\nallowed_keys: %lld\nallowed_daemon_keys: %lld\n"
 			    "handshakes_allowed: %lld\nrefused_key_in: %lld\nrefused_key_out: %lld\n"
 			    "refused_key_control: %lld\nhandshake_failed_in: %lld\n"
 			    "handshake_failed_out: %lld\nhandshake_failed_control: %lld\n",
@@ -164,7 +113,7 @@ section(struct buf *b, const char *name, const sw_fwd_stats *st)
 			    (long long)st->refused_control, (long long)st->failed_in,
 			    (long long)st->failed_out, (long long)st->failed_control);
 	} else if (!strcmp(name, "traffic")) {
-		put(b, "# traffic\nreceived: %lld\nreceived_bytes: %lld\nforwarded: %lld\n"
+		swn_put(b, "# traffic\nreceived: %lld\nreceived_bytes: %lld\nforwarded: %lld\n"
 		    "forwarded_bytes: %lld\nheld: %lld\nstalls: %lld\nstalled_ms: %lld\n"
 		    "messages_per_s: %.1f\nbytes_per_s: %.0f\ndisconnects: %lld\n",
 		    (long long)st->received, (long long)st->received_bytes,
@@ -173,62 +122,35 @@ section(struct buf *b, const char *name, const sw_fwd_stats *st)
 		    st->msgs_per_s, st->bytes_per_s, (long long)st->disconnects);
 	} else if (!strcmp(name, "drops")) {
 		int64_t all = 0;
-		put(b, "# drops\n");
+		swn_put(b, "# drops\n");
 		for (int i = 0; i < SW_FWD_REASONS; i++) {
-			put(b, "%s: %lld\n", sw_fwd_reason_names[i], (long long)st->dropped[i]);
+			swn_put(b, "%s: %lld\n", sw_fwd_reason_names[i], (long long)st->dropped[i]);
 			all += st->dropped[i];
 		}
-		put(b, "dropped: %lld\ndropped_bytes: %lld\n", (long long)all,
+		swn_put(b, "dropped: %lld\ndropped_bytes: %lld\n", (long long)all,
 		    (long long)st->dropped_bytes);
 	} else if (!strcmp(name, "subscriptions")) {
 		const sw_fwd_subs *s = st->subs;
-		put(b, "# subscriptions\nprefixes: %zu\nuntracked: %d\nsubscribed: %lld\n"
+		swn_put(b, "# subscriptions\nprefixes: %zu\nuntracked: %d\nsubscribed: %lld\n"
 		    "unsubscribed: %lld\n", s ? s->n : 0, s ? s->untracked : 0,
 		    (long long)(s ? s->subscribed : 0), (long long)(s ? s->unsubscribed : 0));
 		for (size_t i = 0; s && i < s->n; i++) {
-			put(b, "prefix: ");
+			swn_put(b, "prefix: ");
 			put_prefix(b, s->pfx[i], s->len[i]);
-			put(b, "\n");
+			swn_put(b, "\n");
 		}
 	}
+}
+
+static void
+control_section(swn_buf *b, const char *name, const void *st)
+{
+	section(b, name, st);
 }
 
 size_t
 sw_fwd_reply(const char *req, size_t reqlen, const sw_fwd_stats *st, char *out, size_t outlen)
 {
-	char cmd[64];
-	struct buf b = { out, 0, outlen, 0, 0 };
-	if (outlen == 0)
-		return 0;
-	out[0] = '\0';
-	/* the request is untrusted bytes: copy, cut at the first newline */
-	size_t n = reqlen < sizeof(cmd) - 1 ? reqlen : sizeof(cmd) - 1;
-	memcpy(cmd, req, n);
-	cmd[n] = '\0';
-	cmd[strcspn(cmd, "\r\n")] = '\0';
-	char *arg = strchr(cmd, ' ');
-	if (arg)
-		*arg++ = '\0';
-	if (!strcmp(cmd, "ping")) {
-		put(&b, "pong\n");
-	} else if (!strcmp(cmd, "help")) {
-		put(&b, "commands: status [SECTION], ping, help\nsections:");
-		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
-			put(&b, " %s", sections[i]);
-		put(&b, "\n");
-	} else if (!strcmp(cmd, "status")) {
-		int found = 0;
-		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
-			if (arg && *arg && strcmp(arg, sections[i]))
-				continue;
-			if (found++)
-				put(&b, "\n");
-			section(&b, sections[i], st);
-		}
-		if (!found)
-			put(&b, "error: unknown section '%s'\n", arg);
-	} else {
-		put(&b, "error: unknown command '%s' (try help)\n", cmd);
-	}
-	return finish(&b);
+	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	return swn_control_reply(req, reqlen, &c, out, outlen);
 }

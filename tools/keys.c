@@ -1,6 +1,6 @@
 /*
- * keys.c: `sinkwatch keygen`, and the CURVE client side of the tools that
- * talk to sinkwatchd (status).
+ * keys.c: `sinkwatch keygen`. The CURVE client side of the tools that
+ * talk to sinkwatchd (status) is net/curve.c's, as every client's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,39 +94,4 @@ out:
 	free(kp);
 	free(pp);
 	return rc;
-}
-
-int
-sw_tool_curve_client(void *sock, const char *server_key, const char *key_file, char *err,
-    size_t errlen)
-{
-	if (!server_key || !*server_key)
-		server_key = getenv("SINKWATCH_SERVER_KEY");
-	if (!key_file || !*key_file)
-		key_file = getenv("SINKWATCH_CLIENT_KEY_FILE");
-	if ((!server_key || !*server_key) && (!key_file || !*key_file))
-		return 0;
-	if (!server_key || !*server_key || !key_file || !*key_file) {
-		snprintf(err, errlen, "CURVE needs both the daemon's public key (--server-key or "
-		    "SINKWATCH_SERVER_KEY) and this client's secret key file (--key-file or "
-		    "SINKWATCH_CLIENT_KEY_FILE)");
-		return -1;
-	}
-	char srv[SWP_KEY_LEN + 1], sec[SWP_KEY_LEN + 1], pub[SWP_KEY_LEN + 1];
-	if (swp_key_load(server_key, srv, err, errlen) != 0 ||
-	    swp_key_read(key_file, 1, sec, err, errlen) != 0)
-		return -1;
-	if (zmq_curve_public(pub, sec) != 0) {
-		snprintf(err, errlen, "%s: not a secret key", key_file);
-		return -1;
-	}
-	int rc = zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, srv, SWP_KEY_LEN) ||
-	    zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, SWP_KEY_LEN) ||
-	    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, SWP_KEY_LEN);
-	memset(sec, 0, sizeof(sec));
-	if (rc) {
-		snprintf(err, errlen, "CURVE: %s", zmq_strerror(zmq_errno()));
-		return -1;
-	}
-	return 1;
 }

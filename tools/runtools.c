@@ -17,24 +17,13 @@
 #include <zmq.h>
 
 #include "metrics/swm.h"
+#include "net/swnet.h"
 #include "storage/runfile.h"
 #include "tools/analyze.h"
 #include "proto/swproto.h"
 #include "tools/json.h"
 #include "report/swreport.h"
 #include "tools/tools.h"
-
-int
-sw_tool_fail(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "sinkwatch %s: ", cmd);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return 2;
-}
 
 /* ---- tail ----------------------------------------------------------------------- */
 
@@ -1008,7 +997,8 @@ status_one(void *ctx, const char *ep, const char *req, long timeout_ms, const ch
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof(to));
 	zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
-	int curve = sw_tool_curve_client(s, skey, kfile, cerr, sizeof(cerr));
+	static const char *const opts[2] = { "--server-key", "--key-file" };
+	int curve = swn_curve_client(s, skey, kfile, opts, NULL, cerr, sizeof(cerr));
 	if (curve < 0) {
 		rc = sw_tool_fail("status", "%s", cerr);
 		goto out;

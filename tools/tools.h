@@ -11,16 +11,7 @@ int sw_audit_main(int argc, char **argv);
 int sw_forward_main(int argc, char **argv);
 int sw_keygen_main(int argc, char **argv);
 
-/*
- * CURVE on a client socket, before its connect: the daemon's public key
- * (the key, or a file holding it) and this client's secret key file, from
- * the arguments or else SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE.
- * 1 when set, 0 when neither is given (no CURVE), -1 with err.
- */
-int sw_tool_curve_client(void *sock, const char *server_key, const char *key_file, char *err,
-    size_t errlen);
-
-/* "sinkwatch CMD: message" on stderr; returns 2. */
+/* "sinkwatch CMD: message" on stderr; returns 2 (tools/tool.c). */
 int sw_tool_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -18,8 +18,8 @@
 
 #include <zmq.h>
 
-#include "daemon/auth.h"
-#include "daemon/log.h"
+#include "net/auth.h"
+#include "net/log.h"
 #include "proto/swkeys.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"

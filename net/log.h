@@ -1,4 +1,4 @@
-/* log.h: levelled logs to stderr (or a file that SIGHUP reopens). */
+/* log.h (net): levelled logs to stderr (or a file that SIGHUP reopens). */
 #ifndef SWD_LOG_H
 #define SWD_LOG_H
 

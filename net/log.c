@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/log.h"
+#include "net/log.h"
 
 static int cur_level = LOG_INFO;
 static FILE *out;
