@@ -5,7 +5,7 @@ the slow joiner, a burst right after connecting, incarnations, the daemon
 down and back, blocking mode, bounded close and the final counters, every
 dtype and kind, and the wire bytes against the C encoder's. Protocol
 version 2 (several senders, parts of a layer): the canonical presence
-rules, and proto.py against proto/proto.c itself (compiled into a shared
+rules, and proto.py against proto/proto.c and decode.c (compiled into a shared
 object for ctypes) on random messages and random faults: the same bytes
 from both encoders, the same fields, error names and details from both
 decoders; the client's rank, senders, incarnation and parts on the wire.
@@ -386,8 +386,8 @@ class CProto:
         libs = shlex.split(_build_var("MSGPACK_LIBS") or "-lmsgpackc")
         so = os.path.join(tmp, "libswproto_test.so")
         cmd = cc + ["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-shared", "-fPIC",
-                    "-I", SRCDIR] + cflags + [os.path.join(SRCDIR, "proto", "proto.c"),
-                                              "-o", so] + libs
+                    "-I", SRCDIR] + cflags + [os.path.join(SRCDIR, "proto", f)
+                                              for f in ("proto.c", "decode.c")] + ["-o", so] + libs
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             raise OSError("%s: %s" % (" ".join(cmd), p.stderr[-2000:]))
