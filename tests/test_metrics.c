@@ -19,7 +19,7 @@
 
 /*
  * Rounds of a random test: n, or a tenth of it with SW_TEST_QUICK set
- * (contrib/mutate.py's first pass: the same cases, the first tenth, so a
+ * (dev/mutate.py's first pass: the same cases, the first tenth, so a
  * mutant it kills the full run kills too; the survivors get the full run).
  */
 static int
