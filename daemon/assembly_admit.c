@@ -1,8 +1,8 @@
 /*
  * assembly_admit.c: a message admitted into the assembly: its run (new runs
  * limited by table, rate and budget), incarnation and sender (seq, loss),
- * step and layer; several senders' parts gathered into a layer, and layers
- * launched to the metric workers.
+ * step and layer; several senders' parts gathered into a layer, layers
+ * launched to the metric workers, and whole steps released in order.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +12,148 @@
 
 #include "daemon/assembly_int.h"
 #include "net/log.h"
+
+/* as_admit's steps go on (GO_ON) or take the message as a part (PART) */
+#define GO_ON (-1000)
+#define PART (-1001)
+
+/*
+ * Starts the work of a gathered layer (conf.work): whole, or at the step's
+ * timeout with the heads that lack a cell marked missing, named by rank.
+ * SWD_ASM_ACCEPT, or the callee's drop reason (the gather is kept).
+ */
+int
+as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
+{
+	struct gather *g = s->g[l];
+	uint32_t H = r->meta.heads, R = r->meta.rows;
+	int32_t *miss = NULL;
+	if (partial && g->covered < (uint64_t)H * R) {
+		if (!(miss = malloc(H * sizeof(*miss))))
+			return SWD_DROP_NOMEM;
+		for (uint32_t h = 0; h < H; h++) {
+			miss[h] = -1;
+			for (uint32_t q = 0; q < R && miss[h] == -1; q++)
+				if (!g->cover[(size_t)h * R + q])
+					miss[h] = as_owner_of(r, s->inc, l, h, q);
+		}
+	}
+	swp_msg m = g->hdr;
+	m.head0 = m.row0 = 0;
+	m.shape[0] = H;
+	m.shape[1] = m.rows = R;
+	m.qpos = NULL;
+	if (g->has_qpos == 1) {
+		if (!(m.qpos = malloc(R * sizeof(uint32_t)))) {
+			free(miss);
+			return SWD_DROP_NOMEM;
+		}
+		for (uint32_t q = 0; q < R; q++)	/* rows never sent: their heads are missing */
+			m.qpos[q] = g->qset[q] ? g->qpos[q] : r->meta.keys - 1;
+	}
+	m.tensor = g->buf;
+	m.tensor_bytes = g->buf_bytes;
+	swd_ticket t = { .run = r, .step = s, .layer = l };
+	s->state[l] = 2;
+	s->in_work++;
+	r->jobs++;
+	a->jobs++;
+	int rc = a->c.work(a->c.work_ud, &t, &m, g->buf, g->buf_bytes, miss);
+	if (rc != SWD_ASM_ACCEPT) {
+		s->state[l] = 4;
+		s->in_work--;
+		r->jobs--;
+		a->jobs--;
+		free(m.qpos);
+		free(miss);
+		return rc;
+	}
+	/* cells that come later are late: the layer was computed without them */
+	if (miss && (s->cut || (s->cut = calloc(r->meta.layers, 1))))
+		s->cut[l] = 1;
+	/* the data and the reserve went with the work, counted until it is done;
+	 * the rest is freed */
+	g->buf = NULL;
+	g->bytes -= g->buf_bytes + g->reserve;
+	as_gather_free(a, g);
+	s->g[l] = NULL;
+	return SWD_ASM_ACCEPT;
+}
+
+/*
+ * A step about to go out (its time is up, or its senders ended) with
+ * gathered layers: they start first, as they are, their missing heads
+ * named; it goes out when they are done. 1 if it can go now.
+ */
+int
+as_settle(swd_asm *a, struct arun *r, struct astep *s)
+{
+	int started = 0;
+	for (uint32_t l = 0; s->g && l < r->meta.layers; l++) {
+		struct gather *g = s->g[l];
+		if (!g)
+			continue;
+		int rc = as_launch(a, r, s, l, 1);
+		if (rc == SWD_ASM_ACCEPT) {
+			started++;
+			continue;
+		}
+		/* its parts are not stored: counted, for their senders too */
+		log_warn("run %s: step %lld layer %u: its parts could not be computed (%s): "
+		    "the layer is missing", r->meta.run, (long long)s->step, l, rc == SWD_DROP_BUDGET ? "budget" : "no memory");
+		as_ml_drop(a, s, l, rc);
+		as_gather_free(a, g);
+		s->g[l] = NULL;
+		s->state[l] = 0;
+	}
+	if (started)
+		s->timed_out = 1;
+	return !started;
+}
+
+/*
+ * Whole steps go out in step order while an earlier step is still
+ * arriving (the live dH and drift then have their neighbour); behind an
+ * earlier step whose input stopped coming they go at once, not after its
+ * timeout, so that a stalled step never holds whole ones in memory.
+ */
+void
+as_release(swd_asm *a, struct arun *r)
+{
+	struct astep *m;
+	for (;;) {
+		if ((m = as_min_open(r)) && m->in_work == 0 && !memchr(m->state, 1, r->meta.layers) &&
+		    (as_complete(a, r, m) || (m->have == 0 && !memchr(m->state, 4, r->meta.layers)))) {
+			if (as_settle(a, r, m))
+				as_emit_step(a, r, m);
+		} else if (m && (m = as_unblocked(a, r))) {
+			if (as_settle(a, r, m))
+				as_emit_step(a, r, m);
+		} else {
+			break;
+		}
+	}
+}
+
+/*
+ * After an end: the ended incarnations' open steps are written as they are
+ * (nothing more comes from them); the run is finished, its file marked
+ * ended, once no step of any incarnation is open or in work. Another
+ * incarnation's steps still arriving are assembled first; its messages
+ * after that start the run again (several senders connect separately, so
+ * nothing orders them against the end). Returns 1 if r was freed.
+ */
+int
+as_maybe_finish(swd_asm *a, struct arun *r)
+{
+	if (!r->ending)
+		return 0;
+	as_release(a, r);		/* the ended incarnations' steps are as_complete now */
+	if (r->jobs || r->nopen)
+		return 0;
+	as_finish_run(a, r, WQ_END);
+	return 1;
+}
 
 /* The message's incarnation: its own, or the one inferred (PROTOCOL.md 7a). */
 uint64_t
@@ -121,8 +263,8 @@ as_get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m)
 	return i;
 }
 
-static struct arun *
-find_run(swd_asm *a, const swd_meta *mm)
+struct arun *
+as_find_run(swd_asm *a, const swd_meta *mm)
 {
 	for (struct arun *r = a->runs; r; r = r->next)
 		if (swd_meta_eq(&r->meta, mm))
@@ -299,100 +441,6 @@ part_cover(const struct arun *r, const struct gather *g, const swp_msg *m)
 	return have == 0 ? 0 : have == n ? 1 : -1;
 }
 
-/*
- * Starts the work of a gathered layer (conf.work): whole, or at the step's
- * timeout with the heads that lack a cell marked missing, named by rank.
- * SWD_ASM_ACCEPT, or the callee's drop reason (the gather is kept).
- */
-int
-as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
-{
-	struct gather *g = s->g[l];
-	uint32_t H = r->meta.heads, R = r->meta.rows;
-	int32_t *miss = NULL;
-	if (partial && g->covered < (uint64_t)H * R) {
-		if (!(miss = malloc(H * sizeof(*miss))))
-			return SWD_DROP_NOMEM;
-		for (uint32_t h = 0; h < H; h++) {
-			miss[h] = -1;
-			for (uint32_t q = 0; q < R && miss[h] == -1; q++)
-				if (!g->cover[(size_t)h * R + q])
-					miss[h] = as_owner_of(r, s->inc, l, h, q);
-		}
-	}
-	swp_msg m = g->hdr;
-	m.head0 = m.row0 = 0;
-	m.shape[0] = H;
-	m.shape[1] = m.rows = R;
-	m.qpos = NULL;
-	if (g->has_qpos == 1) {
-		if (!(m.qpos = malloc(R * sizeof(uint32_t)))) {
-			free(miss);
-			return SWD_DROP_NOMEM;
-		}
-		for (uint32_t q = 0; q < R; q++)	/* rows never sent: their heads are missing */
-			m.qpos[q] = g->qset[q] ? g->qpos[q] : r->meta.keys - 1;
-	}
-	m.tensor = g->buf;
-	m.tensor_bytes = g->buf_bytes;
-	swd_ticket t = { .run = r, .step = s, .layer = l };
-	s->state[l] = 2;
-	s->in_work++;
-	r->jobs++;
-	a->jobs++;
-	int rc = a->c.work(a->c.work_ud, &t, &m, g->buf, g->buf_bytes, miss);
-	if (rc != SWD_ASM_ACCEPT) {
-		s->state[l] = 4;
-		s->in_work--;
-		r->jobs--;
-		a->jobs--;
-		free(m.qpos);
-		free(miss);
-		return rc;
-	}
-	/* cells that come later are late: the layer was computed without them */
-	if (miss && (s->cut || (s->cut = calloc(r->meta.layers, 1))))
-		s->cut[l] = 1;
-	/* the data and the reserve went with the work, counted until it is done;
-	 * the rest is freed */
-	g->buf = NULL;
-	g->bytes -= g->buf_bytes + g->reserve;
-	as_gather_free(a, g);
-	s->g[l] = NULL;
-	return SWD_ASM_ACCEPT;
-}
-
-/*
- * A step about to go out (its time is up, or its senders ended) with
- * gathered layers: they start first, as they are, their missing heads
- * named; it goes out when they are done. 1 if it can go now.
- */
-int
-as_settle(swd_asm *a, struct arun *r, struct astep *s)
-{
-	int started = 0;
-	for (uint32_t l = 0; s->g && l < r->meta.layers; l++) {
-		struct gather *g = s->g[l];
-		if (!g)
-			continue;
-		int rc = as_launch(a, r, s, l, 1);
-		if (rc == SWD_ASM_ACCEPT) {
-			started++;
-			continue;
-		}
-		/* its parts are not stored: counted, for their senders too */
-		log_warn("run %s: step %lld layer %u: its parts could not be computed (%s): "
-		    "the layer is missing", r->meta.run, (long long)s->step, l, rc == SWD_DROP_BUDGET ? "budget" : "no memory");
-		as_ml_drop(a, s, l, rc);
-		as_gather_free(a, g);
-		s->g[l] = NULL;
-		s->state[l] = 0;
-	}
-	if (started)
-		s->timed_out = 1;
-	return !started;
-}
-
 /* Takes a part into its layer (its cells are new). SWD_ASM_HELD or a reason. */
 static int
 take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
@@ -491,10 +539,6 @@ copy_ticket(struct arun *r, struct astep *s, struct asend *sd, const swp_msg *m,
 	return SWD_ASM_COPY;
 }
 
-/* admit's steps go on (GO_ON) or take the message as a part (PART) */
-#define GO_ON (-1000)
-#define PART (-1001)
-
 /*
  * A message's run, incarnation and sender, and whether its sender may
  * still send: GO_ON, or the reason it is dropped (why says more).
@@ -506,7 +550,7 @@ admit_sender(swd_asm *a, const swp_msg *m, uint64_t now, char *why, size_t len,
 	swd_meta mm;
 	int reason = SWD_DROP_NOMEM;
 	as_meta_from(&mm, m);
-	struct arun *r = find_run(a, &mm);
+	struct arun *r = as_find_run(a, &mm);
 	if (m->inc && as_was_ended(a, m->run, m->inc)) {
 		snprintf(why, len, "incarnation %llu ended the run", (unsigned long long)m->inc);
 		return SWD_DROP_AFTER_END;
@@ -626,8 +670,8 @@ admit_part(swd_asm *a, struct arun *r, struct astep *s, struct ainc *inc, struct
 }
 
 /* swd_asm_admit without the counting; *sdp: the message's sender, once known. */
-static int
-admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size_t len,
+int
+as_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size_t len,
     struct asend **sdp)
 {
 	struct arun *r = NULL;
@@ -666,37 +710,4 @@ admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size
 	t->sender = sd;
 	t->seq = m->seq;
 	return SWD_ASM_ACCEPT;
-}
-
-int
-swd_asm_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why,
-    size_t len)
-{
-	struct asend *sd = NULL;
-	int rc = admit(a, m, now, t, why, len, &sd);
-	if (sd)
-		sd->c.pending--;	/* decided: held in a layer (as_ml_push), or dropped */
-	/* a message its sender sent, not stored: counted once, for the sender too */
-	if (sd && rc >= 0)
-		sd->c.drop[rc]++;
-	else if (sd && rc == SWD_ASM_COPY)
-		sd->c.drop[SWD_DROP_DUPLICATE]++;
-	return rc;
-}
-
-void
-swd_asm_refuse(swd_asm *a, const swp_msg *m, int reason)
-{
-	swd_meta mm;
-	as_meta_from(&mm, m);
-	struct arun *r = find_run(a, &mm);
-	uint64_t incv = r ? (m->inc ? m->inc : r->implicit) : 0;
-	struct ainc *i = incv ? as_find_inc(r, incv) : NULL;
-	struct asend *d = i ? as_find_sender(i, m->rank) : NULL;
-	if (!d)
-		return;
-	r->messages++;
-	d->c.messages++;
-	as_seq_check(r, i, d, m->seq);
-	d->c.drop[reason]++;
 }

@@ -1,8 +1,8 @@
 /*
- * assembly_emit.c: a step leaves the assembly for the writer: each layer's
- * messages get their fate, the senders' counts go along, missing ranks are
- * named, copies of written steps are compared (PROTOCOL.md 7b), and steps
- * go out in order once whole, given up or unblocked.
+ * assembly_emit.c: a step leaves the assembly for the writer: its layers'
+ * messages get their fate, the senders' counts go along, copies of written
+ * steps are compared (PROTOCOL.md 7b); runs finish, and a finished run is
+ * remembered for status.
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,49 +13,45 @@
 #include "daemon/assembly_int.h"
 #include "net/log.h"
 
-/*
- * Room for one more message in layer l of step s (so that ml_push cannot
- * fail). 0 or -1.
- */
-int
-as_ml_reserve(const struct arun *r, struct astep *s, uint32_t l)
+/* The senders' counters, of one incarnation or of all: to the writer. */
+static int
+fill_senders(struct arun *r, struct ainc *only, swd_witem *it)
 {
-	if (!s->ml && !(s->ml = calloc(r->meta.layers, sizeof(*s->ml))))
-		return -1;
-	struct mlist *x = &s->ml[l];
-	if (x->n < x->cap)
+	size_t n = 0;
+	for (struct ainc *i = r->incs; i; i = i->next)
+		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next)
+			n++;
+	if (n == 0)
 		return 0;
-	size_t cap = x->cap ? 2 * x->cap : 4;
-	struct mref *v = realloc(x->v, cap * sizeof(*v));
-	if (!v)
+	if (!(it->snd = malloc(n * sizeof(*it->snd))))
 		return -1;
-	x->v = v;
-	x->cap = cap;
+	/*
+	 * The file counts what it accounts for: a message still held here
+	 * (pending) is in no row yet, and a daemon killed now never stores it,
+	 * so the next one counts it lost (the writer's sender_gap).
+	 */
+	for (struct ainc *i = r->incs; i; i = i->next)
+		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next) {
+			swd_sender c = d->c;
+			c.messages -= c.pending;
+			c.pending = 0;
+			it->snd[it->nsnd++] = c;
+		}
 	return 0;
 }
 
-/* A message of d (seq, heads head0..head0+nh-1) is in layer l of s now:
- * pending until the step goes. */
 void
-as_ml_push(struct astep *s, uint32_t l, struct asend *d, uint64_t seq, uint32_t head0,
-    uint32_t nh)
+as_emit_senders(swd_asm *a, struct arun *r, struct ainc *only)
 {
-	struct mlist *x = &s->ml[l];
-	x->v[x->n++] = (struct mref){ d->c.rank, head0, nh, seq };
-	d->c.pending++;
-}
-
-/* The message (rank, seq) leaves layer l of s: not pending any more. */
-void
-as_ml_forget(struct astep *s, uint32_t l, struct asend *d, uint64_t seq)
-{
-	struct mlist *x = s->ml ? &s->ml[l] : NULL;
-	for (size_t k = x ? x->n : 0; k-- > 0;)
-		if (x->v[k].rank == d->c.rank && x->v[k].seq == seq) {
-			x->v[k] = x->v[--x->n];
-			d->c.pending--;
-			return;
-		}
+	swd_witem *it = as_item(r, WQ_SENDERS);
+	if (!it)
+		return;
+	if (fill_senders(r, only, it) != 0 || it->nsnd == 0) {
+		free(it->snd);
+		free(it);
+		return;
+	}
+	a->emit(a->ud, it);
 }
 
 /*
@@ -123,47 +119,6 @@ ml_store(swd_asm *a, struct arun *r, struct astep *s, swd_witem *it)
 			x->n = 0;
 	}
 	return 0;
-}
-
-/* The senders' counters, of one incarnation or of all: to the writer. */
-static int
-fill_senders(struct arun *r, struct ainc *only, swd_witem *it)
-{
-	size_t n = 0;
-	for (struct ainc *i = r->incs; i; i = i->next)
-		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next)
-			n++;
-	if (n == 0)
-		return 0;
-	if (!(it->snd = malloc(n * sizeof(*it->snd))))
-		return -1;
-	/*
-	 * The file counts what it accounts for: a message still held here
-	 * (pending) is in no row yet, and a daemon killed now never stores it,
-	 * so the next one counts it lost (the writer's sender_gap).
-	 */
-	for (struct ainc *i = r->incs; i; i = i->next)
-		for (struct asend *d = i->snd; d && (!only || i == only); d = d->next) {
-			swd_sender c = d->c;
-			c.messages -= c.pending;
-			c.pending = 0;
-			it->snd[it->nsnd++] = c;
-		}
-	return 0;
-}
-
-void
-as_emit_senders(swd_asm *a, struct arun *r, struct ainc *only)
-{
-	swd_witem *it = as_item(r, WQ_SENDERS);
-	if (!it)
-		return;
-	if (fill_senders(r, only, it) != 0 || it->nsnd == 0) {
-		free(it->snd);
-		free(it);
-		return;
-	}
-	a->emit(a->ud, it);
 }
 
 /* The rank that should have sent cell (l, h, q) of incarnation i: -2 unknown. */
@@ -356,7 +311,7 @@ compare_copy(const struct arun *r, const struct digest *d, uint32_t l, const swd
 }
 
 /* Counts a copy's comparison against its sender. */
-void
+static void
 as_judge_copy(struct arun *r, int64_t step, uint32_t l, const swd_layer *cl, struct asend *sd,
     uint32_t head0, uint32_t row0)
 {
@@ -372,7 +327,7 @@ as_judge_copy(struct arun *r, int64_t step, uint32_t l, const swd_layer *cl, str
 	}
 }
 
-/* Hands a step to the writer, complete or not, and forgets it. */
+/* Hands a step to the writer, as_complete or not, and forgets it. */
 void
 as_emit_step(swd_asm *a, struct arun *r, struct astep *s)
 {
@@ -467,14 +422,110 @@ as_emit_step(swd_asm *a, struct arun *r, struct astep *s)
 	a->emit(a->ud, it);
 }
 
-static struct astep *
-min_open(struct arun *r)
+struct astep *
+as_min_open(struct arun *r)
 {
 	struct astep *m = NULL;
 	for (struct astep *t = r->open; t; t = t->next)
 		if (!m || t->step < m->step)
 			m = t;
 	return m;
+}
+
+void
+as_emit_all(swd_asm *a, struct arun *r)
+{
+	struct astep *m;
+	while ((m = as_min_open(r)))
+		as_emit_step(a, r, m);
+}
+
+/* A run that ended (or fell idle) and has nothing in flight is written out. */
+void
+as_finish_run(swd_asm *a, struct arun *r, int type)
+{
+	as_emit_all(a, r);
+	as_emit_senders(a, r, NULL);
+	as_remember_finished(a, r, type == WQ_END);
+	swd_witem *it = as_item(r, type);
+	if (it)
+		a->emit(a->ud, it);
+	if (r->implicit)	/* a sender without inc goes on under the same one */
+		as_remember_implicit(a, r, type == WQ_END);
+	as_unlink_run(a, r);
+	as_free_run(a, r);
+}
+
+/* A copy computed: compared now if its step is written, else when it is. */
+void
+as_copy_done(swd_asm *a, const swd_ticket *t, swd_layer *ly)
+{
+	struct arun *r = t->run;
+	struct astep *s = t->step;
+	struct asend *sd = t->sender;
+	struct pcopy *c = NULL;
+	if (!ly) {
+		sd->c.uncompared++;
+	} else if (!s) {
+		as_judge_copy(r, t->cstep, t->layer, ly, sd, t->head0, t->row0);
+		swd_layer_free(ly, a->c.inflight);
+	} else if ((c = calloc(1, sizeof(*c)))) {
+		c->ly = ly;
+		c->snd = sd;
+		c->layer = t->layer;
+		c->head0 = t->head0;
+		c->row0 = t->row0;
+		c->next = s->copies;
+		s->copies = c;
+	} else {
+		sd->c.uncompared++;
+		swd_layer_free(ly, a->c.inflight);
+	}
+}
+
+/*
+ * Room for one more message in layer l of step s (so that ml_push cannot
+ * fail). 0 or -1.
+ */
+int
+as_ml_reserve(const struct arun *r, struct astep *s, uint32_t l)
+{
+	if (!s->ml && !(s->ml = calloc(r->meta.layers, sizeof(*s->ml))))
+		return -1;
+	struct mlist *x = &s->ml[l];
+	if (x->n < x->cap)
+		return 0;
+	size_t cap = x->cap ? 2 * x->cap : 4;
+	struct mref *v = realloc(x->v, cap * sizeof(*v));
+	if (!v)
+		return -1;
+	x->v = v;
+	x->cap = cap;
+	return 0;
+}
+
+/* A message of d (seq, heads head0..head0+nh-1) is in layer l of s now:
+ * pending until the step goes. */
+void
+as_ml_push(struct astep *s, uint32_t l, struct asend *d, uint64_t seq, uint32_t head0,
+    uint32_t nh)
+{
+	struct mlist *x = &s->ml[l];
+	x->v[x->n++] = (struct mref){ d->c.rank, head0, nh, seq };
+	d->c.pending++;
+}
+
+/* The message (rank, seq) leaves layer l of s: not pending any more. */
+void
+as_ml_forget(struct astep *s, uint32_t l, struct asend *d, uint64_t seq)
+{
+	struct mlist *x = s->ml ? &s->ml[l] : NULL;
+	for (size_t k = x ? x->n : 0; k-- > 0;)
+		if (x->v[k].rank == d->c.rank && x->v[k].seq == seq) {
+			x->v[k] = x->v[--x->n];
+			d->c.pending--;
+			return;
+		}
 }
 
 int
@@ -488,8 +539,8 @@ as_whole(const struct arun *r, const struct astep *s)
  * incarnation ended the run (what it lacks is lost, not late). Such steps
  * go out in step order.
  */
-static int
-complete(const swd_asm *a, const struct arun *r, const struct astep *s)
+int
+as_complete(const swd_asm *a, const struct arun *r, const struct astep *s)
 {
 	return as_whole(r, s) || s->timed_out || (r->ending && (!s->inc->named ||
 	    as_was_ended(a, r->meta.run, s->inc->inc)));
@@ -503,12 +554,12 @@ stalled(const swd_asm *a, const struct astep *t)
 }
 
 /* A whole step with no earlier open step that is still arriving, or NULL. */
-static struct astep *
-unblocked(const swd_asm *a, struct arun *r)
+struct astep *
+as_unblocked(const swd_asm *a, struct arun *r)
 {
 	struct astep *best = NULL;
 	for (struct astep *s = r->open; s; s = s->next) {
-		if (!complete(a, r, s) || s->in_work || (best && best->step < s->step))
+		if (!as_complete(a, r, s) || s->in_work || (best && best->step < s->step))
 			continue;
 		int ok = 1;
 		for (struct astep *t = r->open; t && ok; t = t->next)
@@ -517,36 +568,4 @@ unblocked(const swd_asm *a, struct arun *r)
 			best = s;
 	}
 	return best;
-}
-
-/*
- * Whole steps go out in step order while an earlier step is still
- * arriving (the live dH and drift then have their neighbour); behind an
- * earlier step whose input stopped coming they go at once, not after its
- * timeout, so that a stalled step never holds whole ones in memory.
- */
-void
-as_release(swd_asm *a, struct arun *r)
-{
-	struct astep *m;
-	for (;;) {
-		if ((m = min_open(r)) && m->in_work == 0 && !memchr(m->state, 1, r->meta.layers) &&
-		    (complete(a, r, m) || (m->have == 0 && !memchr(m->state, 4, r->meta.layers)))) {
-			if (as_settle(a, r, m))
-				as_emit_step(a, r, m);
-		} else if (m && (m = unblocked(a, r))) {
-			if (as_settle(a, r, m))
-				as_emit_step(a, r, m);
-		} else {
-			break;
-		}
-	}
-}
-
-void
-as_emit_all(swd_asm *a, struct arun *r)
-{
-	struct astep *m;
-	while ((m = min_open(r)))
-		as_emit_step(a, r, m);
 }

@@ -1,8 +1,10 @@
 /*
  * assembly_int.h: the step assembly's own state (assembly.h is its
- * interface), shared by its files: assembly.c (the context, runs, ends,
- * status), assembly_admit.c (a message admitted into a step) and
- * assembly_emit.c (a step handed to the writer). One thread, no locks.
+ * interface), shared by its four files, which call downwards only:
+ * assembly.c (the interface) -> assembly_admit.c (a message admitted into
+ * a step, layers launched, steps released) -> assembly_emit.c (a step
+ * handed to the writer, runs finished) -> assembly_state.c (lookups,
+ * budget, message lists, digests, what is remembered). One thread, no locks.
  */
 #ifndef SWD_ASSEMBLY_INT_H
 #define SWD_ASSEMBLY_INT_H
@@ -173,48 +175,62 @@ struct swd_asm {
 	size_t nlend;
 };
 
-/* assembly.c: the context, runs, incarnations and senders, budget, ends */
-void as_charge(swd_asm *a, long long bytes);
-void as_digest_free(swd_asm *a, struct digest *d);
-const struct implicit *as_find_implicit(const swd_asm *a, const char *run);
-struct ainc *as_find_inc(struct arun *r, uint64_t inc);
-struct asend *as_find_sender(struct ainc *i, uint32_t rank);
-void as_finish_run(swd_asm *a, struct arun *r, int type);
-void as_free_step(swd_asm *a, struct astep *s, uint32_t layers);
-void as_gather_free(swd_asm *a, struct gather *g);
-uint64_t as_id_hash(const char *s, uint64_t inc);
-struct arun *as_idlest(swd_asm *a);
-uint64_t as_implicit_inc(void);
-swd_witem *as_item(struct arun *r, int t);
-void as_meta_from(swd_meta *mm, const swp_msg *m);
-struct asend *as_new_sender(const struct arun *r, struct ainc *i, uint32_t rank, uint64_t seq);
-void as_note_refused(swd_asm *a, const char *run, int reason);
-int as_over_budget(const swd_asm *a, size_t bytes);
-int as_take_token(swd_asm *a, uint64_t now);
-int as_was_ended(const swd_asm *a, const char *run, uint64_t inc);
-
-/* assembly_admit.c: a message admitted: its run, incarnation, sender, step and layer, parts gathered */
-struct ainc *as_get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m);
-struct asend *as_get_sender(swd_asm *a, struct arun *r, struct ainc *i, const swp_msg *m);
-int as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial);
+/* assembly_admit.c */
+int as_maybe_finish(swd_asm *a, struct arun *r);
 uint64_t as_msg_inc(swd_asm *a, struct arun *r, const swp_msg *m);
 void as_seq_check(struct arun *r, struct ainc *i, struct asend *d, uint64_t seq);
+struct asend *as_get_sender(swd_asm *a, struct arun *r, struct ainc *i, const swp_msg *m);
+struct ainc *as_get_inc(swd_asm *a, struct arun *r, uint64_t inc, const swp_msg *m);
+struct arun *as_find_run(swd_asm *a, const swd_meta *mm);
+int as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial);
 int as_settle(swd_asm *a, struct arun *r, struct astep *s);
+int as_admit(swd_asm *a, const swp_msg *m, uint64_t now, swd_ticket *t, char *why, size_t len,
+    struct asend **sdp);
+void as_release(swd_asm *a, struct arun *r);
 
-/* assembly_emit.c: a step handed to the writer: its messages' fates, senders, missing ranks, copies compared */
-void as_emit_all(swd_asm *a, struct arun *r);
-void as_emit_senders(swd_asm *a, struct arun *r, struct ainc *only);
-void as_emit_step(swd_asm *a, struct arun *r, struct astep *s);
-struct digest *as_find_digest(struct arun *r, int64_t step, uint64_t inc);
-void as_judge_copy(struct arun *r, int64_t step, uint32_t l, const swd_layer *cl, struct asend *sd,
-    uint32_t head0, uint32_t row0);
-void as_ml_drop(swd_asm *a, struct astep *s, uint32_t l, int reason);
-void as_ml_forget(struct astep *s, uint32_t l, struct asend *d, uint64_t seq);
+/* assembly_emit.c */
+void as_finish_run(swd_asm *a, struct arun *r, int type);
+void as_copy_done(swd_asm *a, const swd_ticket *t, swd_layer *ly);
+int as_ml_reserve(const struct arun *r, struct astep *s, uint32_t l);
 void as_ml_push(struct astep *s, uint32_t l, struct asend *d, uint64_t seq, uint32_t head0,
     uint32_t nh);
-int as_ml_reserve(const struct arun *r, struct astep *s, uint32_t l);
+void as_ml_forget(struct astep *s, uint32_t l, struct asend *d, uint64_t seq);
+void as_ml_drop(swd_asm *a, struct astep *s, uint32_t l, int reason);
+void as_emit_senders(swd_asm *a, struct arun *r, struct ainc *only);
 int32_t as_owner_of(const struct arun *r, const struct ainc *i, uint32_t l, uint32_t h, uint32_t q);
-void as_release(swd_asm *a, struct arun *r);
+struct digest *as_find_digest(struct arun *r, int64_t step, uint64_t inc);
+void as_emit_step(swd_asm *a, struct arun *r, struct astep *s);
+struct astep *as_min_open(struct arun *r);
 int as_whole(const struct arun *r, const struct astep *s);
+int as_complete(const swd_asm *a, const struct arun *r, const struct astep *s);
+struct astep *as_unblocked(const swd_asm *a, struct arun *r);
+void as_emit_all(swd_asm *a, struct arun *r);
+
+/* assembly_state.c */
+uint64_t as_id_hash(const char *s, uint64_t inc);
+int as_was_ended(const swd_asm *a, const char *run, uint64_t inc);
+uint64_t as_implicit_inc(void);
+void as_charge(swd_asm *a, long long bytes);
+int as_over_budget(const swd_asm *a, size_t bytes);
+void as_gather_free(swd_asm *a, struct gather *g);
+void as_free_step(swd_asm *a, struct astep *s, uint32_t layers);
+void as_digest_free(swd_asm *a, struct digest *d);
+void as_free_run(swd_asm *a, struct arun *r);
+void as_meta_from(swd_meta *mm, const swp_msg *m);
+swd_witem *as_item(struct arun *r, int t);
+struct asend *as_find_sender(struct ainc *i, uint32_t rank);
+struct asend *as_new_sender(const struct arun *r, struct ainc *i, uint32_t rank, uint64_t seq);
+void as_unlink_run(swd_asm *a, struct arun *r);
+struct ainc *as_find_inc(struct arun *r, uint64_t inc);
+void as_remember_implicit(swd_asm *a, struct arun *r, int ended);
+const struct implicit *as_find_implicit(const swd_asm *a, const char *run);
+void as_remember_finished(swd_asm *a, const struct arun *r, int ended);
+struct arun *as_idlest(swd_asm *a);
+int as_take_token(swd_asm *a, uint64_t now);
+void as_note_refused(swd_asm *a, const char *run, int reason);
+swd_witem *as_end_item(const swp_msg *m, uint64_t inc);
+int as_inc_known(swd_asm *a, const char *run, uint64_t inc);
+size_t as_fill_run(const struct arun *r, swd_asm_run *o);
+const struct fin *as_fin_at(const swd_asm *a, size_t k);
 
 #endif
