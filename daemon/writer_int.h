@@ -1,8 +1,8 @@
 /*
- * writer_int.h: the writer thread's own state, shared by its files:
- * writer.c (the thread, the run table, files, ends), writer_step.c (a step
- * computed and appended) and writer_senders.c (each sender's account in
- * the file's sender table, and what the writer did not store).
+ * writer_int.h: the writer thread's own state, shared by its files, which
+ * call downwards only: writer.c (the thread, its queue, ends, flushes) ->
+ * writer_step.c (a step computed and appended) -> writer_runs.c (the run
+ * table: files, row keys, incarnations, the senders' accounts and fates).
  * Only the writer thread touches these, but the fates (fmu).
  */
 #ifndef SWD_WRITER_INT_H
@@ -126,19 +126,20 @@ struct swd_writer {
 	uint64_t fate_seq;
 };
 
-/* writer.c */
-struct wrun *wr_run_get(swd_writer *w, const swd_meta *m, const swd_witem *it);
-void wr_retry_lock(swd_writer *w, struct wrun *r, const swd_witem *it);
-struct winc *wr_inc_get(struct wrun *r, uint64_t inc);
-void wr_first_seen(swd_writer *w, struct wrun *r, struct winc *wi, uint64_t first_seq);
-int wr_has_key(const struct wrun *r, int64_t step, uint64_t inc);
-int wr_add_key(struct wrun *r, int64_t step, uint64_t inc, int whole);
-void wr_free_layers(swd_layer **ls, uint32_t n, atomic_llong *inflight);
-
-/* writer_step.c: 0 stored or counted, 1 not stored (write), -1 no run, -2 locked */
+/* writer_step.c */
 int wr_write_step(swd_writer *w, swd_witem *it);
 
-/* writer_senders.c */
+/* writer_runs.c */
+int64_t wr_mono_ms(void);
+void wr_free_layers(swd_layer **ls, uint32_t n, atomic_llong *inflight);
+void wr_free_item(swd_witem *it, atomic_llong *inflight);
+int wr_has_key(const struct wrun *r, int64_t step, uint64_t inc);
+int wr_add_key(struct wrun *r, int64_t step, uint64_t inc, int whole);
+struct winc *wr_inc_get(struct wrun *r, uint64_t inc);
+struct wrun *wr_run_get(swd_writer *w, const swd_meta *m, const swd_witem *it);
+void wr_retry_lock(swd_writer *w, struct wrun *r, const swd_witem *it);
+void wr_wrun_remove(swd_writer *w, struct wrun *r);
+void wr_first_seen(swd_writer *w, struct wrun *r, struct winc *wi, uint64_t first_seq);
 long long wr_fate_item(swd_writer *w, const swd_witem *it, int f);
 void wr_put_senders(swd_writer *w, struct wrun *r, const swd_sender *snd, size_t n);
 int wr_end_sender(swd_writer *w, struct wrun *r, const swd_sender *c);

@@ -3,14 +3,28 @@
  * split against the previous stored step, drift, pair matrices, flip rates
  * and cross-layer pairs, computed by metrics/ and appended to the run file.
  */
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "daemon/daemon.h"
-#include "net/log.h"
 #include "daemon/writer_int.h"
+#include "net/log.h"
+
+/* The buffers of one step being written: its values before they are appended. */
+struct stepbuf {
+	double *hv[SW_HEAD_FIELDS], *pv[SW_PAIR_FIELDS], *flip, *xp;
+	void *scratch;
+	int64_t *rows, *rej;
+	uint8_t *missing, *use;
+	swm_head *cur;
+	swm_head_acc *zacc;	/* a missing layer's sums */
+	const swm_row **rs;
+};
 
 /* Drift of head h between two fixed-probe steps (§4, metrics/drift.c). */
 static void
@@ -75,17 +89,6 @@ swd_run_state_bytes(const swd_meta *m, int cross_layer_pairs)
 		    swm_cross_scratch(L, H, 0, m->keys, (swm_dtype)m->dtype);
 	return b;
 }
-
-/* The buffers of one step being written: its values before they are appended. */
-struct stepbuf {
-	double *hv[SW_HEAD_FIELDS], *pv[SW_PAIR_FIELDS], *flip, *xp;
-	void *scratch;
-	int64_t *rows, *rej;
-	uint8_t *missing, *use;
-	swm_head *cur;
-	swm_head_acc *zacc;	/* a missing layer's sums */
-	const swm_row **rs;
-};
 
 static void
 stepbuf_free(struct stepbuf *b)
