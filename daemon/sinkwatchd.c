@@ -33,7 +33,7 @@
 #include "daemon/conf.h"
 #include "daemon/daemon.h"
 #include "net/log.h"
-#include "daemon/metrics.h"
+#include "daemon/prom.h"
 #include "daemon/status.h"
 #include "net/auth.h"
 #include "net/swnet.h"
@@ -63,7 +63,7 @@ static struct {
 	uv_idle_t drain_idle;
 	uv_timer_t tick, watchdog;
 	uint64_t watchdog_usec;	/* systemd's WATCHDOG_USEC, 0: none */
-	swd_metrics *metrics;	/* GET /metrics, or NULL */
+	swd_prom *metrics;	/* GET /metrics, or NULL */
 	swd_auth *auth;		/* the ZAP handler (CURVE on), or NULL */
 	char curve_public[SWP_KEY_LEN + 1];	/* the daemon's public key, CURVE on */
 	int64_t upstream_refused_seen;	/* refusals by the forwarder acted on */
@@ -858,7 +858,7 @@ finish_shutdown(void)
 	swd_asm_free(&D.as);
 	uv_timer_stop(&D.tick);
 	uv_close((uv_handle_t *)&D.tick, NULL);
-	swd_metrics_stop(&D.metrics);
+	swd_prom_stop(&D.metrics);
 	if (D.watchdog_usec) {
 		uv_timer_stop(&D.watchdog);
 		uv_close((uv_handle_t *)&D.watchdog, NULL);
@@ -1056,7 +1056,7 @@ publish_metrics(void)
 		return;
 	swd_status st;
 	fill_status(&st, runs, sizeof(runs) / sizeof(runs[0]));
-	swd_metrics_publish(D.metrics, text, swd_metrics_text(&st, text, sizeof(text)));
+	swd_prom_publish(D.metrics, text, swd_metrics_text(&st, text, sizeof(text)));
 }
 
 static void
@@ -1339,7 +1339,7 @@ main(int argc, char **argv)
 	D.argv = argv;
 	struct sockaddr_storage msa;
 	if (swd_config_check(&D.cfg, err, sizeof(err)) != 0 || (D.cfg.metrics_listen[0] &&
-	    swd_metrics_addr(D.cfg.metrics_listen, &msa, sizeof(msa), err, sizeof(err)) != 0)) {
+	    swd_prom_addr(D.cfg.metrics_listen, &msa, sizeof(msa), err, sizeof(err)) != 0)) {
 		fprintf(stderr, "sinkwatchd: %s\n", err);
 		return 2;
 	}
@@ -1436,7 +1436,7 @@ main(int argc, char **argv)
 		return 2;
 	}
 	if (D.cfg.metrics_listen[0]) {
-		if (swd_metrics_start(&D.metrics, D.cfg.metrics_listen, err, sizeof(err)) != 0) {
+		if (swd_prom_start(&D.metrics, D.cfg.metrics_listen, err, sizeof(err)) != 0) {
 			log_err("%s", err);
 			return 2;
 		}
