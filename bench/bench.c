@@ -271,7 +271,7 @@ static uint16_t *f16_layer(size_t H, size_t R, size_t K);
 
 /*
  * What the daemon's worker does with one message of the bench's flood
- * (daemon/sinkwatchd.c, work_cb): a fixed-probe layer of 16 heads x 64 rows
+ * (daemon/work.c): a fixed-probe layer of 16 heads x 64 rows
  * x 2048 keys in f16 (4 MiB), every row's statistics kept, pair work on
  * pair_rows = 8 rows, ln parts of drift_rows = 8 rows (the defaults) and
  * their content distances to a previous step's (the writer's drift

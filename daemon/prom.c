@@ -1,4 +1,4 @@
-/* metrics.c: the Prometheus endpoint (metrics.h). */
+/* prom.c: the Prometheus endpoint (prom.h). */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "daemon/metrics.h"
+#include "daemon/prom.h"
 
 #ifdef HAVE_MICROHTTPD
 #include <microhttpd.h>
@@ -32,7 +32,7 @@ struct conn {
 	int answered;		/* its headers came: the request is being answered */
 };
 
-struct swd_metrics {
+struct swd_prom {
 	pthread_mutex_t mu;
 	char *text;
 	size_t len;
@@ -58,7 +58,7 @@ mono_ms(void)
 #endif
 
 int
-swd_metrics_addr(const char *hostport, void *sap, size_t salen, char *err, size_t errlen)
+swd_prom_addr(const char *hostport, void *sap, size_t salen, char *err, size_t errlen)
 {
 	char host[128];
 	const char *colon = strrchr(hostport, ':');
@@ -114,7 +114,7 @@ static enum MHD_Result
 answer(void *cls, struct MHD_Connection *c, const char *url, const char *method,
     const char *version, const char *upload, size_t *upload_len, void **ptr)
 {
-	struct swd_metrics *m = cls;
+	struct swd_prom *m = cls;
 	struct MHD_Response *r;
 	unsigned code = MHD_HTTP_OK;
 	enum MHD_Result rc;
@@ -163,7 +163,7 @@ answer(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 static void
 on_conn(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_ConnectionNotificationCode e)
 {
-	struct swd_metrics *m = cls;
+	struct swd_prom *m = cls;
 	pthread_mutex_lock(&m->cmu);
 	if (e == MHD_CONNECTION_NOTIFY_STARTED) {
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
@@ -185,7 +185,7 @@ on_conn(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_ConnectionNoti
 static void
 on_done(void *cls, struct MHD_Connection *c, void **ptr, enum MHD_RequestTerminationCode t)
 {
-	struct swd_metrics *m = cls;
+	struct swd_prom *m = cls;
 	(void)ptr;
 	(void)t;
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
@@ -203,7 +203,7 @@ on_done(void *cls, struct MHD_Connection *c, void **ptr, enum MHD_RequestTermina
 static void *
 sweep(void *arg)
 {
-	struct swd_metrics *m = arg;
+	struct swd_prom *m = arg;
 	pthread_mutex_lock(&m->cmu);
 	while (!m->stop) {
 		int64_t now = mono_ms();
@@ -229,14 +229,14 @@ sweep(void *arg)
 }
 
 int
-swd_metrics_start(swd_metrics **mp, const char *hostport, char *err, size_t errlen)
+swd_prom_start(swd_prom **mp, const char *hostport, char *err, size_t errlen)
 {
 	struct sockaddr_storage ss;
 	*mp = NULL;
-	if (swd_metrics_addr(hostport, &ss, sizeof(ss), err, errlen) != 0)
+	if (swd_prom_addr(hostport, &ss, sizeof(ss), err, errlen) != 0)
 		return -1;
 #ifdef HAVE_MICROHTTPD
-	struct swd_metrics *m = calloc(1, sizeof(*m));
+	struct swd_prom *m = calloc(1, sizeof(*m));
 	if (!m) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
@@ -274,7 +274,7 @@ swd_metrics_start(swd_metrics **mp, const char *hostport, char *err, size_t errl
 }
 
 void
-swd_metrics_publish(swd_metrics *m, const char *text, size_t len)
+swd_prom_publish(swd_prom *m, const char *text, size_t len)
 {
 	char *t = malloc(len + 1);
 	if (!m || !t) {
@@ -291,9 +291,9 @@ swd_metrics_publish(swd_metrics *m, const char *text, size_t len)
 }
 
 void
-swd_metrics_stop(swd_metrics **mp)
+swd_prom_stop(swd_prom **mp)
 {
-	struct swd_metrics *m = *mp;
+	struct swd_prom *m = *mp;
 	if (!m)
 		return;
 #ifdef HAVE_MICROHTTPD
