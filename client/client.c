@@ -72,15 +72,6 @@
 #include "client/client_int.h"
 
 
-int
-cl_seterr(sw_client *c, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err, sizeof(c->err), fmt, ap);
-	va_end(ap);
-	return code;
-}
 
 /*
  * The drop message, built without printf: drops are the common case when
@@ -106,13 +97,6 @@ seterr_drop(sw_client *c, uint64_t seq, int subs)
 	return SW_EDROPPED;
 }
 
-int64_t
-cl_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static double
 wall_time(void)

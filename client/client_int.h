@@ -106,11 +106,10 @@ struct sw_client {
 	size_t pool_n, pool_bytes;
 };
 
-/* client.c */
+/* client_sender.c, which client.c calls (never the other way) */
 int64_t cl_now_ms(void);
 int cl_seterr(sw_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* client_sender.c */
 void *cl_copy_get(sw_client *c, size_t bytes);
 void cl_pending_end(sw_client *c, struct pending *p, int give_back);
 int cl_setup_curve(sw_client *c);

@@ -29,6 +29,24 @@
 
 #include "client/client_int.h"
 
+int
+cl_seterr(sw_client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int64_t
+cl_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* ZeroMQ is done with a zero-copy frame */
 static void
 release_zc(void *data, void *hint)

@@ -79,4 +79,11 @@ int swd_config_runtime(size_t i);
 /* 1 if option i has another value in b than in a. */
 int swd_config_differs(const swd_config *a, const swd_config *b, size_t i);
 
+/*
+ * The daemon's configuration from its command line: the defaults, then the
+ * file of --config, then every other --name value or --name=value over it.
+ * Returns 0, or -1 with err naming the option or the file's line.
+ */
+int swd_read_config(int argc, char **argv, swd_config *c, char *err, size_t errlen);
+
 #endif

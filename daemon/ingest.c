@@ -12,6 +12,19 @@
 #include "daemon/sinkwatchd.h"
 #include "net/log.h"
 
+int
+swd_poll_fd(swd_daemon *d, void *sock, uv_poll_t *p, uv_poll_cb cb)
+{
+	int fd;
+	size_t len = sizeof(fd);
+	if (zmq_getsockopt(sock, ZMQ_FD, &fd, &len) != 0)
+		return -1;
+	if (uv_poll_init(d->loop, p, fd) != 0)
+		return -1;
+	p->data = d;
+	return uv_poll_start(p, UV_READABLE, cb);
+}
+
 /* At most 20 bad-message lines per 10 s; counters keep the rest. */
 static int
 may_log(swd_daemon *d)

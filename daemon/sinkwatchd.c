@@ -169,75 +169,7 @@ setup_sockets(swd_daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
-int
-swd_poll_fd(swd_daemon *d, void *sock, uv_poll_t *p, uv_poll_cb cb)
-{
-	int fd;
-	size_t len = sizeof(fd);
-	if (zmq_getsockopt(sock, ZMQ_FD, &fd, &len) != 0)
-		return -1;
-	if (uv_poll_init(d->loop, p, fd) != 0)
-		return -1;
-	p->data = d;
-	return uv_poll_start(p, UV_READABLE, cb);
-}
 
-/*
- * The configuration: defaults, then the config file, then the flags over
- * it. The same at start and at SIGHUP (which applies the options that may
- * change while running). 0, or -1 with err.
- */
-int
-swd_read_config(int argc, char **argv, swd_config *c, char *err, size_t errlen)
-{
-	const char *config_file = NULL;
-
-	swd_config_defaults(c);
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--config") && i + 1 < argc)
-			config_file = argv[++i];
-		else if (!strncmp(argv[i], "--config=", 9))
-			config_file = argv[i] + 9;
-	}
-	if (config_file && swd_config_load(c, config_file, err, errlen) != 0)
-		return -1;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (!strcmp(a, "--config")) {
-			i++;
-		} else if (!strncmp(a, "--config=", 9) || !strcmp(a, "--check-config") ||
-		    !strcmp(a, "--print-config")) {
-			continue;
-		} else if (!strncmp(a, "--", 2)) {
-			char name[64];
-			const char *eq = strchr(a, '='), *val;
-			size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-			if (nl >= sizeof(name)) {
-				snprintf(err, errlen, "unknown option '%s'", a);
-				return -1;
-			}
-			memcpy(name, a + 2, nl);
-			name[nl] = '\0';
-			if (eq)
-				val = eq + 1;
-			else if (i + 1 < argc)
-				val = argv[++i];
-			else {
-				snprintf(err, errlen, "%s needs a value", a);
-				return -1;
-			}
-			if (swd_config_set(c, name, val, err, errlen) != 0) {
-				size_t n = strlen(err);
-				snprintf(err + n, errlen - n, " (sinkwatchd --help lists the options)");
-				return -1;
-			}
-		} else {
-			snprintf(err, errlen, "unexpected argument '%s'", a);
-			return -1;
-		}
-	}
-	return 0;
-}
 
 /*
  * The options that answer at once: --help, --version (an exit status), or

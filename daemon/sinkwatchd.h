@@ -133,7 +133,7 @@ swd_mono_ms(const swd_daemon *d)
 }
 
 /* sinkwatchd.c */
-int swd_read_config(int argc, char **argv, swd_config *c, char *err, size_t errlen);
+/* ingest.c: a ZeroMQ socket's fd watched by the loop */
 int swd_poll_fd(swd_daemon *d, void *sock, uv_poll_t *p, uv_poll_cb cb);
 
 /* ingest.c: the assembly made (0, or -1 logged); the SUB socket watched (0, or -1) */

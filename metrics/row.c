@@ -24,76 +24,6 @@
 #define LANES 8
 #define AI __attribute__((always_inline)) static inline
 
-static const char *const status_names[SWM_STATUS__N] = {
-	"ok", "short", "nosink", "nonfinite", "negative", "sum"
-};
-
-const char *
-swm_status_name(swm_status st)
-{
-	return (unsigned)st < SWM_STATUS__N ? status_names[st] : "invalid";
-}
-
-const char *
-swm_dtype_name(swm_dtype dt)
-{
-	static const char *const names[SWM_DTYPE__N] = { "f32", "f16", "bf16", "f64" };
-	return (unsigned)dt < SWM_DTYPE__N ? names[dt] : "invalid";
-}
-
-size_t
-swm_dtype_size(swm_dtype dt)
-{
-	static const size_t sizes[SWM_DTYPE__N] = { 4, 2, 2, 8 };
-	return (unsigned)dt < SWM_DTYPE__N ? sizes[dt] : 0;
-}
-
-void
-swm_opts_default(swm_opts *o)
-{
-	o->delta = SWM_DEFAULT_DELTA;
-	o->tol = -1;
-}
-
-double
-swm_opts_tol(const swm_opts *o, swm_dtype dt)
-{
-	if (o->tol >= 0)
-		return o->tol;
-	return (dt == SWM_F16 || dt == SWM_BF16) ? SWM_TOL_F16 : SWM_TOL_F32;
-}
-
-/* Element i of x as a double; dt is a constant wherever this is inlined. */
-AI double
-ld(const void *x, size_t i, swm_dtype dt)
-{
-	/* memcpy loads: a tensor inside a received frame need not be aligned */
-	const char *p = x;
-	uint16_t h;
-	float f;
-	double d;
-	switch (dt) {
-	case SWM_F16:
-		memcpy(&h, p + 2 * i, 2);
-		return swm_f16_to_f32(h);
-	case SWM_BF16:
-		memcpy(&h, p + 2 * i, 2);
-		return swm_bf16_to_f32(h);
-	case SWM_F64:
-		memcpy(&d, p + 8 * i, 8);
-		return d;
-	default:
-		memcpy(&f, p + 4 * i, 4);
-		return f;
-	}
-}
-
-double
-swm_load(const void *x, swm_dtype dt, size_t i)
-{
-	return ld(x, i, dt);
-}
-
 static double
 lane_sum(const double *a)
 {
@@ -246,9 +176,9 @@ probs_range(const void *x, swm_dtype dt, size_t lo, size_t hi, double thr,
 	size_t i = lo;
 	for (; i + LANES <= hi; i += LANES)
 		for (int j = 0; j < LANES; j++)
-			probs_elem(ld(x, i + j, dt), thr, blo, bhi, a, j);
+			probs_elem(swm_ld(x, i + j, dt), thr, blo, bhi, a, j);
 	for (; i < hi; i++)
-		probs_elem(ld(x, i, dt), thr, blo, bhi, a, 0);
+		probs_elem(swm_ld(x, i, dt), thr, blo, bhi, a, 0);
 }
 
 AI void
@@ -358,7 +288,7 @@ row_probs(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
     swm_row *r, double *xo, double *vo, int *raw, int exact)
 {
 	double tol = swm_opts_tol(o, dt), delta = o->delta;
-	double xk = ld(x, k, dt);
+	double xk = swm_ld(x, k, dt);
 	const struct swm_kernels *kn = kernels();
 	struct swm_psum ps;
 
@@ -448,9 +378,9 @@ logits_range(const void *x, swm_dtype dt, size_t lo, size_t hi, double zmax,
 	size_t i = lo;
 	for (; i + LANES <= hi; i += LANES)
 		for (int j = 0; j < LANES; j++)
-			logits_elem(ld(x, i + j, dt), zmax, a, j);
+			logits_elem(swm_ld(x, i + j, dt), zmax, a, j);
 	for (; i < hi; i++)
-		logits_elem(ld(x, i, dt), zmax, a, 0);
+		logits_elem(swm_ld(x, i, dt), zmax, a, 0);
 }
 
 /* Max of the row, and the count of NaN and +inf entries. */
@@ -463,12 +393,12 @@ logits_max(const void *x, swm_dtype dt, size_t n, double *bad)
 	size_t i = 0;
 	for (; i + LANES <= n; i += LANES)
 		for (int j = 0; j < LANES; j++) {
-			double z = ld(x, i + j, dt);
+			double z = swm_ld(x, i + j, dt);
 			nb[j] += (z == z && z < INFINITY) ? 0.0 : 1.0;
 			mx[j] = z > mx[j] ? z : mx[j];
 		}
 	for (; i < n; i++) {
-		double z = ld(x, i, dt);
+		double z = swm_ld(x, i, dt);
 		nb[0] += (z == z && z < INFINITY) ? 0.0 : 1.0;
 		mx[0] = z > mx[0] ? z : mx[0];
 	}
@@ -525,7 +455,7 @@ row_logits(const void *x, swm_dtype dt, size_t n, size_t k, const swm_opts *o,
 		return SWM_REJ_NONFINITE;
 	double Ec = ls.E, EYc = ls.EY, Yc = ls.Y, rc = ls.nm;
 
-	double zk = ld(x, k, dt);
+	double zk = swm_ld(x, k, dt);
 	int kmasked = zk == -INFINITY;
 	double yk = kmasked ? 0.0 : zk - zmax;
 	double ek = kmasked ? 0.0 : swm_exp_neg(yk);
@@ -643,7 +573,7 @@ expand_t(const void *x, swm_dtype dt, swm_kind kind, const swm_row *r,
 	if (kind == SWM_LOGITS) {
 		double invZ = 1.0 / exp(r->lnz);
 		for (size_t i = 0; i < n; i++) {
-			double z = ld(x, i, dt);
+			double z = swm_ld(x, i, dt);
 			int masked = z == -INFINITY;
 			double y = masked ? 0.0 : z - r->norm;
 			if (p)
@@ -669,11 +599,11 @@ expand_t(const void *x, swm_dtype dt, swm_kind kind, const swm_row *r,
 	}
 	if (l) {
 		for (size_t i = 0; i < n; i++)
-			l[i] = pos1(ld(x, i, dt));
+			l[i] = pos1(swm_ld(x, i, dt));
 		ln_batch(kn, l, n);
 	}
 	for (size_t i = 0; i < n; i++) {
-		double v = ld(x, i, dt);
+		double v = swm_ld(x, i, dt);
 		if (p)
 			p[i] = v * invS;
 		if (l)

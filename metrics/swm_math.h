@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "swm.h"
+
 static inline uint64_t swm_dbits(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
 static inline double swm_bitsd(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
 static inline uint32_t swm_fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
@@ -99,5 +101,31 @@ static inline double swm_xlnx(double x)
 {
 	return x > 0 ? x * swm_ln(x) : 0.0;
 }
+
+/* Element i of x as a double; dt is a constant wherever this is inlined. */
+static inline __attribute__((always_inline)) double
+swm_ld(const void *x, size_t i, swm_dtype dt)
+{
+	/* memcpy loads: a tensor inside a received frame need not be aligned */
+	const char *p = x;
+	uint16_t h;
+	float f;
+	double d;
+	switch (dt) {
+	case SWM_F16:
+		memcpy(&h, p + 2 * i, 2);
+		return swm_f16_to_f32(h);
+	case SWM_BF16:
+		memcpy(&h, p + 2 * i, 2);
+		return swm_bf16_to_f32(h);
+	case SWM_F64:
+		memcpy(&d, p + 8 * i, 8);
+		return d;
+	default:
+		memcpy(&f, p + 4 * i, 4);
+		return f;
+	}
+}
+
 
 #endif

@@ -40,6 +40,24 @@
 
 _Static_assert(D__N <= 64, "reader.c holds 64 dataset handles");
 
+void
+rf_runfile_free(sw_runfile *f)
+{
+	for (int d = 0; d < D__N; d++)
+		if (f->dset[d] >= 0)
+			H5Dclose(f->dset[d]);
+	if (f->file >= 0)
+		H5Fclose(f->file);
+	free(f->rej);
+	free(f->rs);
+	free(f->rst);
+	free(f->use);
+	free(f->present);
+	free(f->path);
+	sw_runlock_release(&f->lock);
+	free(f);
+}
+
 /*
  * Writes row t of dataset d from buf (a whole row, C order), extending the
  * dataset first if it is shorter. After a resume a dataset may already be

@@ -107,9 +107,9 @@ hid_t rf_takeover_fapl(void);
 int rf_attr_u32(hid_t loc, const char *name, uint32_t v);
 
 /* runfile_open.c: an existing file checked and resumed, or a new one; the run opened */
-void rf_runfile_free(sw_runfile *f);
 
 /* runfile.c: rows written and read, appends, flushes, ends */
+void rf_runfile_free(sw_runfile *f);
 int rf_read_row(const sw_runfile *f, int d, hsize_t t, hid_t mtype, void *buf);
 
 #endif

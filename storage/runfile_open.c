@@ -383,23 +383,6 @@ sw_runfile_writer_flags(const char *path, char *err, size_t errlen)
 	return rc;
 }
 
-void
-rf_runfile_free(sw_runfile *f)
-{
-	for (int d = 0; d < D__N; d++)
-		if (f->dset[d] >= 0)
-			H5Dclose(f->dset[d]);
-	if (f->file >= 0)
-		H5Fclose(f->file);
-	free(f->rej);
-	free(f->rs);
-	free(f->rst);
-	free(f->use);
-	free(f->present);
-	free(f->path);
-	sw_runlock_release(&f->lock);
-	free(f);
-}
 
 int
 sw_runfile_open(const char *dir, const sw_runmeta *meta,

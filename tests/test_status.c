@@ -541,6 +541,41 @@ START_TEST(test_log)
 }
 END_TEST
 
+/* swd_read_config: the defaults, the --config file over them, the other
+ * options over the file (either spelling), and errors that name the option. */
+START_TEST(test_read_config)
+{
+	char path[] = "/tmp/swrcXXXXXX", err[256], cfgopt[64];
+	int fd = mkstemp(path);
+	ck_assert(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	fputs("workers = 3\npair_rows = 7\n", f);
+	fclose(f);
+	swd_config c, dflt;
+	swd_config_defaults(&dflt);
+	snprintf(cfgopt, sizeof(cfgopt), "--config=%s", path);
+	char *argv1[] = { "sinkwatchd", "--pair-rows", "9", cfgopt, NULL };
+	ck_assert_int_eq(swd_read_config(4, argv1, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.workers, 3);		/* the file's */
+	ck_assert_int_eq(c.pair_rows, 9);	/* the command line's, after the file */
+	ck_assert_int_eq(c.budget_mb, dflt.budget_mb);
+	char *argv2[] = { "sinkwatchd", "--config", path, "--workers=5", NULL };
+	ck_assert_int_eq(swd_read_config(4, argv2, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.workers, 5);
+	ck_assert_int_eq(c.pair_rows, 7);
+	char *argv3[] = { "sinkwatchd", "--no-such-option", "1", NULL };
+	ck_assert_int_eq(swd_read_config(3, argv3, &c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "no-such-option") != NULL, "%s", err);
+	char *argv4[] = { "sinkwatchd", "--workers", NULL };
+	ck_assert_int_eq(swd_read_config(2, argv4, &c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "--workers needs a value") != NULL, "%s", err);
+	unlink(path);
+	char *argv5[] = { "sinkwatchd", "--config", path, NULL };
+	ck_assert_int_eq(swd_read_config(3, argv5, &c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, path) != NULL, "%s", err);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -550,6 +585,7 @@ main(void)
 	tcase_add_test(tc, test_cpu);
 	tcase_add_test(tc, test_long_lists);
 	tcase_add_test(tc, test_config);
+	tcase_add_test(tc, test_read_config);
 	tcase_add_test(tc, test_bind_endpoint);
 	tcase_add_test(tc, test_log);
 	tcase_add_test(tc, test_subscribe);
