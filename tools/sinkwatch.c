@@ -9,7 +9,7 @@
 #include "tools/analyze.h"
 #include "tools/tools.h"
 #ifdef SW_SERVE
-#include "tools/serve.h"
+#include "serve/serve.h"
 #endif
 
 static void

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "tools/serve.h"
-#include "tools/serve_assets.h"
+#include "serve/serve.h"
+#include "serve/serve_assets.h"
 #include "tools/tools.h"
 
 #define SERVE_HOSTS 16

@@ -39,7 +39,7 @@
 #include "proto/swkeys.h"
 #include "proto/swproto.h"
 #include "tools/analyze.h"
-#include "tools/fwdcore.h"
+#include "forward/fwdcore.h"
 #include "tools/tools.h"
 
 #define FWD_DEFAULT_IN "tcp://127.0.0.1:5710"

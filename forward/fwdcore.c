@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "net/swctl.h"
-#include "tools/fwdcore.h"
+#include "forward/fwdcore.h"
 
 const char *const sw_fwd_reason_names[SW_FWD_REASONS] = {
 	"too_large", "frames", "hwm", "no_subscriber", "send_error"
@@ -67,10 +67,10 @@ sw_fwd_subs_match(const sw_fwd_subs *s, const void *topic, size_t len)
 	return 0;
 }
 
-/* The sections of the reply, in its order: tools/fwd_sections.def. */
+/* The sections of the reply, in its order: forward/fwd_sections.def. */
 static const char *const sections[] = {
 #define SW_FWD_SECTION(name) #name,
-#include "tools/fwd_sections.def"
+#include "forward/fwd_sections.def"
 };
 
 /* A prefix as text: printable bytes as they are, others as \xHH. */
