@@ -67,12 +67,6 @@ sw_fwd_subs_match(const sw_fwd_subs *s, const void *topic, size_t len)
 	return 0;
 }
 
-/* The sections of the reply, in its order: forward/fwd_sections.def. */
-static const char *const sections[] = {
-#define SW_FWD_SECTION(name) #name,
-#include "forward/fwd_sections.def"
-};
-
 /* A prefix as text: printable bytes as they are, others as \xHH. */
 static void
 put_prefix(swn_buf *b, const unsigned char *p, size_t n)
@@ -84,62 +78,103 @@ put_prefix(swn_buf *b, const unsigned char *p, size_t n)
 			swn_put(b, "\\x%02x", p[i]);
 }
 
+/* ---- the sections, one function each (sec_NAME, forward/fwd_sections.def) ---- */
+
+static void
+sec_server(swn_buf *b, const sw_fwd_stats *st)
+{
+	char since[32] = "-";
+	struct tm tm;
+	time_t t = (time_t)st->started;
+	if (gmtime_r(&t, &tm))
+		strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	/* nothing keeps them across restarts: a reader must not add them up */
+	swn_put(b, "# server\nprogram: sinkwatch forward\nversion: %s\npid: %ld\n"
+	    "uptime_s: %.1f\ncounters_since: %s (they restart with the forwarder)\n"
+	    "in: %s\nout: %s\ncontrol: %s\nmax_frame_bytes: %lld\n"
+	    "hwm: %lld\nhwm_wait_ms: %lld\n", st->version, st->pid, st->uptime_s, since,
+	    st->in, st->out, st->control, (long long)st->max_frame, (long long)st->hwm,
+	    (long long)st->hwm_wait_ms);
+}
+
+static void
+sec_auth(swn_buf *b, const sw_fwd_stats *st)
+{
+	swn_put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
+	if (st->curve)
+		swn_put(b, "public_key: %s\nallowed_keys: %lld\nallowed_daemon_keys: %lld\n"
+		    "handshakes_allowed: %lld\nrefused_key_in: %lld\nrefused_key_out: %lld\n"
+		    "refused_key_control: %lld\nhandshake_failed_in: %lld\n"
+		    "handshake_failed_out: %lld\nhandshake_failed_control: %lld\n",
+		    st->curve_public ? st->curve_public : "-", (long long)st->keys,
+		    (long long)st->keys_daemons, (long long)st->allowed,
+		    (long long)st->refused_in, (long long)st->refused_out,
+		    (long long)st->refused_control, (long long)st->failed_in,
+		    (long long)st->failed_out, (long long)st->failed_control);
+}
+
+static void
+sec_traffic(swn_buf *b, const sw_fwd_stats *st)
+{
+	swn_put(b, "# traffic\nreceived: %lld\nreceived_bytes: %lld\nforwarded: %lld\n"
+	    "forwarded_bytes: %lld\nheld: %lld\nstalls: %lld\nstalled_ms: %lld\n"
+	    "messages_per_s: %.1f\nbytes_per_s: %.0f\ndisconnects: %lld\n",
+	    (long long)st->received, (long long)st->received_bytes,
+	    (long long)st->forwarded, (long long)st->forwarded_bytes,
+	    (long long)st->held, (long long)st->stalls, (long long)st->stalled_ms,
+	    st->msgs_per_s, st->bytes_per_s, (long long)st->disconnects);
+}
+
+static void
+sec_drops(swn_buf *b, const sw_fwd_stats *st)
+{
+	int64_t all = 0;
+	swn_put(b, "# drops\n");
+	for (int i = 0; i < SW_FWD_REASONS; i++) {
+		swn_put(b, "%s: %lld\n", sw_fwd_reason_names[i], (long long)st->dropped[i]);
+		all += st->dropped[i];
+	}
+	swn_put(b, "dropped: %lld\ndropped_bytes: %lld\n", (long long)all,
+	    (long long)st->dropped_bytes);
+}
+
+static void
+sec_subscriptions(swn_buf *b, const sw_fwd_stats *st)
+{
+	const sw_fwd_subs *s = st->subs;
+	swn_put(b, "# subscriptions\nprefixes: %zu\nuntracked: %d\nsubscribed: %lld\n"
+	    "unsubscribed: %lld\n", s ? s->n : 0, s ? s->untracked : 0,
+	    (long long)(s ? s->subscribed : 0), (long long)(s ? s->unsubscribed : 0));
+	for (size_t i = 0; s && i < s->n; i++) {
+		swn_put(b, "prefix: ");
+		put_prefix(b, s->pfx[i], s->len[i]);
+		swn_put(b, "\n");
+	}
+}
+
+/* The sections of the reply, in its order, each with its function: one
+ * list, forward/fwd_sections.def (a name without its sec_NAME does not
+ * compile). */
+static const struct {
+	const char *name;
+	void (*put)(swn_buf *, const sw_fwd_stats *);
+} section_fns[] = {
+#define SW_FWD_SECTION(name) { #name, sec_##name },
+#include "forward/fwd_sections.def"
+};
+#define NSECTIONS (sizeof(section_fns) / sizeof(section_fns[0]))
+
+static const char *const sections[NSECTIONS] = {
+#define SW_FWD_SECTION(name) #name,
+#include "forward/fwd_sections.def"
+};
+
 static void
 section(swn_buf *b, const char *name, const sw_fwd_stats *st)
 {
-	if (!strcmp(name, "server")) {
-		char since[32] = "-";
-		struct tm tm;
-		time_t t = (time_t)st->started;
-		if (gmtime_r(&t, &tm))
-			strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
-		/* nothing keeps them across restarts: a reader must not add them up */
-		swn_put(b, "# server\nprogram: sinkwatch forward\nversion: %s\npid: %ld\n"
-		    "uptime_s: %.1f\ncounters_since: %s (they restart with the forwarder)\n"
-		    "in: %s\nout: %s\ncontrol: %s\nmax_frame_bytes: %lld\n"
-		    "hwm: %lld\nhwm_wait_ms: %lld\n", st->version, st->pid, st->uptime_s, since,
-		    st->in, st->out, st->control, (long long)st->max_frame, (long long)st->hwm,
-		    (long long)st->hwm_wait_ms);
-	} else if (!strcmp(name, "auth")) {
-		swn_put(b, "# auth\ncurve: %s\n", st->curve ? "on" : "off");
-		if (st->curve)
-			swn_put(b, "public_key: %s\nallowed_keys: %lld\nallowed_daemon_keys: %lld\n"
-			    "handshakes_allowed: %lld\nrefused_key_in: %lld\nrefused_key_out: %lld\n"
-			    "refused_key_control: %lld\nhandshake_failed_in: %lld\n"
-			    "handshake_failed_out: %lld\nhandshake_failed_control: %lld\n",
-			    st->curve_public ? st->curve_public : "-", (long long)st->keys,
-			    (long long)st->keys_daemons, (long long)st->allowed,
-			    (long long)st->refused_in, (long long)st->refused_out,
-			    (long long)st->refused_control, (long long)st->failed_in,
-			    (long long)st->failed_out, (long long)st->failed_control);
-	} else if (!strcmp(name, "traffic")) {
-		swn_put(b, "# traffic\nreceived: %lld\nreceived_bytes: %lld\nforwarded: %lld\n"
-		    "forwarded_bytes: %lld\nheld: %lld\nstalls: %lld\nstalled_ms: %lld\n"
-		    "messages_per_s: %.1f\nbytes_per_s: %.0f\ndisconnects: %lld\n",
-		    (long long)st->received, (long long)st->received_bytes,
-		    (long long)st->forwarded, (long long)st->forwarded_bytes,
-		    (long long)st->held, (long long)st->stalls, (long long)st->stalled_ms,
-		    st->msgs_per_s, st->bytes_per_s, (long long)st->disconnects);
-	} else if (!strcmp(name, "drops")) {
-		int64_t all = 0;
-		swn_put(b, "# drops\n");
-		for (int i = 0; i < SW_FWD_REASONS; i++) {
-			swn_put(b, "%s: %lld\n", sw_fwd_reason_names[i], (long long)st->dropped[i]);
-			all += st->dropped[i];
-		}
-		swn_put(b, "dropped: %lld\ndropped_bytes: %lld\n", (long long)all,
-		    (long long)st->dropped_bytes);
-	} else if (!strcmp(name, "subscriptions")) {
-		const sw_fwd_subs *s = st->subs;
-		swn_put(b, "# subscriptions\nprefixes: %zu\nuntracked: %d\nsubscribed: %lld\n"
-		    "unsubscribed: %lld\n", s ? s->n : 0, s ? s->untracked : 0,
-		    (long long)(s ? s->subscribed : 0), (long long)(s ? s->unsubscribed : 0));
-		for (size_t i = 0; s && i < s->n; i++) {
-			swn_put(b, "prefix: ");
-			put_prefix(b, s->pfx[i], s->len[i]);
-			swn_put(b, "\n");
-		}
-	}
+	for (size_t i = 0; i < NSECTIONS; i++)
+		if (!strcmp(name, section_fns[i].name))
+			section_fns[i].put(b, st);
 }
 
 static void
