@@ -7,7 +7,8 @@
  * ranking and the series. The JSON of one run is written by one function,
  * sw_report_json_run, which `sinkwatch report --format json` and `sinkwatch
  * serve` (/api/report, the static export) both call; the text and CSV of
- * `sinkwatch report` render the same structures.
+ * `sinkwatch report` render the same structures (report_text.c,
+ * report_csv.c).
  */
 #ifndef SW_REPORT_H
 #define SW_REPORT_H
@@ -109,6 +110,11 @@ void sw_rep_senders_free(sw_rep_senders *s);
  */
 void sw_report_json_run(struct sw_json *j, const sw_report *m);
 
+/* The text of `sinkwatch report FILE` and its CSV (header and lines), on
+ * stdout (report_text.c, report_csv.c). */
+void sw_report_text_run(const sw_report *m);
+void sw_report_csv_run(const sw_report *m);
+
 /* ---- several runs ---------------------------------------------------------------- */
 
 typedef struct sw_rep_list {
@@ -144,5 +150,9 @@ void sw_report_many_free(sw_report_many *m);
 
 /* The JSON of several runs' report, one whole document. */
 void sw_report_json_many(struct sw_json *j, const sw_report_many *m, const sw_rep_opts *o);
+
+/* The text table and the CSV of several runs, on stdout. */
+void sw_report_text_many(const sw_report_many *m, const sw_rep_opts *o);
+void sw_report_csv_many(const sw_report_many *m, const sw_rep_opts *o);
 
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Each list once (issue 28): the lists the C code takes from its X-macro
 tables (daemon/drops.def, proto/errors.def, daemon/sections.def,
-tools/fwd_sections.def, daemon/sender_counters.def) are the lists the
+forward/fwd_sections.def, daemon/sender_counters.def) are the lists the
 documents and the Python client write by hand:
 
 - contrib/python/sinkwatch/proto.py's ERRNAMES are errors.def's names, by
@@ -66,7 +66,7 @@ def same_set(name, doc, table):
 DROPS = [e[1] for e in def_entries("daemon/drops.def", "SWD_DROP")]
 ERRORS = ["ok"] + [e[1] for e in def_entries("proto/errors.def", "SWP_ERROR")]
 SECTIONS = [e[0] for e in def_entries("daemon/sections.def", "SWD_SECTION")]
-FWD_SECTIONS = [e[0] for e in def_entries("tools/fwd_sections.def", "SW_FWD_SECTION")]
+FWD_SECTIONS = [e[0] for e in def_entries("forward/fwd_sections.def", "SW_FWD_SECTION")]
 COUNTERS = def_entries("daemon/sender_counters.def", "SWD_SENDER_COUNTER")
 for name, names in (("drops.def", DROPS), ("errors.def", ERRORS),
                     ("sections.def", SECTIONS), ("fwd_sections.def", FWD_SECTIONS),

@@ -90,7 +90,7 @@ def case_family():
                   % (run, L, H, dH, got, share))
             assert abs(got - share) <= 0.01, (run, got, share)
             assert abs(got - share) <= 1e-4, (run, got, share)    # the construction
-            # the report (C, tools/runtools.c) says the same
+            # the report (C, tools/cmd_report.c) says the same
             rc, out, e = run_cmd([SINKWATCH, "report", path, "--format", "json"])
             assert rc == 0, e
             rep = json.loads(out)["model_attribution"]["path"]

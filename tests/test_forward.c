@@ -1,5 +1,5 @@
 /*
- * test_forward.c: the bookkeeping of `sinkwatch forward` (tools/fwdcore.h)
+ * test_forward.c: the bookkeeping of `sinkwatch forward` (forward/fwdcore.h)
  * without sockets: which messages pass, the subscription table, the
  * control replies. tests/forward.py runs the forwarder itself.
  */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "proto/swkeys.h"
-#include "tools/fwdcore.h"
+#include "forward/fwdcore.h"
 
 START_TEST(test_check)
 {

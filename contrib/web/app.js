@@ -1,6 +1,6 @@
 /*
  * app.js: the page of `sinkwatch serve`. Every number shown comes from the
- * server's JSON (tools/serve.c over tools/runagg.c); this file only lays
+ * server's JSON (serve/serve.c over report/runagg.c); this file only lays
  * them out. Text from run files (ids, models, errors) is only ever set as
  * textContent, never as HTML. Charts: dygraphs, served locally.
  */

@@ -1,6 +1,6 @@
 /*
  * fwdcore.h: the bookkeeping of `sinkwatch forward` apart from its sockets
- * (tools/forward.c), so that tests drive it without ZeroMQ: which messages
+ * (forward/forward.c), so that tests drive it without ZeroMQ: which messages
  * pass, the subscriptions the daemons behind it hold, the counters and the
  * status text its control socket answers with.
  */

@@ -1,5 +1,5 @@
 /*
- * sim.c: `sinkwatch sim`, a synthetic run with a fixed probe streamed through
+ * cmd_sim.c: `sinkwatch sim`, a synthetic run with a fixed probe streamed through
  * the client library. In `sink` mode only the sink logits move (the content
  * distributions stay fixed), so the whole entropy change is the sink's; in
  * `content` mode each row's sink mass is held while its content sharpens, so

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "tools/serve.h"
-#include "tools/serve_assets.h"
+#include "serve/serve.h"
+#include "serve/serve_assets.h"
 #include "tools/tools.h"
 
 #define SERVE_HOSTS 16
@@ -402,18 +402,21 @@ serve_export(struct served *sv, const char *dir, char **runs, size_t nruns)
 	return 0;
 }
 
-int
-sw_serve_main(int argc, char **argv)
-{
-	const char *listen_spec = "127.0.0.1:8710", *token_file = NULL, *export_dir = NULL;
+/* The command line of `sinkwatch serve`. */
+struct serve_opts {
+	const char *listen_spec, *token_file, *export_dir;
 	char *dirs[64], *names[SERVE_HOSTS], *runs[256];
-	size_t ndirs = 0, nnames = 0, nruns = 0;
-	int allow_remote = 0, rc = 2;
-	double stale = 60;
-	struct served sv;
-	char host[128];
+	size_t ndirs, nnames, nruns;
+	int allow_remote;
+	double stale;
+};
 
-	memset(&sv, 0, sizeof(sv));
+/* Reads the options into o: -1 to go on, or the exit status. */
+static int
+serve_args(int argc, char **argv, struct serve_opts *o)
+{
+	o->listen_spec = "127.0.0.1:8710";
+	o->stale = 60;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int more = i + 1 < argc;
@@ -421,96 +424,93 @@ sw_serve_main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--listen") && more)
-			listen_spec = argv[++i];
+			o->listen_spec = argv[++i];
 		else if (!strcmp(a, "--allow-remote"))
-			allow_remote = 1;
-		else if (!strcmp(a, "--host") && more && nnames < SERVE_HOSTS - 4)
-			names[nnames++] = argv[++i];
+			o->allow_remote = 1;
+		else if (!strcmp(a, "--host") && more && o->nnames < SERVE_HOSTS - 4)
+			o->names[o->nnames++] = argv[++i];
 		else if (!strcmp(a, "--token-file") && more)
-			token_file = argv[++i];
+			o->token_file = argv[++i];
 		else if (!strcmp(a, "--export") && more)
-			export_dir = argv[++i];
+			o->export_dir = argv[++i];
 		else if (!strcmp(a, "--run") && more) {
-			if (nruns == sizeof(runs) / sizeof(runs[0]))
-				return sw_tool_fail("serve", "at most %zu --run", nruns);
-			runs[nruns++] = argv[++i];
+			if (o->nruns == sizeof(o->runs) / sizeof(o->runs[0]))
+				return sw_tool_fail("serve", "at most %zu --run", o->nruns);
+			o->runs[o->nruns++] = argv[++i];
 		}
 		else if (!strcmp(a, "--stale") && more) {
 			char *end;
-			stale = strtod(argv[++i], &end);
-			if (*end || !(stale > 0))
+			o->stale = strtod(argv[++i], &end);
+			if (*end || !(o->stale > 0))
 				return sw_tool_fail("serve", "--stale %s: seconds > 0", argv[i]);
 		} else if (a[0] == '-') {
 			usage(stderr);
 			return sw_tool_fail("serve", "unknown option or missing value: %s", a);
-		} else if (ndirs < 64)
-			dirs[ndirs++] = argv[i];
+		} else if (o->ndirs < 64)
+			o->dirs[o->ndirs++] = argv[i];
 		else
 			return sw_tool_fail("serve", "at most 64 data directories");
 	}
-	if (nruns && !export_dir)
+	if (o->nruns && !o->export_dir)
 		return sw_tool_fail("serve", "--run chooses the runs of --export; the server "
 		    "shows every run");
-	if (ndirs == 0)
-		dirs[ndirs++] = "sinkwatch-data";
-	for (size_t i = 0; i < ndirs; i++)
-		if (access(dirs[i], R_OK | X_OK) != 0)
-			return sw_tool_fail("serve", "%s: %s", dirs[i], strerror(errno));
-	if (!(sv.srv = sw_srv_new(dirs, ndirs, stale)))
-		return sw_tool_fail("serve", "out of memory");
-	if (!(sv.dyg_js = slurp(SW_DYGRAPHS_DIR "/dygraph.min.js", &sv.dyg_js_len)) ||
-	    !(sv.dyg_css = slurp(SW_DYGRAPHS_DIR "/dygraph.min.css", &sv.dyg_css_len))) {
-		sw_tool_fail("serve", "%s/dygraph.min.js: %s (Debian: libjs-dygraphs)",
-		    SW_DYGRAPHS_DIR, strerror(errno));
-		goto out;
-	}
-	if (export_dir) {
-		rc = serve_export(&sv, export_dir, runs, nruns);
-		goto out;
-	}
-	const char *env_token = getenv("SINKWATCH_TOKEN");
-	if (token_file && read_token(token_file, sv.token, sizeof(sv.token)) != 0) {
-		sw_tool_fail("serve", "--token-file %s: the first line must be 16 to 128 "
-		    "letters, digits, - or _", token_file);
-		goto out;
-	}
-	if (!token_file && env_token && *env_token)
-		snprintf(sv.token, sizeof(sv.token), "%s", env_token);
-	unsigned port;
-	int loop, wild;
-	int fd = listen_on(listen_spec, host, sizeof(host), &port, &loop, &wild);
+	if (o->ndirs == 0)
+		o->dirs[o->ndirs++] = "sinkwatch-data";
+	for (size_t i = 0; i < o->ndirs; i++)
+		if (access(o->dirs[i], R_OK | X_OK) != 0)
+			return sw_tool_fail("serve", "%s: %s", o->dirs[i], strerror(errno));
+	return -1;
+}
+
+/* The listening socket, checked against what a non-loopback address needs
+ * (--allow-remote, --host, a token), and the Host names allowed; the
+ * socket, or -1 (said). */
+static int
+serve_listen(struct served *sv, const struct serve_opts *o, char *host, size_t hostlen,
+    unsigned *port, int *loop)
+{
+	int wild;
+	int fd = listen_on(o->listen_spec, host, hostlen, port, loop, &wild);
 	if (fd < 0)
-		goto out;
-	if (!loop) {
-		if (!allow_remote) {
+		return -1;
+	if (!*loop) {
+		if (!o->allow_remote) {
 			close(fd);
 			sw_tool_fail("serve", "--listen %s is not a loopback address: add "
-			    "--allow-remote (an access token is then required)", listen_spec);
-			goto out;
+			    "--allow-remote (an access token is then required)", o->listen_spec);
+			return -1;
 		}
-		if (wild && nnames == 0) {
+		if (wild && o->nnames == 0) {
 			close(fd);
 			sw_tool_fail("serve", "--listen %s: name the host the browsers use with "
-			    "--host NAME (the Host header is checked)", listen_spec);
-			goto out;
+			    "--host NAME (the Host header is checked)", o->listen_spec);
+			return -1;
 		}
-		if (!sv.token[0] && make_token(sv.token, sizeof(sv.token)) != 0) {
+		if (!sv->token[0] && make_token(sv->token, sizeof(sv->token)) != 0) {
 			close(fd);
 			sw_tool_fail("serve", "no token: /dev/urandom: %s", strerror(errno));
-			goto out;
+			return -1;
 		}
 	}
-	if (loop) {
-		add_host(&sv, "127.0.0.1", port);
-		add_host(&sv, "localhost", port);
-		add_host(&sv, "[::1]", port);
+	if (*loop) {
+		add_host(sv, "127.0.0.1", *port);
+		add_host(sv, "localhost", *port);
+		add_host(sv, "[::1]", *port);
 	}
 	if (!wild && strcmp(host, "127.0.0.1") && strcmp(host, "localhost") &&
 	    strcmp(host, "[::1]"))
-		add_host(&sv, host, port);
-	for (size_t i = 0; i < nnames; i++)
-		add_host(&sv, names[i], port);
+		add_host(sv, host, *port);
+	for (size_t i = 0; i < o->nnames; i++)
+		add_host(sv, o->names[i], *port);
+	return fd;
+}
 
+/* Serves on fd until SIGINT or SIGTERM; 0, or 2 (said). The address shown
+ * carries the token where the user did not give it. */
+static int
+serve_run(struct served *sv, const struct serve_opts *o, int fd, const char *host,
+    unsigned port, int loop, const char *env_token)
+{
 	/* the signals reach this thread only: MHD's thread inherits the mask */
 	sigset_t block, old;
 	sigemptyset(&block);
@@ -525,24 +525,23 @@ sw_serve_main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	/* the run list's readers opened before the first request (and before
 	 * MHD's thread exists: HDF5 is used by one thread at a time) */
-	sw_srv_warm(sv.srv);
+	sw_srv_warm(sv->srv);
 	/* one internal thread: every request, hence every HDF5 call, runs in it */
 	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
-	    MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, &sv,
+	    MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, sv,
 	    MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
 	    MHD_OPTION_END);
 	if (!d) {
 		close(fd);
-		sw_tool_fail("serve", "libmicrohttpd did not start");
-		goto out;
+		return sw_tool_fail("serve", "libmicrohttpd did not start");
 	}
-	const char *shown = loop ? "127.0.0.1" : nnames ? names[0] : host;
+	const char *shown = loop ? "127.0.0.1" : o->nnames ? o->names[0] : host;
 	if (!loop && !strcmp(shown, host) && !strcmp(host, "[::1]"))
 		shown = "[::1]";
-	if (sv.token[0] && (!env_token || strcmp(env_token, sv.token)) && !token_file)
-		printf("sinkwatch serve: http://%s:%u/?token=%s\n", shown, port, sv.token);
+	if (sv->token[0] && (!env_token || strcmp(env_token, sv->token)) && !o->token_file)
+		printf("sinkwatch serve: http://%s:%u/?token=%s\n", shown, port, sv->token);
 	else
 		printf("sinkwatch serve: http://%s:%u/\n", shown, port);
 	fflush(stdout);
@@ -550,7 +549,47 @@ sw_serve_main(int argc, char **argv)
 		sigsuspend(&old);
 	MHD_stop_daemon(d);
 	close(fd);
-	rc = 0;
+	return 0;
+}
+
+int
+sw_serve_main(int argc, char **argv)
+{
+	struct serve_opts o;
+	struct served sv;
+	char host[128];
+	int rc = 2;
+
+	memset(&o, 0, sizeof(o));
+	memset(&sv, 0, sizeof(sv));
+	if ((rc = serve_args(argc, argv, &o)) >= 0)
+		return rc;
+	rc = 2;
+	if (!(sv.srv = sw_srv_new(o.dirs, o.ndirs, o.stale)))
+		return sw_tool_fail("serve", "out of memory");
+	if (!(sv.dyg_js = slurp(SW_DYGRAPHS_DIR "/dygraph.min.js", &sv.dyg_js_len)) ||
+	    !(sv.dyg_css = slurp(SW_DYGRAPHS_DIR "/dygraph.min.css", &sv.dyg_css_len))) {
+		sw_tool_fail("serve", "%s/dygraph.min.js: %s (Debian: libjs-dygraphs)",
+		    SW_DYGRAPHS_DIR, strerror(errno));
+		goto out;
+	}
+	if (o.export_dir) {
+		rc = serve_export(&sv, o.export_dir, o.runs, o.nruns);
+		goto out;
+	}
+	const char *env_token = getenv("SINKWATCH_TOKEN");
+	if (o.token_file && read_token(o.token_file, sv.token, sizeof(sv.token)) != 0) {
+		sw_tool_fail("serve", "--token-file %s: the first line must be 16 to 128 "
+		    "letters, digits, - or _", o.token_file);
+		goto out;
+	}
+	if (!o.token_file && env_token && *env_token)
+		snprintf(sv.token, sizeof(sv.token), "%s", env_token);
+	unsigned port;
+	int loop;
+	int fd = serve_listen(&sv, &o, host, sizeof(host), &port, &loop);
+	if (fd >= 0)
+		rc = serve_run(&sv, &o, fd, host, port, loop, env_token);
 out:
 	for (size_t i = 0; i < sv.nhosts; i++)
 		free(sv.hosts[i]);

@@ -39,7 +39,7 @@
 #include "proto/swkeys.h"
 #include "proto/swproto.h"
 #include "tools/analyze.h"
-#include "tools/fwdcore.h"
+#include "forward/fwdcore.h"
 #include "tools/tools.h"
 
 #define FWD_DEFAULT_IN "tcp://127.0.0.1:5710"
@@ -398,17 +398,17 @@ teardown(struct fwd *F)
 	free(F->subs);
 }
 
-int
-sw_forward_main(int argc, char **argv)
-{
-	struct fwd F;
-	long max_mb = 256, hwm = 1000, wait_ms = 1000, insecure = 0;
-	char err[512];
+/* The options that are not the forwarder's state. */
+struct fwd_args {
+	long max_mb, hwm, wait_ms, insecure;
+	const char *beyond;	/* an endpoint beyond loopback, or NULL */
+};
 
-	memset(&F, 0, sizeof(F));
-	F.st.in = FWD_DEFAULT_IN;
-	F.st.out = FWD_DEFAULT_OUT;
-	F.st.control = FWD_DEFAULT_CONTROL;
+/* Reads the options into F and o and checks them together: -1 to go on,
+ * or the exit status. */
+static int
+forward_args(int argc, char **argv, struct fwd *F, struct fwd_args *o)
+{
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int more = i + 1 < argc;
@@ -416,31 +416,33 @@ sw_forward_main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--in") && more)
-			F.st.in = argv[++i];
+			F->st.in = argv[++i];
 		else if (!strcmp(a, "--out") && more)
-			F.st.out = argv[++i];
+			F->st.out = argv[++i];
 		else if (!strcmp(a, "--control") && more)
-			F.st.control = argv[++i];
+			F->st.control = argv[++i];
 		else if (!strcmp(a, "--max-message-mb") && more) {
-			if (sw_parse_long(argv[++i], &max_mb) || max_mb < 1 || max_mb > (1 << 16))
+			if (sw_parse_long(argv[++i], &o->max_mb) || o->max_mb < 1 || o->max_mb > (1 << 16))
 				return sw_tool_fail("forward", "--max-message-mb: '%s' is not an "
 				    "integer in [1, 65536]", argv[i]);
 		} else if (!strcmp(a, "--hwm") && more) {
-			if (sw_parse_long(argv[++i], &hwm) || hwm < 1 || hwm > 1000000)
+			if (sw_parse_long(argv[++i], &o->hwm) || o->hwm < 1 || o->hwm > 1000000)
 				return sw_tool_fail("forward", "--hwm: '%s' is not an integer in "
 				    "[1, 1000000]", argv[i]);
 		} else if (!strcmp(a, "--hwm-wait-ms") && more) {
-			if (sw_parse_long(argv[++i], &wait_ms) || wait_ms < -1 || wait_ms > 86400000)
+			if (sw_parse_long(argv[++i], &o->wait_ms) || o->wait_ms < -1 ||
+			    o->wait_ms > 86400000)
 				return sw_tool_fail("forward", "--hwm-wait-ms: '%s' is not -1 or an "
 				    "integer in [0, 86400000]", argv[i]);
 		} else if (!strcmp(a, "--curve-secret-file") && more)
-			F.secret_file = argv[++i];
+			F->secret_file = argv[++i];
 		else if (!strcmp(a, "--curve-allow") && more)
-			F.allow = argv[++i];
+			F->allow = argv[++i];
 		else if (!strcmp(a, "--curve-allow-daemons") && more)
-			F.allow_daemons = argv[++i];
+			F->allow_daemons = argv[++i];
 		else if (!strcmp(a, "--insecure-off-loopback") && more) {
-			if (sw_parse_long(argv[++i], &insecure) || insecure < 0 || insecure > 1)
+			if (sw_parse_long(argv[++i], &o->insecure) || o->insecure < 0 ||
+			    o->insecure > 1)
 				return sw_tool_fail("forward", "--insecure-off-loopback: '%s' is not 0 "
 				    "or 1", argv[i]);
 		} else
@@ -448,37 +450,135 @@ sw_forward_main(int argc, char **argv)
 			    "unexpected argument", a, a[0] == '-' && !more ? " (or its value is missing)" :
 			    "");
 	}
-	if (!strcmp(F.st.in, F.st.out) || !strcmp(F.st.in, F.st.control) ||
-	    !strcmp(F.st.out, F.st.control))
+	if (!strcmp(F->st.in, F->st.out) || !strcmp(F->st.in, F->st.control) ||
+	    !strcmp(F->st.out, F->st.control))
 		return sw_tool_fail("forward", "--in, --out and --control must be three endpoints "
-		    "(%s, %s, %s)", F.st.in, F.st.out, F.st.control);
-	if ((F.secret_file || F.allow || F.allow_daemons) &&
-	    !(F.secret_file && F.allow && F.allow_daemons))
+		    "(%s, %s, %s)", F->st.in, F->st.out, F->st.control);
+	if ((F->secret_file || F->allow || F->allow_daemons) &&
+	    !(F->secret_file && F->allow && F->allow_daemons))
 		return sw_tool_fail("forward", "CURVE takes all three: --curve-secret-file (the "
 		    "forwarder's key), --curve-allow (the jobs' keys, for --in and --control) and "
 		    "--curve-allow-daemons (the daemons' keys, for --out)");
 	/* (an endpoint with no transport is left to the bind's error) */
-	const char *beyond = NULL, *eps[3] = { F.st.in, F.st.out, F.st.control };
+	const char *eps[3] = { F->st.in, F->st.out, F->st.control };
 	for (int i = 2; i >= 0; i--)
 		if (strstr(eps[i], "://") && !swp_endpoint_local(eps[i]))
-			beyond = eps[i];
-	if (beyond && !F.secret_file && !insecure)
+			o->beyond = eps[i];
+	if (o->beyond && !F->secret_file && !o->insecure)
 		return sw_tool_fail("forward", "%s is beyond loopback and CURVE is off: anyone "
 		    "reaching it could publish runs, or subscribe and read them all. Give "
 		    "--curve-secret-file, --curve-allow and --curve-allow-daemons (keys from "
-		    "sinkwatch keygen), or --insecure-off-loopback 1", beyond);
+		    "sinkwatch keygen), or --insecure-off-loopback 1", o->beyond);
+	return -1;
+}
+
+/* What the forwarder listens on and how, on stderr. */
+static void
+announce(struct fwd *F, const char *beyond)
+{
+	fprintf(stderr, "sinkwatch forward: jobs publish to %s, daemons connect to %s, "
+	    "control on %s\n", F->st.in, F->st.out, F->st.control);
+	if (F->auth) {
+		swd_auth_stats as;
+		swd_auth_get_stats(F->auth, &as);
+		fprintf(stderr, "sinkwatch forward: CURVE on: public key %s; %lld job key(s) from "
+		    "%s, %lld daemon key(s) from %s\n", F->public_key, (long long)as.keys, F->allow,
+		    (long long)as.keys_subscribers, F->allow_daemons);
+	} else if (beyond) {
+		fprintf(stderr, "sinkwatch forward: warning: %s is beyond loopback without CURVE "
+		    "(--insecure-off-loopback): anyone reaching it may publish or read runs\n",
+		    beyond);
+	}
+	fflush(stderr);
+}
+
+/* Forwards until SIGINT or SIGTERM; SIGHUP reads the keys again. */
+static void
+forward_loop(struct fwd *F, long wait_ms)
+{
+	char err[512];
+
+	while (!stop_sig) {
+		zmq_pollitem_t it[4] = {
+			{ F->xpub, 0, ZMQ_POLLIN, 0 }, { F->ctl, 0, ZMQ_POLLIN, 0 },
+			{ F->mon, 0, ZMQ_POLLIN, 0 }, { F->xsub, 0, ZMQ_POLLIN, 0 },
+		};
+		/* while a message is held nothing more is read: the jobs feel it */
+		int held = F->held_n > 0;
+		if (zmq_poll(it, held ? 3 : 4, held ? 1 : 200) < 0 && errno != EINTR)
+			break;
+		int64_t now = mono_ms();
+		if (hup_sig) {
+			hup_sig = 0;
+			if (F->auth && swd_auth_reload(F->auth, F->allow, F->allow_daemons, err,
+			    sizeof(err)) != 0)
+				fprintf(stderr, "sinkwatch forward: SIGHUP: %s (the old keys stay)\n",
+				    err);
+			else if (F->auth)
+				fprintf(stderr, "sinkwatch forward: SIGHUP: read %s and %s again\n",
+				    F->allow, F->allow_daemons);
+		}
+		if (it[0].revents & ZMQ_POLLIN)
+			read_subs(F);
+		if (it[1].revents & ZMQ_POLLIN)
+			answer(F);
+		if (it[2].revents & ZMQ_POLLIN)
+			read_monitor(F);
+		if (held) {
+			if (!send_held(F) && wait_ms >= 0 && mono_ms() - F->held_since > wait_ms)
+				drop_held(F, SW_FWD_HWM);
+		} else if (it[3].revents & ZMQ_POLLIN) {
+			for (int k = 0; k < BATCH && !F->held_n && read_one(F); k++)
+				;
+		}
+		sample(F, now);
+	}
+}
+
+/* The last line: what was received, forwarded, dropped (a message held at
+ * the stop counts as dropped). */
+static void
+forward_stopped(struct fwd *F)
+{
+	int64_t dropped = 0;
+	for (int i = 0; i < SW_FWD_REASONS; i++)
+		dropped += F->st.dropped[i];
+	if (F->held_n) {	/* stopped while a daemon was at its HWM */
+		drop_held(F, SW_FWD_HWM);
+		dropped++;
+	}
+	fprintf(stderr, "sinkwatch forward: stopped: received %lld, forwarded %lld (%lld bytes), "
+	    "dropped %lld\n", (long long)F->st.received, (long long)F->st.forwarded,
+	    (long long)F->st.forwarded_bytes, (long long)dropped);
+}
+
+int
+sw_forward_main(int argc, char **argv)
+{
+	struct fwd F;
+	struct fwd_args o = { 256, 1000, 1000, 0, NULL };
+	char err[512];
+	int rc;
+
+	memset(&F, 0, sizeof(F));
+	F.st.in = FWD_DEFAULT_IN;
+	F.st.out = FWD_DEFAULT_OUT;
+	F.st.control = FWD_DEFAULT_CONTROL;
+	if ((rc = forward_args(argc, argv, &F, &o)) >= 0)
+		return rc;
 	log_set_ident("sinkwatch forward");
 	/* the daemon's per-frame cap: max(max_message_mb, SWP_HEADER_MAX) */
-	F.cap = ((size_t)max_mb << 20) > SWP_HEADER_MAX ? (size_t)max_mb << 20 : SWP_HEADER_MAX;
+	F.cap = ((size_t)o.max_mb << 20) > SWP_HEADER_MAX ? (size_t)o.max_mb << 20 :
+	    SWP_HEADER_MAX;
 	F.st.version = PACKAGE_VERSION;
 	F.st.pid = (long)getpid();
 	F.st.max_frame = (int64_t)F.cap;
-	F.st.hwm = hwm;
-	F.st.hwm_wait_ms = wait_ms;
+	F.st.hwm = o.hwm;
+	F.st.hwm_wait_ms = o.wait_ms;
 	if (!(F.subs = calloc(1, sizeof(*F.subs))))
 		return sw_tool_fail("forward", "out of memory");
 	F.st.subs = F.subs;
-	if (setup(&F, hwm, err, sizeof(err)) != 0) {
+	if (setup(&F, o.hwm, err, sizeof(err)) != 0) {
 		teardown(&F);
 		return sw_tool_fail("forward", "%s", err);
 	}
@@ -490,66 +590,9 @@ sw_forward_main(int argc, char **argv)
 	sigaction(SIGHUP, &sa, NULL);
 	F.started = F.last_sample = mono_ms();
 	F.st.started = (int64_t)time(NULL);
-	fprintf(stderr, "sinkwatch forward: jobs publish to %s, daemons connect to %s, "
-	    "control on %s\n", F.st.in, F.st.out, F.st.control);
-	if (F.auth) {
-		swd_auth_stats as;
-		swd_auth_get_stats(F.auth, &as);
-		fprintf(stderr, "sinkwatch forward: CURVE on: public key %s; %lld job key(s) from "
-		    "%s, %lld daemon key(s) from %s\n", F.public_key, (long long)as.keys, F.allow,
-		    (long long)as.keys_subscribers, F.allow_daemons);
-	} else if (beyond) {
-		fprintf(stderr, "sinkwatch forward: warning: %s is beyond loopback without CURVE "
-		    "(--insecure-off-loopback): anyone reaching it may publish or read runs\n",
-		    beyond);
-	}
-	fflush(stderr);
-
-	while (!stop_sig) {
-		zmq_pollitem_t it[4] = {
-			{ F.xpub, 0, ZMQ_POLLIN, 0 }, { F.ctl, 0, ZMQ_POLLIN, 0 },
-			{ F.mon, 0, ZMQ_POLLIN, 0 }, { F.xsub, 0, ZMQ_POLLIN, 0 },
-		};
-		/* while a message is held nothing more is read: the jobs feel it */
-		int held = F.held_n > 0;
-		if (zmq_poll(it, held ? 3 : 4, held ? 1 : 200) < 0 && errno != EINTR)
-			break;
-		int64_t now = mono_ms();
-		if (hup_sig) {
-			hup_sig = 0;
-			if (F.auth && swd_auth_reload(F.auth, F.allow, F.allow_daemons, err,
-			    sizeof(err)) != 0)
-				fprintf(stderr, "sinkwatch forward: SIGHUP: %s (the old keys stay)\n",
-				    err);
-			else if (F.auth)
-				fprintf(stderr, "sinkwatch forward: SIGHUP: read %s and %s again\n",
-				    F.allow, F.allow_daemons);
-		}
-		if (it[0].revents & ZMQ_POLLIN)
-			read_subs(&F);
-		if (it[1].revents & ZMQ_POLLIN)
-			answer(&F);
-		if (it[2].revents & ZMQ_POLLIN)
-			read_monitor(&F);
-		if (held) {
-			if (!send_held(&F) && wait_ms >= 0 && mono_ms() - F.held_since > wait_ms)
-				drop_held(&F, SW_FWD_HWM);
-		} else if (it[3].revents & ZMQ_POLLIN) {
-			for (int k = 0; k < BATCH && !F.held_n && read_one(&F); k++)
-				;
-		}
-		sample(&F, now);
-	}
-	int64_t dropped = 0;
-	for (int i = 0; i < SW_FWD_REASONS; i++)
-		dropped += F.st.dropped[i];
-	if (F.held_n) {	/* stopped while a daemon was at its HWM */
-		drop_held(&F, SW_FWD_HWM);
-		dropped++;
-	}
-	fprintf(stderr, "sinkwatch forward: stopped: received %lld, forwarded %lld (%lld bytes), "
-	    "dropped %lld\n", (long long)F.st.received, (long long)F.st.forwarded,
-	    (long long)F.st.forwarded_bytes, (long long)dropped);
+	announce(&F, o.beyond);
+	forward_loop(&F, o.wait_ms);
+	forward_stopped(&F);
 	teardown(&F);
 	return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * demo.c: `sinkwatch demo`, a synthetic attention tensor written to HDF5
+ * cmd_demo.c: `sinkwatch demo`, a synthetic attention tensor written to HDF5
  * and analyzed, so a fresh build shows what the tool does.
  */
 #include <math.h>

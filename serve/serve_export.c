@@ -16,8 +16,8 @@
 #include <time.h>
 
 #include "tools/json.h"
-#include "tools/serve.h"
-#include "tools/serve_assets.h"
+#include "serve/serve.h"
+#include "serve/serve_assets.h"
 
 /* The query of an exported request: key, value pairs, NULL-ended. */
 static const char *

@@ -1,5 +1,5 @@
 /*
- * analyze.c: `sinkwatch analyze FILE.h5:/dataset`, the two-channel metrics
+ * cmd_analyze.c: `sinkwatch analyze FILE.h5:/dataset`, the two-channel metrics
  * of a saved attention tensor (METRICS.md §1, §2, §4, §5).
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * keys.c: `sinkwatch keygen`. The CURVE client side of the tools that
+ * cmd_keygen.c: `sinkwatch keygen`. The CURVE client side of the tools that
  * talk to sinkwatchd (status) is net/curve.c's, as every client's.
  */
 #include <errno.h>

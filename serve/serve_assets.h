@@ -1,5 +1,5 @@
 /* serve_assets.h: the page's files (contrib/web), built into the binary by
- * tools/embed.sh, so that the server needs no data directory of its own. */
+ * serve/embed.sh, so that the server needs no data directory of its own. */
 #ifndef SW_SERVE_ASSETS_H
 #define SW_SERVE_ASSETS_H
 

@@ -1,5 +1,5 @@
 /*
- * check.c: `sinkwatch check`: is a run file whole, and can every HDF5
+ * cmd_check.c: `sinkwatch check`: is a run file whole, and can every HDF5
  * reader open it? After sinkwatchd is killed (SIGKILL, a crash) a run file
  * keeps the SWMR writer flags in its superblock, and h5ls, h5dump and a
  * plain h5py open refuse it until they are cleared (h5clear -s). check

@@ -1,5 +1,5 @@
 /*
- * audit.c: `sinkwatch audit`, the convention audit of a run file (issue
+ * cmd_audit.c: `sinkwatch audit`, the convention audit of a run file (issue
  * 13): how much keeping or dropping the sink changes a conclusion about
  * heads (METRICS.md §5). Over a range of the run's view (storage/LAYOUT.md,
  * "the view": each stored step's winning row, in step order):

@@ -16,7 +16,7 @@
 
 #include "tools/json.h"
 #include "report/swreport.h"
-#include "tools/serve.h"
+#include "serve/serve.h"
 
 /* One run file: a light reader for the run list, or the whole run. */
 struct entry {
