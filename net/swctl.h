@@ -1,6 +1,6 @@
 /*
  * swctl.h: the control socket's requests, one dispatch for sinkwatchd
- * (daemon/status.c) and sinkwatch forward (tools/fwdcore.c), each with its
+ * (daemon/status.c) and sinkwatch forward (forward/fwdcore.c), each with its
  * own sections; and the text buffer the replies (and /metrics) are built in.
  */
 #ifndef SWN_CTL_H

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "report/swreport.h"
-#include "tools/json.h"
+#include "report/json.h"
 
 /* An integer, or null when not set. */
 static void

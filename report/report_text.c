@@ -9,7 +9,7 @@
 
 #include "proto/swproto.h"
 #include "report/swreport.h"
-#include "tools/json.h"
+#include "report/json.h"
 
 /* The sender table's text lines, for a several-sender run. */
 static void

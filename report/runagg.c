@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "proto/swproto.h"
-#include "tools/json.h"
+#include "report/json.h"
 #include "report/runagg.h"
 
 /* ---- opening ---------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
  * test_tools.c: parts of the tools that need no file: the JSON strings of
- * ids that are not UTF-8 (tools/json.c, issue 26 item 10) and the ranks
+ * ids that are not UTF-8 (report/json.c, issue 26 item 10) and the ranks
  * that never ended, against the sender table's senders (tools/runagg.c,
  * issue 26 item 4).
  */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/json.h"
+#include "report/json.h"
 #include "report/runagg.h"
 
 /* The JSON document of one string value, NUL-terminated (the caller frees it). */

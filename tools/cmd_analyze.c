@@ -13,7 +13,7 @@
 #include "storage/runfile.h"
 #include "storage/tensor.h"
 #include "tools/analyze.h"
-#include "tools/json.h"
+#include "report/json.h"
 
 enum fmt { FMT_JSON, FMT_CSV, FMT_TEXT };
 

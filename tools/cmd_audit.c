@@ -26,7 +26,7 @@
 #include "metrics/swm.h"
 #include "storage/runfile.h"
 #include "tools/analyze.h"
-#include "tools/json.h"
+#include "report/json.h"
 #include "report/runagg.h"
 #include "tools/tools.h"
 

@@ -27,7 +27,7 @@
 
 #include "storage/h5util.h"
 #include "storage/runfile.h"
-#include "tools/json.h"
+#include "report/json.h"
 #include "report/runagg.h"
 #include "tools/tools.h"
 

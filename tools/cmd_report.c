@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "tools/analyze.h"
-#include "tools/json.h"
+#include "report/json.h"
 #include "report/swreport.h"
 #include "tools/tools.h"
 

@@ -12,7 +12,7 @@
 #include "storage/runfile.h"
 #include "proto/swproto.h"
 #include "tools/analyze.h"
-#include "tools/json.h"
+#include "report/json.h"
 #include "report/runagg.h"
 #include "tools/tools.h"
 

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tools/json.h"
+#include "report/json.h"
 
 void
 sw_json_init(sw_json *j, FILE *f)
