@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "tools/json.h"
+#include "report/json.h"
 #include "report/swreport.h"
 #include "serve/serve.h"
 

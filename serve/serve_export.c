@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "tools/json.h"
+#include "report/json.h"
 #include "serve/serve.h"
 #include "serve/serve_assets.h"
 
