@@ -226,15 +226,18 @@ def case_empty_allow():
                               "--curve-secret-file", srv.key, "--curve-allow", allow],
                              stdout=lf, stderr=lf, env=child_env())
     try:
-        def said(n):
+        def said(n, what="allows no client key"):
             deadline = time.time() + 10
             while time.time() < deadline:
                 with open(log) as f:
-                    if f.read().count("allows no client key") >= n:
+                    if f.read().count(what) >= n:
                         return True
                 time.sleep(0.05)
             return False
         assert said(1), open(log).read()
+        # a SIGHUP before the loop has taken the signal is no reload: wait
+        # for the daemon to be up (CI sent it between the two lines once)
+        assert said(1, "listening on"), open(log).read()
         p.send_signal(signal.SIGHUP)
         assert said(2), open(log).read()
     finally:
