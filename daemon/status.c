@@ -243,46 +243,26 @@ sec_loop(swn_buf *b, const swd_status *st)
 }
 
 /* Each section's name and function, in the order of the reply (sections.def). */
-static const struct {
-	const char *name;
-	void (*put)(swn_buf *, const swd_status *);
-} section_fns[] = {
-#define SWD_SECTION(name) { #name, sec_##name },
+#define SWD_SECTION(name) SWN_SECTION_WRAP(sec_, swd_status, name)
+#include "daemon/sections.def"
+static const swn_section sections[] = {
+#define SWD_SECTION(name) { #name, sec_##name##_any },
 #include "daemon/sections.def"
 };
-#define NSECTIONS (sizeof(section_fns) / sizeof(section_fns[0]))
-
-static const char *const sections[NSECTIONS] = {
-#define SWD_SECTION(name) #name,
-#include "daemon/sections.def"
-};
-
-static void
-section(swn_buf *b, const char *name, const swd_status *st)
-{
-	for (size_t i = 0; i < NSECTIONS; i++)
-		if (!strcmp(name, section_fns[i].name))
-			section_fns[i].put(b, st);
-}
-
-static void
-control_section(swn_buf *b, const char *name, const void *st)
-{
-	section(b, name, st);
-}
+#define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
 
 size_t
 swd_control_reply(const char *req, size_t reqlen, const swd_status *st, char *out,
     size_t outlen)
 {
-	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	swn_control c = { sections, NSECTIONS, st };
 	return swn_control_reply(req, reqlen, &c, out, outlen);
 }
 
 char *
 swd_control_reply_alloc(const char *req, size_t reqlen, const swd_status *st, size_t *len)
 {
-	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	swn_control c = { sections, NSECTIONS, st };
 	return swn_control_reply_alloc(req, reqlen, &c, len);
 }
 

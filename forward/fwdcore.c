@@ -155,37 +155,17 @@ sec_subscriptions(swn_buf *b, const sw_fwd_stats *st)
 /* The sections of the reply, in its order, each with its function: one
  * list, forward/fwd_sections.def (a name without its sec_NAME does not
  * compile). */
-static const struct {
-	const char *name;
-	void (*put)(swn_buf *, const sw_fwd_stats *);
-} section_fns[] = {
-#define SW_FWD_SECTION(name) { #name, sec_##name },
+#define SW_FWD_SECTION(name) SWN_SECTION_WRAP(sec_, sw_fwd_stats, name)
+#include "forward/fwd_sections.def"
+static const swn_section sections[] = {
+#define SW_FWD_SECTION(name) { #name, sec_##name##_any },
 #include "forward/fwd_sections.def"
 };
-#define NSECTIONS (sizeof(section_fns) / sizeof(section_fns[0]))
-
-static const char *const sections[NSECTIONS] = {
-#define SW_FWD_SECTION(name) #name,
-#include "forward/fwd_sections.def"
-};
-
-static void
-section(swn_buf *b, const char *name, const sw_fwd_stats *st)
-{
-	for (size_t i = 0; i < NSECTIONS; i++)
-		if (!strcmp(name, section_fns[i].name))
-			section_fns[i].put(b, st);
-}
-
-static void
-control_section(swn_buf *b, const char *name, const void *st)
-{
-	section(b, name, st);
-}
+#define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
 
 size_t
 sw_fwd_reply(const char *req, size_t reqlen, const sw_fwd_stats *st, char *out, size_t outlen)
 {
-	swn_control c = { sections, sizeof(sections) / sizeof(sections[0]), control_section, st };
+	swn_control c = { sections, NSECTIONS, st };
 	return swn_control_reply(req, reqlen, &c, out, outlen);
 }

@@ -91,16 +91,16 @@ answer(swn_buf *b, const char *req, size_t reqlen, const swn_control *c)
 	} else if (!strcmp(cmd, "help")) {
 		swn_put(b, "commands: status [SECTION], ping, help\nsections:");
 		for (size_t i = 0; i < c->nsections; i++)
-			swn_put(b, " %s", c->sections[i]);
+			swn_put(b, " %s", c->sections[i].name);
 		swn_put(b, "\n");
 	} else if (!strcmp(cmd, "status")) {
 		int found = 0;
 		for (size_t i = 0; i < c->nsections; i++) {
-			if (arg && *arg && strcmp(arg, c->sections[i]))
+			if (arg && *arg && strcmp(arg, c->sections[i].name))
 				continue;
 			if (found++)
 				swn_put(b, "\n");
-			c->section(b, c->sections[i], c->ctx);
+			c->sections[i].put(b, c->ctx);
 		}
 		if (!found)
 			swn_put(b, "error: unknown section '%s'\n", arg);

@@ -34,13 +34,30 @@ void swn_put(swn_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 
  */
 size_t swn_finish(swn_buf *b);
 
-/* A server's control requests: its sections, and what writes one. */
-typedef void swn_section_fn(swn_buf *b, const char *name, const void *ctx);
+/* A section of a status reply: its name, and what writes it from ctx. */
+typedef struct swn_section {
+	const char *name;
+	void (*put)(swn_buf *b, const void *ctx);
+} swn_section;
+
+/*
+ * A section's entry from a typed function: SWN_SECTION_WRAP(sec_, T, name)
+ * makes sec_name_any(swn_buf *, const void *), which calls
+ * sec_name(swn_buf *, const T *). Expanded over an X-macro list of names
+ * (a .def file), it makes the table's functions; a name without its
+ * function does not compile.
+ */
+#define SWN_SECTION_WRAP(prefix, type, name) \
+	static void prefix##name##_any(swn_buf *b, const void *ctx) \
+	{ \
+		prefix##name(b, (const type *)ctx); \
+	}
+
+/* A server's control requests: its sections, in the order of "status". */
 typedef struct swn_control {
-	const char *const *sections;
+	const swn_section *sections;
 	size_t nsections;
-	swn_section_fn *section;
-	const void *ctx;	/* handed to section */
+	const void *ctx;	/* handed to each section's put */
 } swn_control;
 
 /*

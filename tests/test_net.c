@@ -149,16 +149,24 @@ START_TEST(test_curve_server)
 }
 END_TEST
 
-static const char *const sections[] = { "alpha", "beta" };
-
-/* A section handler: its name, and the context's text. */
+/* Two section handlers: the name, and the context's text. */
 static void
-section(swn_buf *b, const char *name, const void *ctx)
+sec_alpha(swn_buf *b, const char *ctx)
 {
-	swn_put(b, "# %s\nctx: %s\n", name, (const char *)ctx);
+	swn_put(b, "# alpha\nctx: %s\n", ctx);
 }
 
-static const swn_control control = { sections, 2, section, "x" };
+static void
+sec_beta(swn_buf *b, const char *ctx)
+{
+	swn_put(b, "# beta\nctx: %s\n", ctx);
+}
+
+SWN_SECTION_WRAP(sec_, char, alpha)
+SWN_SECTION_WRAP(sec_, char, beta)
+static const swn_section sections[] = { { "alpha", sec_alpha_any }, { "beta", sec_beta_any } };
+
+static const swn_control control = { sections, 2, "x" };
 
 static void
 reply_is(const char *req, const char *want)
@@ -198,7 +206,7 @@ START_TEST(test_control)
 	ck_assert_uint_eq(n, strlen(small));
 	ck_assert_str_eq(small, "cut: this reply nee");
 	/* whole lines, then the cut line */
-	static const swn_control lng = { sections, 2, section,
+	static const swn_control lng = { sections, 2,
 	    "0123456789012345678901234567890123456789" };
 	char mid[70];
 	n = swn_control_reply("status", 6, &lng, mid, sizeof(mid));
