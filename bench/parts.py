@@ -3,7 +3,7 @@
 import os
 import sys
 import time
-sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")), "tests"))
+sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")), "tests", "e2e"))
 import numpy as np
 from swharness import Daemon, Sender, random_probs
 

@@ -25,7 +25,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("SW_SRCDIR", os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(SRC, "tests"))
+sys.path.insert(0, os.path.join(SRC, "tests", "e2e"))
 sys.path.insert(0, os.path.join(SRC, "contrib", "python"))
 from swharness import Daemon, free_port  # noqa: E402
 

@@ -30,7 +30,7 @@ import zmq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("SW_SRCDIR", os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(SRC, "tests"))
+sys.path.insert(0, os.path.join(SRC, "tests", "e2e"))
 from swharness import Daemon, Forwarder, Sender, free_port, random_probs, sender_for  # noqa: E402
 
 WINDOW = 4  # steps a sender keeps in flight ahead of the daemon

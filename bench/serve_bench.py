@@ -35,7 +35,7 @@ import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", os.path.join(HERE, "..")), "tests"))
+sys.path.insert(0, os.path.join(os.environ.get("SW_SRCDIR", os.path.join(HERE, "..")), "tests", "e2e"))
 from swharness import Daemon, SINKWATCH  # noqa: E402
 
 RUNS, STEPS = 20, 10000

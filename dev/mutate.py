@@ -59,12 +59,12 @@ ASM_FUNCS = {"new_step", "find_step", "recently_written", "own", "part_cover", "
 # random rounds, asserting nothing the whole run does not; a survivor then
 # gets the whole run
 T_METRICS = ((["tests/test_metrics"], ["quick:tests/test_metrics", "tests/test_metrics"]),
-             (["sinkwatch"], ["$PYTHON tests/crosscheck_analyze.py"]))
+             (["sinkwatch"], ["$PYTHON tests/e2e/crosscheck_analyze.py"]))
 T_PROTO = ((["tests/test_proto"], ["tests/test_proto"]),
            (["tests/decode_oracle", "sinkwatchd", "fuzz/decode", "fuzz/roundtrip"],
-            ["$PYTHON tests/differential.py", "sh tests/fuzz_corpus.sh"]))
+            ["$PYTHON tests/e2e/differential.py", "sh tests/e2e/fuzz_corpus.sh"]))
 T_ASM = ((["tests/test_assembly"], ["tests/test_assembly"]),
-         (["sinkwatchd", "sinkwatch"], ["$PYTHON tests/distributed.py"]))
+         (["sinkwatchd", "sinkwatch"], ["$PYTHON tests/e2e/distributed.py"]))
 FILES = {      # in the order they run: the quick builds first
     "proto/proto.c": (lambda f: f in PROTO_FUNCS, None, T_PROTO),
     "proto/decode.c": (lambda f: f in PROTO_FUNCS or f in DECODE_FUNCS,

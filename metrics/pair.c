@@ -369,7 +369,7 @@ prep_row(const struct swm_kernels *kn, struct prep *pp, const swm_row *r, size_t
  * Only H(m) of the mixture carries that rounding (the rows' own entropies
  * are the row kernel's, double logs): rms below 2e-9 per element (1.9e-9
  * against long double over random doubles, row_simd.c ef4(); checked by
- * tests/test_metrics.c, test_pair_log_error), a JS error of standard
+ * tests/unit/test_metrics.c, test_pair_log_error), a JS error of standard
  * deviation about rms sqrt(sum m^2) <= rms sqrt((nx + ny) / 2), and a mean
  * of -1e-11 per unit of mass. Where 8 times rms sqrt(nx + ny) exceeds the
  * budget, as for near-equal rows, the pair is taken again with double

@@ -35,7 +35,7 @@
  *
  * Sums: 8 double lanes, as the generic loop (AVX2: two sets of 4), in
  * another order than the generic loop: results agree with it to about
- * 1e-15 of the terms summed (tests/test_metrics.c).
+ * 1e-15 of the terms summed (tests/unit/test_metrics.c).
  *
  * Cost on AMD Zen 4, which executes one 512-bit FMA per cycle: the f32
  * probability loop is bound by its 11 FMAs per 8 elements and by the

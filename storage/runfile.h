@@ -50,7 +50,7 @@ extern const char *const sw_xpair_field_names[SW_XPAIR_FIELDS];
 
 /*
  * The schema: every dataset of a run file, as LAYOUT.md's table lists it
- * (tests/layout_doc.py holds the two together). The writer creates from it
+ * (tests/e2e/layout_doc.py holds the two together). The writer creates from it
  * and the reader reads by it.
  */
 typedef struct sw_dataset_info {
