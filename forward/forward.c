@@ -16,7 +16,7 @@
  * Its control socket answers `sinkwatch status --control ENDPOINT`.
  *
  * CURVE (--curve-secret-file): all three sockets are CURVE servers with
- * the forwarder's key; a ZAP handler (daemon/auth.c, as sinkwatchd's)
+ * the forwarder's key; a ZAP handler (net/auth.c, as sinkwatchd's)
  * allows on --in and --control the keys of --curve-allow (the jobs, the
  * operators), and on --out those of --curve-allow-daemons: a job's key
  * cannot subscribe and read other jobs' runs. SIGHUP reads both again.

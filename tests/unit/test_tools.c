@@ -1,7 +1,7 @@
 /*
  * test_tools.c: parts of the tools that need no file: the JSON strings of
  * ids that are not UTF-8 (report/json.c, issue 26 item 10) and the ranks
- * that never ended, against the sender table's senders (tools/runagg.c,
+ * that never ended, against the sender table's senders (report/runagg.c,
  * issue 26 item 4).
  */
 #include <check.h>
