@@ -300,7 +300,8 @@ message_bench(int reps)
 	    .keys = K, .head_stride = R * K, .row_stride = K, .pair_pick = pick, .npair = np,
 	    .rows_out = rows, .ln_pick = lpick, .nln = nl, .ln_out = ln };
 	/* the previous step's ln parts of the drift rows: the daemon's drift
-	 * stage (daemon/writer_step.c, swm_drift in metrics/drift.c) takes their content distance per head */
+	 * stage (daemon/writer_step.c, swm_drift in metrics/drift.c) takes
+	 * their content distance per head */
 	float *prev = malloc(H * DRIFT_ROWS * K * sizeof(float));
 	if (!prev)
 		return 1;
