@@ -16,10 +16,9 @@ Wire format: proto/PROTOCOL.md (sinkwatch.proto implements it in Python).
 from . import proto
 from .client import (DEFAULT_ENDPOINT, ClosedError, Client, SinkwatchWarning, curve_keys,
                      read_key)
+from ._version import __version__
 from .proto import (ProtocolError, decode_header, decode_message, encode_header, errors,
                     parse_golden, topic)
-
-__version__ = "0.1.0"
 
 __all__ = ["Client", "ClosedError", "SinkwatchWarning", "ProtocolError", "DEFAULT_ENDPOINT",
            "encode_header", "decode_header", "decode_message", "parse_golden", "topic",
