@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Tests of contrib/dashboard/sinkwatch_dashboard.py against a real daemon.
+"""Tests of the live dashboard (contrib/python/sinkwatch/dashboard.py, run as
+python3 -m sinkwatch.dashboard: the module behind sinkwatch-dashboard)
+against a real daemon.
 
 A real sinkwatchd (tests/e2e/swharness.py) is fed by `sinkwatch sim` while the
 dashboard renders PNGs of the run file being written (--png, and --png
@@ -48,7 +50,17 @@ if not SINKWATCHD or not SINKWATCH:
     sys.exit(77)
 
 SRCDIR = os.environ.get("SW_SRCDIR") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DASHBOARD = os.path.join(SRCDIR, "contrib", "dashboard", "sinkwatch_dashboard.py")
+PYDIR = os.path.join(SRCDIR, "contrib", "python")
+DASHBOARD = os.path.join(PYDIR, "sinkwatch", "dashboard.py")
+# the command: the module of the source tree's package
+DASH_CMD = [sys.executable, "-m", "sinkwatch.dashboard"]
+
+
+def dash_env(**over):
+    """The environment the dashboard runs in: the source tree's package first."""
+    env = dict(os.environ, MPLBACKEND="Agg", **over)
+    env["PYTHONPATH"] = os.pathsep.join([PYDIR] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
 SIZE = (960, 640)           # --size for every render here
 LAYERS, HEADS, STEPS = 3, 4, 60
 RUN = "dash"
@@ -287,9 +299,8 @@ def load_dashboard_module():
 
 def dashboard(*args, timeout=60):
     """Runs the dashboard with this interpreter; (rc, stdout, stderr)."""
-    env = dict(os.environ, MPLBACKEND="Agg")
-    p = subprocess.run([sys.executable, DASHBOARD] + [str(a) for a in args],
-                       capture_output=True, text=True, timeout=timeout, env=env)
+    p = subprocess.run(DASH_CMD + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=timeout, env=dash_env())
     return p.returncode, p.stdout, p.stderr
 
 
@@ -415,13 +426,14 @@ def main():
     live = {}
 
     def t_script():
-        with open(DASHBOARD, "rb") as fh:
-            first = fh.readline()
-        assert first.strip() == b"#!/usr/bin/python3", first
-        assert os.access(DASHBOARD, os.X_OK), "%s not executable" % DASHBOARD
         mod["m"] = load_dashboard_module()
         rc, out, err = dashboard("--help")
         assert rc == 0 and "--png" in out and "--follow" in out, (rc, out, err)
+        assert out.startswith("usage: sinkwatch-dashboard "), out
+        # the file alone, as a script (what a copy of it does)
+        p = subprocess.run([sys.executable, DASHBOARD, "--help"], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, MPLBACKEND="Agg"))
+        assert p.returncode == 0 and "--follow" in p.stdout, (p.returncode, p.stderr)
 
     def t_errors():
         rc, out, err = dashboard(os.path.join(tmp, "nope.h5"), "--png",
@@ -502,11 +514,11 @@ def main():
                                 "--heads", str(HEADS), "--blocking"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # started before the file exists: it has to wait for it
-        follow = subprocess.Popen([sys.executable, DASHBOARD, path, "--png", follow_png,
+        follow = subprocess.Popen(DASH_CMD + [path, "--png", follow_png,
                                    "--follow", "--interval", "0.2", "--timeout", "40",
                                    "--size", "%dx%d" % SIZE],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, MPLBACKEND="Agg"))
+                                  env=dash_env())
         snaps = Snapshots(follow_png, tmp)
         snaps.start()
         try:
@@ -674,8 +686,8 @@ def main():
         # before it waits for the file (there is none): the tool is looked for first
         path = os.path.join(tmp, "not-yet.h5")
         out = os.path.join(tmp, "notool.png")
-        env = dict(os.environ, MPLBACKEND="Agg", SINKWATCH=os.path.join(tmp, "no-sinkwatch"))
-        p = subprocess.run([sys.executable, DASHBOARD, path, "--png", out, "--timeout", "5"],
+        env = dash_env(SINKWATCH=os.path.join(tmp, "no-sinkwatch"))
+        p = subprocess.run(DASH_CMD + [path, "--png", out, "--timeout", "5"],
                            env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and "SINKWATCH=" in p.stderr and "sinkwatch tool" in p.stderr, (
             p.returncode, p.stderr)

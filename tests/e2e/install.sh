@@ -2,8 +2,9 @@
 # make install into a temporary root (DESTDIR): the programs run from there with no
 # LD_LIBRARY_PATH, pkg-config --cflags libsinkwatch prints only what the
 # public header needs, a program built with pkg-config's flags against the
-# installed library links, the unit file names the installed daemon, and
-# make install says where the Python package went.
+# installed library links, the unit file names the installed daemon,
+# make install says where the Python package went, and the installed
+# sinkwatch-dashboard runs the installed package with no PYTHONPATH.
 set -eu
 top=${abs_top_builddir:-$(pwd)}
 tmp=$(mktemp -d)
@@ -46,4 +47,14 @@ else
 	grep -q "export PYTHONPATH=$pkgdir\$" "$log" ||
 		{ echo "make install does not give the PYTHONPATH line"; exit 1; }
 fi
-echo "ok: installed under $prefix, programs run, pkg-config cflags '$cflags'"
+# bin/sinkwatch-dashboard runs the package make install put in $pkgdir, with
+# no PYTHONPATH, from any directory: the one under DESTDIR (sys.path says where
+# the dashboard module was imported from)
+dash="$prefix/bin/sinkwatch-dashboard"
+head -n 1 "$dash" | grep -q '^#!/' || { echo "$dash: no #! line"; exit 1; }
+out=$(cd "$tmp" && env -u PYTHONPATH MPLBACKEND=Agg PYTHONVERBOSE=1 "$dash" --help 2>"$tmp/dash.err") ||
+	{ echo "$dash --help failed:"; tail -n 20 "$tmp/dash.err"; exit 1; }
+echo "$out" | grep -q '^usage: sinkwatch-dashboard ' || { echo "$dash --help: '$out'"; exit 1; }
+grep -q "$tmp/root$pkgdir/sinkwatch/dashboard.py" "$tmp/dash.err" ||
+	{ echo "$dash did not import the installed package ($tmp/root$pkgdir)"; exit 1; }
+echo "ok: installed under $prefix, programs run, pkg-config cflags '$cflags', sinkwatch-dashboard runs"

@@ -1,8 +1,13 @@
-#!/usr/bin/python3
 """Live plots of a sinkwatch run file, tailed with SWMR while sinkwatchd writes it.
 
-    sinkwatch_dashboard.py RUN.h5 [--png OUT.png [--follow]] [--interval S]
-                           [--timeout S] [--once] [--size WxH] [--quiet]
+    sinkwatch-dashboard RUN.h5 [--png OUT.png [--follow]] [--interval S]
+                        [--timeout S] [--once] [--size WxH] [--quiet]
+
+(also python3 -m sinkwatch.dashboard). sinkwatch-dashboard is the package's
+console entry point when pip installs it, and the script `make install` puts
+in bin/ (contrib/sinkwatch-dashboard.in) otherwise. The module needs numpy,
+h5py and matplotlib, and nothing else of the package: a copy of this file
+runs on its own.
 
 Six panels, one line per layer (mean over the layer's heads), x = training
 step: sink mass, entropy, the cumulative sink and content parts of the
@@ -49,7 +54,7 @@ import time
 
 import numpy as np
 
-PROG = "sinkwatch_dashboard"
+PROG = "sinkwatch-dashboard"
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 REQUIRED_ATTRS = ("run", "layers", "heads")
 # per-head datasets checked for the run's shape, each [T, layers, heads]
@@ -176,9 +181,10 @@ def _refresh_to(ds, t, wait=0.1):
 
 def find_sinkwatch():
     """The sinkwatch tool that computes what the dashboard plots: $SINKWATCH,
-    else the one next to this script's installed location (bin/, beside
-    sinkwatch-dashboard) or in the build tree (two levels above
-    contrib/dashboard/), else the first on PATH. Raises Fatal if none."""
+    else the one next to the command run (bin/sinkwatch beside
+    bin/sinkwatch-dashboard) or to this file, or in the source tree (three
+    levels above contrib/python/sinkwatch/), else the first on PATH. Raises
+    Fatal if none."""
     env = os.environ.get("SINKWATCH")
     if env:
         if os.path.isfile(env) and os.access(env, os.X_OK):
@@ -189,7 +195,7 @@ def find_sinkwatch():
     dirs = []
     if sys.argv and sys.argv[0]:
         dirs.append(os.path.dirname(os.path.abspath(sys.argv[0])))
-    dirs += [here, os.path.dirname(os.path.dirname(here))]
+    dirs += [here, os.path.dirname(os.path.dirname(os.path.dirname(here)))]
     dirs = list(dict.fromkeys(dirs))
     for d in dirs:
         cand = os.path.join(d, "sinkwatch")
@@ -583,7 +589,7 @@ def nonneg(s):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="sinkwatch_dashboard.py",
+        prog=PROG,
         description="Live plots of a sinkwatch run file (per layer: sink mass, entropy, "
                     "cumulative sink and content parts of the entropy change).")
     p.add_argument("run", metavar="RUN.h5", help="the run's file (sinkwatchd --data-dir)")
