@@ -170,7 +170,7 @@ SW_EXPORT void
 sw_client_opts_init(sw_client_opts *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->endpoint = SW_CLIENT_DEFAULT_ENDPOINT;
+	o->endpoint = NULL;	/* sw_client_new(): SINKWATCH_ENDPOINT, else the default */
 	o->blocking = 0;
 	o->block_timeout_ms = SW_CLIENT_BLOCK_TIMEOUT_MS;
 	o->queue_max = SW_CLIENT_QUEUE_MAX;
@@ -367,8 +367,7 @@ sw_client_new(const sw_client_opts *opts, const sw_run_info *run, sw_client **ou
 		return SW_ENOMEM;
 	c->efd = -1;
 	c->o = *opts;
-	if (!c->o.endpoint)
-		c->o.endpoint = SW_CLIENT_DEFAULT_ENDPOINT;
+	c->o.endpoint = swn_env_or(c->o.endpoint, SWN_ENV_ENDPOINT, SW_CLIENT_DEFAULT_ENDPOINT);
 	if (c->o.queue_max < 1)
 		c->o.queue_max = 1;
 	int rc, sync = 0;

@@ -16,6 +16,13 @@ given_or_env(const char *given, const char *var)
 	return e && *e ? e : NULL;
 }
 
+const char *
+swn_env_or(const char *given, const char *var, const char *dflt)
+{
+	const char *v = given_or_env(given, var);
+	return v ? v : dflt;
+}
+
 void
 swn_curve_env(const char **server_key, const char **key_file)
 {

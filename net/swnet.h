@@ -16,6 +16,17 @@
 #define SWN_ENV_SERVER_KEY "SINKWATCH_SERVER_KEY"	/* the key, or a file holding it */
 #define SWN_ENV_KEY_FILE "SINKWATCH_CLIENT_KEY_FILE"	/* the client's secret key file */
 
+/* Where every client and tool sends snapshots, and asks for status, when no
+ * option names it: the variable, else the daemon's default. */
+#define SWN_ENV_ENDPOINT "SINKWATCH_ENDPOINT"	/* the daemon's listen endpoint */
+#define SWN_ENV_CONTROL "SINKWATCH_CONTROL"	/* the daemon's control endpoint */
+#define SWN_DEFAULT_ENDPOINT "tcp://127.0.0.1:5710"	/* sinkwatchd's listen default */
+#define SWN_DEFAULT_CONTROL "tcp://127.0.0.1:5711"	/* sinkwatchd's control default */
+
+/* given when given (neither NULL nor ""), else the variable var when set and
+ * not empty, else dflt. */
+const char *swn_env_or(const char *given, const char *var, const char *dflt);
+
 /*
  * The keys a CURVE client takes: each one given (neither NULL nor "")
  * stays, each other is its environment variable's (NULL when that is

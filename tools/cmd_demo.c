@@ -94,8 +94,13 @@ tensor_demo(const char *out, const char *format)
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <zmq.h>
 
+#include "net/swnet.h"
 #include "storage/runfile.h"
 
 static int
@@ -159,48 +164,123 @@ wait_ended(const char *path, int timeout_s)
 	return -1;
 }
 
+/* The port of a loopback tcp:// endpoint, else 0. */
+static int
+loopback_port(const char *ep)
+{
+	int port = 0, n = 0;
+	if (sscanf(ep, "tcp://127.0.0.1:%d%n", &port, &n) == 1 && ep[n] == '\0')
+		return port > 0 && port < 65536 ? port : 0;
+	if (sscanf(ep, "tcp://localhost:%d%n", &port, &n) == 1 && ep[n] == '\0')
+		return port > 0 && port < 65536 ? port : 0;
+	return 0;
+}
+
+/* Binds 127.0.0.1:port (0: any); the port bound, else -1 (taken). */
+static int
+try_bind(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	socklen_t len = sizeof(a);
+	if (fd < 0)
+		return -1;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));	/* as ZeroMQ binds */
+	int got = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0 ? ntohs(a.sin_port) : -1;
+	close(fd);
+	return got;
+}
+
+/*
+ * An endpoint for the demo's daemon to bind, into buf: the one given (an
+ * option, else the variable var), else dflt when its port is free, else a
+ * free loopback port, said on stderr. avoid: a port the other socket took.
+ */
+static const char *
+pick_endpoint(const char *given, const char *var, const char *dflt, int avoid, char *buf,
+    size_t len)
+{
+	const char *ep = swn_env_or(given, var, NULL);
+	if (ep)
+		return ep;
+	int port = loopback_port(dflt);
+	if (port != avoid && try_bind(port) == port)
+		return dflt;
+	for (int tries = 0; tries < 16; tries++) {
+		int p = try_bind(0);
+		if (p > 0 && p != avoid) {
+			snprintf(buf, len, "tcp://127.0.0.1:%d", p);
+			fprintf(stderr, "sinkwatch demo: port %d is taken: the demo's sinkwatchd binds %s "
+			    "instead\n", port, buf);
+			return buf;
+		}
+	}
+	return dflt;
+}
+
+#define DEMO_USAGE "usage: sinkwatch demo [--steps N] [--format text|json] [--listen ENDPOINT]\n" \
+	"                      [--control ENDPOINT] [--data-dir DIR]\n" \
+	"       sinkwatch demo --tensor [--out FILE.h5] [--format json|csv|text]\n"
+
 int
 sw_demo_main(int argc, char **argv)
 {
 	const char *out = "sinkwatch-demo.h5", *format = "text";
+	const char *listen_opt = NULL, *control_opt = NULL, *data_dir = "sinkwatch-data";
 	int tensor = 0;
 	long steps = 60;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--tensor"))
 			tensor = 1;
 		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: sinkwatch demo [--steps N] [--format text|json]\n"
-			    "       sinkwatch demo --tensor [--out FILE.h5] [--format json|csv|text]\n");
+			printf(DEMO_USAGE);
 			return 0;
 		}
 		else if (!strcmp(argv[i], "--out") && i + 1 < argc)
 			out = argv[++i];
 		else if (!strcmp(argv[i], "--format") && i + 1 < argc)
 			format = argv[++i];
+		else if (!strcmp(argv[i], "--listen") && i + 1 < argc)
+			listen_opt = argv[++i];
+		else if (!strcmp(argv[i], "--control") && i + 1 < argc)
+			control_opt = argv[++i];
+		else if (!strcmp(argv[i], "--data-dir") && i + 1 < argc)
+			data_dir = argv[++i];
 		else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
 			if (sw_parse_long(argv[++i], &steps) || steps < 2)
 				return sw_tool_fail("demo", "--steps: '%s' is not an integer >= 2", argv[i]);
 		} else {
-			fprintf(stderr, "usage: sinkwatch demo [--steps N] [--format text|json]\n"
-			    "       sinkwatch demo --tensor [--out FILE.h5] [--format json|csv|text]\n");
+			fprintf(stderr, DEMO_USAGE);
 			return 2;
 		}
 	}
 	if (tensor)
 		return tensor_demo(out, format);
+	if (!*data_dir)
+		return sw_tool_fail("demo", "--data-dir: empty");
 
-	/* the daemon on its embedded defaults */
-	const char *listen = "tcp://127.0.0.1:5710", *control = "tcp://127.0.0.1:5711";
+	/* the daemon where SINKWATCH_ENDPOINT/CONTROL or the options say, else
+	 * on its defaults, else (a port taken) on free loopback ports */
+	char lbuf[64], cbuf[64];
+	const char *listen = pick_endpoint(listen_opt, SWN_ENV_ENDPOINT, SWN_DEFAULT_ENDPOINT, -1,
+	    lbuf, sizeof(lbuf));
+	const char *control = pick_endpoint(control_opt, SWN_ENV_CONTROL, SWN_DEFAULT_CONTROL,
+	    loopback_port(listen), cbuf, sizeof(cbuf));
+	if (!strcmp(listen, control))
+		return sw_tool_fail("demo", "listen and control are the same endpoint (%s)", listen);
 	if (ping(control, 200))
-		return sw_tool_fail("demo", "a sinkwatchd already answers on %s: stop it first "
-		    "(the demo starts its own)", control);
+		return sw_tool_fail("demo", "a sinkwatchd already answers on %s: stop it, or give "
+		    "the demo another --control (the demo starts its own)", control);
 	char daemon[4096];
 	find_daemon(daemon, sizeof(daemon));
 	pid_t pid = fork();
 	if (pid < 0)
 		return sw_tool_fail("demo", "fork: %s", strerror(errno));
 	if (pid == 0) {
-		execlp(daemon, daemon, (char *)NULL);
+		execlp(daemon, daemon, "--listen", listen, "--control", control, "--data-dir", data_dir,
+		    (char *)NULL);
 		fprintf(stderr, "sinkwatch demo: cannot run %s: %s\n", daemon, strerror(errno));
 		_exit(127);
 	}
@@ -208,7 +288,8 @@ sw_demo_main(int argc, char **argv)
 	for (int i = 0; i < 100 && !up; i++) {
 		int st;
 		if (waitpid(pid, &st, WNOHANG) == pid)
-			return sw_tool_fail("demo", "sinkwatchd exited at start (status %d)", st);
+			return sw_tool_fail("demo", "sinkwatchd exited at start (status %d; is %s or %s "
+			    "taken? --listen and --control choose others)", st, listen, control);
 		up = ping(control, 100);
 	}
 	if (!up) {
@@ -216,18 +297,18 @@ sw_demo_main(int argc, char **argv)
 		waitpid(pid, NULL, 0);
 		return sw_tool_fail("demo", "sinkwatchd did not answer on %s", control);
 	}
-	char run[64], steps_s[32], path[600];
+	char run[64], steps_s[32], path[4200];
 	snprintf(run, sizeof(run), "demo-%ld", (long)time(NULL));
 	snprintf(steps_s, sizeof(steps_s), "%ld", steps);
-	fprintf(stderr, "sinkwatch demo: sinkwatchd (pid %ld) on %s, data in ./sinkwatch-data; "
-	    "streaming run %s\n", (long)pid, listen, run);
-	char *sim_argv[] = { "sim", "--connect", (char *)listen, "--run", run, "--mode", "mixed",
+	fprintf(stderr, "sinkwatch demo: sinkwatchd (pid %ld) on %s (control %s), data in %s; "
+	    "streaming run %s\n", (long)pid, listen, control, data_dir, run);
+	char *sim_argv[] = { "sim", "--endpoint", (char *)listen, "--run", run, "--mode", "mixed",
 	    "--steps", steps_s, "--layers", "4", "--heads", "8", "--rows", "16", "--keys", "128",
 	    "--blocking", NULL };
 	int rc = sw_sim_main((int)(sizeof(sim_argv) / sizeof(sim_argv[0])) - 1, sim_argv);
 	char name[512];
 	sw_runfile_name(run, name, sizeof(name));
-	snprintf(path, sizeof(path), "sinkwatch-data/%s", name);
+	snprintf(path, sizeof(path), "%s/%s", data_dir, name);
 	if (rc == 0 && wait_ended(path, 60) != 0)
 		rc = sw_tool_fail("demo", "the run file %s did not show the run's end", path);
 	if (rc == 0) {

@@ -374,7 +374,7 @@ static int
 parse(int argc, char **argv, struct simopts *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->endpoint = SW_CLIENT_DEFAULT_ENDPOINT;
+	o->endpoint = NULL;	/* the client's: SINKWATCH_ENDPOINT, else its default */
 	o->run = NULL;
 	o->model = "sinkwatch-sim";
 	o->steps = 20;
@@ -396,8 +396,8 @@ parse(int argc, char **argv, struct simopts *o)
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			printf("usage: sinkwatch sim --run ID [--connect ENDPOINT] [--mode sink|content|mixed]\n"
-			    "        [--sink-share X] [--params N]\n"
+			printf("usage: sinkwatch sim --run ID [--endpoint ENDPOINT] [--mode sink|content|mixed]\n"
+			    "        [--sink-share X] [--params N] (--connect: --endpoint's old name)\n"
 			    "        [--steps N] [--layers L] [--heads H] [--rows R] [--keys K]\n"
 			    "        [--dtype f32|f16|bf16|f64] [--kind probs|logits] [--step-stride S]\n"
 			    "        [--every-ms MS] [--seed S] [--model NAME] [--first-step N] [--blocking]\n");
@@ -406,7 +406,7 @@ parse(int argc, char **argv, struct simopts *o)
 		if (!v)
 			return sw_tool_fail("sim", "%s needs a value (or is unknown)", a);
 		i++;
-		if (!strcmp(a, "--connect")) o->endpoint = v;
+		if (!strcmp(a, "--endpoint") || !strcmp(a, "--connect")) o->endpoint = v;
 		else if (!strcmp(a, "--run")) o->run = v;
 		else if (!strcmp(a, "--model")) o->model = v;
 		else if (!strcmp(a, "--sink-share")) {

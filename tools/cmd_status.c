@@ -12,6 +12,40 @@
 #include "tools/analyze.h"
 #include "tools/tools.h"
 
+/*
+ * The daemon did not know the section asked for: the error names the ones it
+ * has, from its `help` (asked on the same socket). Returns 2.
+ */
+static int
+unknown_section(void *s, const char *ep, const char *req)
+{
+	const char *asked = req + strlen("status ");
+	char sections[1024] = "";
+	zmq_msg_t m;
+	if (zmq_send(s, "help", 4, 0) == 4) {
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, s, 0) >= 0) {
+			char help[4096];
+			size_t n = zmq_msg_size(&m) < sizeof(help) - 1 ? zmq_msg_size(&m) : sizeof(help) - 1;
+			memcpy(help, zmq_msg_data(&m), n);
+			help[n] = '\0';
+			char *line = strstr(help, "sections:");
+			if (line) {
+				line += strlen("sections:");
+				line[strcspn(line, "\n")] = '\0';
+				line += strspn(line, " ");
+				snprintf(sections, sizeof(sections), "%s", line);
+			}
+		}
+		zmq_msg_close(&m);
+	}
+	if (!sections[0])
+		return sw_tool_fail("status", "%s has no section '%s' (and did not say which it has)",
+		    ep, asked);
+	return sw_tool_fail("status", "%s has no section '%s'; its sections: %s", ep, asked,
+	    sections);
+}
+
 /* One status request to one control endpoint, the reply on stdout. 0, or 2. */
 static int
 status_one(void *ctx, const char *ep, const char *req, long timeout_ms, const char *skey,
@@ -48,6 +82,13 @@ status_one(void *ctx, const char *ep, const char *req, long timeout_ms, const ch
 		    "its public key?" : " with CURVE on, give --server-key and --key-file");
 		goto out;
 	}
+	static const char unknown[] = "error: unknown section";
+	if (zmq_msg_size(&m) >= sizeof(unknown) - 1 &&
+	    !memcmp(zmq_msg_data(&m), unknown, sizeof(unknown) - 1)) {
+		zmq_msg_close(&m);
+		rc = unknown_section(s, ep, req);
+		goto out;
+	}
 	fwrite(zmq_msg_data(&m), 1, zmq_msg_size(&m), stdout);
 	if (zmq_msg_size(&m) >= 6 && !memcmp(zmq_msg_data(&m), "error:", 6))
 		rc = 2;
@@ -80,7 +121,8 @@ sw_status_main(int argc, char **argv)
 			}
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			printf("usage: sinkwatch status [--control ENDPOINT]... [--timeout-ms MS]\n"
-			    "                        [--server-key KEY|FILE --key-file FILE] [SECTION]\n");
+			    "                        [--server-key KEY|FILE --key-file FILE] [SECTION]\n"
+			    "ENDPOINT: default $" SWN_ENV_CONTROL ", else " SWN_DEFAULT_CONTROL "\n");
 			free(eps);
 			return 0;
 		} else if (argv[i][0] == '-') {
@@ -89,8 +131,8 @@ sw_status_main(int argc, char **argv)
 		} else
 			section = argv[i];
 	}
-	if (nep == 0)
-		eps[nep++] = "tcp://127.0.0.1:5711";
+	if (nep == 0)	/* SINKWATCH_CONTROL, else sinkwatchd's default */
+		eps[nep++] = swn_env_or(NULL, SWN_ENV_CONTROL, SWN_DEFAULT_CONTROL);
 	char req[128];
 	snprintf(req, sizeof(req), "status%s%s", section ? " " : "", section ? section : "");
 	void *ctx = zmq_ctx_new();

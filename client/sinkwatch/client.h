@@ -59,8 +59,10 @@
  * - It installs no signal handler (the sender thread blocks every signal),
  *   prints nothing, never aborts, and keeps no process-wide state: each
  *   handle owns its own ZeroMQ context and thread. The environment it
- *   reads is SINKWATCH_SERVER_KEY and SINKWATCH_CLIENT_KEY_FILE, in
- *   sw_client_new() only, where opts leaves server_key and key_file NULL.
+ *   reads is SINKWATCH_ENDPOINT, SINKWATCH_SERVER_KEY and
+ *   SINKWATCH_CLIENT_KEY_FILE, in sw_client_new() only, where opts leaves
+ *   endpoint, server_key and key_file NULL (or ""): an endpoint or key
+ *   given in opts always wins over the environment.
  * - Errors are negative SW_E* codes; sw_strerror() describes a code and
  *   sw_client_errmsg() the detail of the handle's last error.
  * - A handle is used by one thread at a time.
@@ -102,7 +104,13 @@ enum { SW_KIND_PROBS = 0, SW_KIND_LOGITS = 1, SW_KIND_ROWSTATS = 2 };
 typedef struct sw_client sw_client;
 
 typedef struct sw_client_opts {
-	const char *endpoint;	/* default SW_CLIENT_DEFAULT_ENDPOINT */
+	/*
+	 * Where the daemon listens. NULL (sw_client_opts_init()'s default; ""
+	 * alike): the environment's SINKWATCH_ENDPOINT when set and not
+	 * empty, else SW_CLIENT_DEFAULT_ENDPOINT (sw_client_opts_init() used
+	 * to set SW_CLIENT_DEFAULT_ENDPOINT here, which ignored the variable).
+	 */
+	const char *endpoint;
 	int blocking;		/* 0 (default): never wait; 1: wait, lose nothing */
 	int block_timeout_ms;	/* blocking mode: give up after this (default 30000); -1 never */
 	int queue_max;		/* messages queued before drops begin (default 256) */
@@ -186,7 +194,7 @@ typedef struct sw_client_stats {
 /* Called when the library is done with a zero-copy buffer. */
 typedef void (*sw_release_cb)(void *data, void *hint);
 
-/* Fills *o with the defaults. */
+/* Fills *o with the defaults (endpoint NULL: see sw_client_opts). */
 SW_EXPORT void sw_client_opts_init(sw_client_opts *o);
 
 /*

@@ -112,7 +112,9 @@ class PipelinePass(nn.Module):
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--connect", default="tcp://127.0.0.1:5710", help="sinkwatchd endpoint")
+    p.add_argument("--endpoint", "--connect", dest="endpoint", default=None,
+                   help="sinkwatchd listen endpoint (--connect: the old name; default "
+                   "$SINKWATCH_ENDPOINT, else tcp://127.0.0.1:5710)")
     p.add_argument("--run", default=None,
                    help="run id (default tiny-pp/seedN-UNIXTIME, the same on every rank)")
     p.add_argument("--steps", type=int, default=200)
@@ -174,7 +176,7 @@ def main(argv=None):
     if not a.no_probe:
         import sinkwatch.torch as swt
         # rank = this stage, senders = the stages, one incarnation for all
-        client = swt.distributed_client(run, a.layers, a.heads, endpoint=a.connect,
+        client = swt.distributed_client(run, a.layers, a.heads, endpoint=a.endpoint,
                                         model=model_name, params=params, sink=0,
                                         fixed_probe=True)
         whole = PipelinePass(stage, rank, world, (a.probe_batch, a.context, a.d_model))

@@ -277,7 +277,9 @@ def batch_from(data, offsets, context):
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--connect", default="tcp://127.0.0.1:5710", help="sinkwatchd endpoint")
+    p.add_argument("--endpoint", "--connect", dest="endpoint", default=None,
+                   help="sinkwatchd listen endpoint (--connect: the old name; default "
+                   "$SINKWATCH_ENDPOINT, else tcp://127.0.0.1:5710)")
     p.add_argument("--run", default=None,
                    help="run id (default tiny-gpt/seedN-UNIXTIME: a run id that is used "
                    "again resumes its file and appends to it)")
@@ -369,7 +371,7 @@ def main(argv=None):
     if not a.no_probe:
         import sinkwatch
         import sinkwatch.torch as swt
-        client = sinkwatch.Client(run, a.layers, a.heads, endpoint=a.connect,
+        client = sinkwatch.Client(run, a.layers, a.heads, endpoint=a.endpoint,
                                   model=model_name, params=params, sink=0, fixed_probe=True)
         probe = swt.AttentionProbe(model, probe_x, client, every=a.every, capture="mha",
                                    query_positions=positions, cast=a.cast,

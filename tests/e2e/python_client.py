@@ -888,6 +888,40 @@ def t_defaults():
     c.close()
 
 
+def t_endpoint_env():
+    """SINKWATCH_ENDPOINT: a Client without an endpoint (None or "") sends
+    there; an endpoint given wins. SINKWATCH_CONTROL: default_control()."""
+    x = probs(np.random.default_rng(3))
+    env, given = Capture(), Capture()
+    saved = {k: os.environ.get(k) for k in ("SINKWATCH_ENDPOINT", "SINKWATCH_CONTROL")}
+    try:
+        os.environ.pop("SINKWATCH_ENDPOINT", None)
+        os.environ.pop("SINKWATCH_CONTROL", None)
+        assert sinkwatch.default_endpoint() == sinkwatch.DEFAULT_ENDPOINT == "tcp://127.0.0.1:5710"
+        assert sinkwatch.default_control() == sinkwatch.DEFAULT_CONTROL == "tcp://127.0.0.1:5711"
+        os.environ["SINKWATCH_ENDPOINT"] = env.endpoint
+        os.environ["SINKWATCH_CONTROL"] = "tcp://127.0.0.1:1"
+        assert sinkwatch.default_control() == "tcp://127.0.0.1:1"
+        for rnd, (ep, cap) in enumerate(((None, env), ("", env), (given.endpoint, given))):
+            run = "py-env-%d" % rnd
+            kw = {} if ep is None else {"endpoint": ep}
+            c = sinkwatch.Client(run, layers=1, heads=2, linger=5.0, **kw)
+            assert c.endpoint == cap.endpoint, (rnd, c.endpoint, cap.endpoint)
+            assert c.send(0, 0, x) is True
+            assert c.flush(10.0) == 0, (rnd, c.stats)
+            h = proto.decode_message(cap.recv(10.0))
+            assert h["run"] == run, (rnd, h["run"])
+            c.close()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        env.close()
+        given.close()
+
+
 def t_burst_after_new():
     """240 messages sent right after the Client is made, against a bound
     SUB: all kept, delivered in order, dropped == 0. By design, not by
@@ -1560,6 +1594,7 @@ CASES = {
     "bad_arguments": lambda: t_bad_arguments(),
     "defaults": lambda: t_defaults(),
     "burst_after_new": lambda: t_burst_after_new(),
+    "endpoint_env": lambda: t_endpoint_env(),
     "incarnation": lambda: t_incarnation(),
     "wire_equals_golden": lambda: t_wire_equals_golden(),
     "wire_equals_c_client": lambda: t_wire_equals_c_client(),

@@ -271,7 +271,7 @@ START_TEST(test_opts_and_errors)
 {
 	sw_client_opts o;
 	sw_client_opts_init(&o);
-	ck_assert_str_eq(o.endpoint, SW_CLIENT_DEFAULT_ENDPOINT);
+	ck_assert_ptr_null(o.endpoint);	/* sw_client_new(): SINKWATCH_ENDPOINT, else the default */
 	ck_assert_int_eq(o.blocking, 0);
 	ck_assert_int_eq(o.queue_max, 256);
 	ck_assert_int_eq(SW_CLIENT_QUEUE_MAX, 256);
@@ -660,6 +660,54 @@ START_TEST(test_burst_after_new)
 		ck_assert_uint_eq(st.next_seq, N);
 		ck_assert_uint_eq(st.bytes_sent, N * sizeof(tensor));
 	}
+	cap_close(&cap);
+}
+END_TEST
+
+/*
+ * SINKWATCH_ENDPOINT: a handle whose opts leave the endpoint NULL (or "")
+ * sends there; an endpoint given in opts wins over it.
+ */
+START_TEST(test_endpoint_env)
+{
+	struct capture cap, other;
+	cap_open(&cap);
+	cap_open(&other);
+	fill();
+	sw_client_opts o;
+	sw_client *c;
+	swp_msg m;
+	ck_assert_int_eq(setenv("SINKWATCH_ENDPOINT", cap.ep, 1), 0);
+	for (int round = 0; round < 3; round++) {
+		sw_client_opts_init(&o);
+		if (round == 1)
+			o.endpoint = "";
+		if (round == 2)
+			o.endpoint = other.ep;	/* given: wins over the variable */
+		char id[32];
+		snprintf(id, sizeof(id), "env-%d", round);
+		sw_run_info ri = info(id);
+		ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+		sw_snapshot sn = snap(0, 0);
+		ck_assert_int_eq(sw_client_send(c, &sn), 0);
+		struct capture *want = round == 2 ? &other : &cap;
+		ck_assert_msg(cap_recv(want, &m, 10000) == 0, "round %d: not received at %s",
+		    round, want->ep);
+		ck_assert_str_eq(m.run, id);
+		sw_client_destroy(&c);
+	}
+	/* the variable is what a NULL endpoint takes: a bad one is refused */
+	ck_assert_int_eq(setenv("SINKWATCH_ENDPOINT", "nonsense://here", 1), 0);
+	sw_client_opts_init(&o);
+	sw_run_info ri = info("env-bad");
+	c = (sw_client *)1;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), SW_EINVAL);
+	ck_assert_ptr_null(c);
+	o.endpoint = other.ep;
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	sw_client_destroy(&c);
+	unsetenv("SINKWATCH_ENDPOINT");
+	cap_close(&other);
 	cap_close(&cap);
 }
 END_TEST
@@ -1214,6 +1262,7 @@ main(void)
 	tcase_add_test(tc, test_slow_joiner);
 	tcase_add_test(tc, test_burst_after_new);
 	tcase_add_test(tc, test_incarnation);
+	tcase_add_test(tc, test_endpoint_env);
 	tcase_add_test(tc, test_several_senders);
 	tcase_add_test(tc, test_destroy_stats);
 	tcase_add_test(tc, test_zero_copy);

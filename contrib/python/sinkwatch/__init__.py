@@ -14,12 +14,13 @@ incarnation from torch.distributed.
 Wire format: proto/PROTOCOL.md (sinkwatch.proto implements it in Python).
 """
 from . import proto
-from .client import (DEFAULT_ENDPOINT, ClosedError, Client, SinkwatchWarning, curve_keys,
-                     read_key)
+from .client import (DEFAULT_CONTROL, DEFAULT_ENDPOINT, ClosedError, Client, SinkwatchWarning,
+                     curve_keys, default_control, default_endpoint, read_key)
 from ._version import __version__
 from .proto import (ProtocolError, decode_header, decode_message, encode_header, errors,
                     parse_golden, topic)
 
 __all__ = ["Client", "ClosedError", "SinkwatchWarning", "ProtocolError", "DEFAULT_ENDPOINT",
+           "DEFAULT_CONTROL", "default_endpoint", "default_control",
            "encode_header", "decode_header", "decode_message", "parse_golden", "topic",
            "errors", "proto", "curve_keys", "read_key", "__version__"]

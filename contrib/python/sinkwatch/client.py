@@ -52,7 +52,22 @@ import zmq
 
 from . import proto
 
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:5710"
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5710"     # sinkwatchd's default listen endpoint
+DEFAULT_CONTROL = "tcp://127.0.0.1:5711"      # sinkwatchd's default control endpoint
+ENV_ENDPOINT = "SINKWATCH_ENDPOINT"           # where clients send, for every client and tool
+ENV_CONTROL = "SINKWATCH_CONTROL"             # the daemon's control endpoint, likewise
+
+
+def default_endpoint():
+    """Where a client sends when no endpoint is given: $SINKWATCH_ENDPOINT
+    when set and not empty, else DEFAULT_ENDPOINT."""
+    return os.environ.get(ENV_ENDPOINT) or DEFAULT_ENDPOINT
+
+
+def default_control():
+    """The daemon's control endpoint when none is given: $SINKWATCH_CONTROL
+    when set and not empty, else DEFAULT_CONTROL."""
+    return os.environ.get(ENV_CONTROL) or DEFAULT_CONTROL
 
 _KIND_NAMES = proto.KINDS
 _NP_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
@@ -184,7 +199,8 @@ class Client:
     """Streams attention snapshots of one run to sinkwatchd.
 
     run: run id (1..128 bytes, no control characters); layers, heads: the
-    model's; model, params: name and parameter count ("" and 0 if unknown);
+    model's; endpoint: where the daemon listens (None or "": the environment's
+    SINKWATCH_ENDPOINT, else DEFAULT_ENDPOINT; one given wins); model, params: name and parameter count ("" and 0 if unknown);
     sink: the sink key index; fixed_probe: every snapshot uses the same probe
     inputs. blocking: wait for a daemon (up to block_timeout seconds, default
     30; None or negative: forever) instead of queueing and dropping.
@@ -215,7 +231,7 @@ class Client:
     refusals too, which the sender cannot read.
     """
 
-    def __init__(self, run, layers, heads, endpoint=DEFAULT_ENDPOINT, model="", params=0,
+    def __init__(self, run, layers, heads, endpoint=None, model="", params=0,
                  sink=0, fixed_probe=True, blocking=False, block_timeout=BLOCK_TIMEOUT,
                  queue_max=QUEUE_MAX, queue_max_bytes=QUEUE_MAX_BYTES, linger=2.0,
                  resume_from=None, rank=0, senders=1, incarnation=None, server_key=None,
@@ -265,6 +281,7 @@ class Client:
         self.params, self.sink = int(params), int(sink)
         self.fixed_probe = bool(fixed_probe)
         self.run = run
+        endpoint = endpoint or default_endpoint()
         self.endpoint = endpoint
         self.blocking = bool(blocking)
         self.block_timeout = block_timeout

@@ -54,12 +54,11 @@ import traceback
 import warnings
 import zlib
 
-from .client import DEFAULT_ENDPOINT, Client
+from .client import DEFAULT_CONTROL, DEFAULT_ENDPOINT, Client, default_control, default_endpoint
 
 __all__ = ["sweep", "find_checkpoints", "order_checkpoints", "deal", "FileFactory",
            "load_probe_file", "SweepError", "main", "DEFAULT_CONTROL"]
 
-DEFAULT_CONTROL = "tcp://127.0.0.1:5711"   # sinkwatchd's default control endpoint
 STEP_RE = re.compile(r"step_(\d+)")
 CHECKPOINT_RE = re.compile(r"^step_(\d+)\.(pt|pth)$")
 ORDERS = ("asc", "desc", "shuffle")
@@ -378,7 +377,7 @@ def _end_run(run, endpoint, layers, heads, client_kw):
 
 # ---------------------------------------------------------------- API
 
-def sweep(checkpoints, build_model, probe_batch, run, endpoint=DEFAULT_ENDPOINT,
+def sweep(checkpoints, build_model, probe_batch, run, endpoint=None,
           workers=3, order="shuffle", seed=0, layers=None, heads=None,
           capture="mha", query_positions=None, cast=None, rowstats=False, causal=True,
           sink=0, control=None, settle=1.0, settle_timeout=60.0, end=True,
@@ -392,7 +391,8 @@ def sweep(checkpoints, build_model, probe_batch, run, endpoint=DEFAULT_ENDPOINT,
         workers > 0 and the spawn start method it must be picklable (a
         module-level function, functools.partial, or FileFactory).
     probe_batch: what the model is called with (AttentionProbe's probe_batch).
-    endpoint: the daemon's listen endpoint. workers: worker processes (0: in
+    endpoint: the daemon's listen endpoint (None: $SINKWATCH_ENDPOINT, else
+        DEFAULT_ENDPOINT). workers: worker processes (0: in
         this process, no multiprocessing). order / seed: "asc", "desc" or
         "shuffle" (seeded); worker i takes items i, i+N, ... of that order.
     layers, heads: the model's (default: counted from its
@@ -429,6 +429,7 @@ def sweep(checkpoints, build_model, probe_batch, run, endpoint=DEFAULT_ENDPOINT,
                 "rowstats": rowstats, "causal": causal, "sink": sink}
     if layers is None or heads is None:
         layers, heads = _infer_shape(build_model(), layers, heads, capture)
+    endpoint = endpoint or default_endpoint()
     common = (build_model, probe_batch, run, endpoint, layers, heads, probe_kw,
               dict(client_kwargs), device)
     results = {}
@@ -499,12 +500,13 @@ def _parse(argv):
     p.add_argument("--checkpoint-dir", required=True, metavar="DIR",
                    help="step_NNN.pt state_dicts and probe.pt")
     p.add_argument("--run", required=True, help="run id")
-    p.add_argument("--endpoint", default=DEFAULT_ENDPOINT,
-                   help="sinkwatchd listen endpoint (default %(default)s)")
-    p.add_argument("--control", default=DEFAULT_CONTROL,
+    p.add_argument("--endpoint", default=None,
+                   help="sinkwatchd listen endpoint (default $SINKWATCH_ENDPOINT, else %s)"
+                   % DEFAULT_ENDPOINT)
+    p.add_argument("--control", default=None,
                    help="sinkwatchd control endpoint, asked whether every message arrived "
                    "before the end is sent ('' : do not ask, wait --settle seconds; "
-                   "default %(default)s)")
+                   "default $SINKWATCH_CONTROL, else %s)" % DEFAULT_CONTROL)
     p.add_argument("--workers", type=int, default=3, help="worker processes (0: in process)")
     p.add_argument("--order", choices=ORDERS, default="shuffle")
     p.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
@@ -549,7 +551,8 @@ def main(argv=None):
                    capture=meta.get("capture", "mha"),
                    query_positions=meta.get("query_positions"), cast=meta.get("cast"),
                    rowstats=bool(meta.get("rowstats")), causal=meta.get("causal", True),
-                   sink=int(meta.get("sink", 0)), control=a.control or None,
+                   sink=int(meta.get("sink", 0)),
+                   control=(default_control() if a.control is None else a.control) or None,
                    settle=a.settle, end=not a.no_end, threads=a.threads,
                    start_method=a.start_method, **client_kw)
     except SweepError as e:
