@@ -412,6 +412,30 @@ def t_ranks_not_ended():
     shutil.rmtree(tmp)
 
 
+def t_not_ended():
+    """A run that never ended (killed, or still running; issue 29 item 5.1):
+    `ended` false in its JSON and a line saying so in its text; the golden
+    run, which ended, has `ended` true and no such line."""
+    gold = os.path.join(GOLDEN, "golden.h5")
+    assert report_json([gold])["ended"] is True
+    rc, out, err = report([gold])
+    assert rc == 0 and "not ended" not in out, (rc, out, err)
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-report-")
+    path = os.path.join(tmp, "killed.h5")
+    shutil.copy(gold, path)
+    with h5py.File(path, "r+") as f:       # resumed, then killed: a 0 last
+        e = f["ended"]
+        e.resize((e.shape[0] + 1,))
+        e[-1] = 0
+    got = report_json([path])
+    assert got["ended"] is False, got.get("ended")
+    rc, out, err = report([path])
+    assert rc == 0 and "not ended: the run was killed or is still running" in out, (rc, out, err)
+    got = report_json([path, gold])
+    assert sorted(r["ended"] for r in got["runs"]) == [False, True], got["runs"]
+    shutil.rmtree(tmp)
+
+
 def t_empty_dir():
     """An empty directory: no run to compare (exit 2), and no undefined
     behaviour on the way (qsort of no names; issue 26 item 12: under the
@@ -703,6 +727,7 @@ def main():
     R.check("golden: text marks what is missing", t_golden_text)
     R.check("drift: gaps where prev_row is not the view's previous step", t_drift_gaps)
     R.check("ranks not ended, against senders", t_ranks_not_ended)
+    R.check("a run that never ended says so", t_not_ended)
     R.check("an empty directory", t_empty_dir)
     R.check("ranges vs numpy", t_ranges)
     R.check("range errors name the nearest steps", t_range_errors)
