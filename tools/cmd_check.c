@@ -691,7 +691,8 @@ sw_check_main(int argc, char **argv)
 	for (int i = 0; i < nfiles; i++) {
 		struct filecheck fc;
 		memset(&fc, 0, sizeof(fc));
-		fc.path = files[i];
+		char *alt = sw_tool_run_path("check", files[i]);	/* data/fam%2FL2.h5 */
+		fc.path = alt ? alt : files[i];
 		check_file(&fc, noclear);
 		if (json)
 			json_report(&j, &fc);
@@ -702,6 +703,7 @@ sw_check_main(int argc, char **argv)
 		free(fc.over.v);
 		free(fc.under.v);
 		sw_view_free(&fc.view);
+		free(alt);
 	}
 	if (json) {
 		sw_json_end_arr(&j);

@@ -305,6 +305,16 @@ def case_ranks():
     shutil.rmtree(tmp)
 
 
+def case_escaped_name():
+    """The run fam/L2 is the file fam%2FL2.h5: `check DIR/fam/L2.h5` checks it
+    and says so (issue 29 item 5.2)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = ended_file(tmp, "fam/L2")
+        assert os.path.basename(path) == "fam%2FL2.h5", path
+        rc, out, err = check(os.path.join(os.path.dirname(path), "fam", "L2.h5"))
+        assert rc == 0 and "reading %s, the file of run 'fam/L2'" % path in err, (rc, out, err)
+
+
 def case_usage():
     """Usage errors exit 2, --help 0."""
     assert check()[0] == 2
@@ -315,7 +325,7 @@ def case_usage():
 
 
 CASES = [case_crash, case_eoa, case_clean, case_leftovers, case_not_runfile, case_ranks,
-         case_usage]
+         case_escaped_name, case_usage]
 
 if __name__ == "__main__":
     want = set(sys.argv[1:])

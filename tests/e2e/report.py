@@ -436,6 +436,32 @@ def t_not_ended():
     shutil.rmtree(tmp)
 
 
+def t_escaped_name():
+    """A run id with '/' or other escaped bytes is a file of its escaped name
+    (data/fam%2FL2H4D64.h5 for the run fam/L2H4D64; issue 29 item 5.2):
+    naming it as typed, data/fam/L2H4D64.h5, reads that file and says so,
+    from the data directory, its parent, or by an absolute path; a name
+    that matches no run file stays "No such file"."""
+    tmp = tempfile.mkdtemp(prefix="sinkwatch-report-")
+    data = os.path.join(tmp, "data")
+    os.mkdir(data)
+    shutil.copy(os.path.join(GOLDEN, "golden.h5"), os.path.join(data, "fam%2FL2H4D64.h5"))
+    shutil.copy(os.path.join(GOLDEN, "golden.h5"), os.path.join(data, "my%20run.h5"))
+    for cwd, arg, file in ((tmp, "data/fam/L2H4D64.h5", "data/fam%2FL2H4D64.h5"),
+                           (data, "fam/L2H4D64.h5", "fam%2FL2H4D64.h5"),
+                           (None, os.path.join(data, "fam", "L2H4D64.h5"),
+                            os.path.join(data, "fam%2FL2H4D64.h5")),
+                           (tmp, "data/my run.h5", "data/my%20run.h5")):
+        rc, out, err = report([arg], cwd=cwd)
+        assert rc == 0 and out.startswith("run golden "), (arg, rc, out, err)
+        assert "reading %s, the file of run" % file in err, (arg, err)
+        got = report_json([arg], cwd=cwd)
+        assert got["file"] == file, (arg, got["file"])
+    rc, out, err = report(["data/fam/nope.h5"], cwd=tmp)
+    assert rc == 2 and "No such file" in err, (rc, err)
+    shutil.rmtree(tmp)
+
+
 def t_empty_dir():
     """An empty directory: no run to compare (exit 2), and no undefined
     behaviour on the way (qsort of no names; issue 26 item 12: under the
@@ -728,6 +754,7 @@ def main():
     R.check("drift: gaps where prev_row is not the view's previous step", t_drift_gaps)
     R.check("ranks not ended, against senders", t_ranks_not_ended)
     R.check("a run that never ended says so", t_not_ended)
+    R.check("a run id's escaped file name", t_escaped_name)
     R.check("an empty directory", t_empty_dir)
     R.check("ranges vs numpy", t_ranges)
     R.check("range errors name the nearest steps", t_range_errors)
