@@ -670,12 +670,14 @@ def t_table(live):
         "split aggregate, theirs paired" in ex["nofixed.h5"], ex
     assert "1 stored step in the range" in ex["short.h5"], ex
     sk = {os.path.basename(e["file"]): e["reason"] for e in got["skipped"]}
-    assert set(sk) == {".swtmp.Ab12Cd", ".sinkwatchd.lock", "notes.txt", "tensor.h5", "old"}, sk
+    # the data directory's lock file is the daemon's, not listed (issue 29 item 5.3)
+    assert os.path.exists(os.path.join(data, ".sinkwatchd.lock"))
+    assert set(sk) == {".swtmp.Ab12Cd", "notes.txt", "tensor.h5", "old"}, sk
     assert sk[".swtmp.Ab12Cd"].startswith("temporary") and "not a run file" in sk["tensor.h5"] \
         and "not a run file" in sk["notes.txt"] and "directory" in sk["old"], sk
     # the same as text: every run, the group, every reason
     rc, out, err = report([data, "--per-layer"])
-    assert rc == 0, err
+    assert rc == 0 and ".sinkwatchd.lock" not in out, (err, out)
     for r in runs:
         assert r["file"] in out, (r["file"], out)
     assert "1 group of runs with the same model and params: mean and sample standard " \
