@@ -434,6 +434,11 @@ swd_read_config(int argc, char **argv, swd_config *c, char *err, size_t errlen)
 			}
 			memcpy(name, a + 2, nl);
 			name[nl] = '\0';
+			if (!find(name)) {	/* before its value: --versoin is a typo */
+				snprintf(err, errlen, "unknown option '%.*s' (sinkwatchd --help lists "
+				    "the options)", (int)(nl + 2), a);
+				return -1;
+			}
 			if (eq)
 				val = eq + 1;
 			else if (i + 1 < argc)

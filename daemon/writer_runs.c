@@ -285,6 +285,7 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 	 * resumed or continued run goes on there), or the first free one.
 	 */
 	uint32_t g, last = 0, free_g = 0;
+	char differs[512] = "";	/* why the newest other generation is not this run */
 	if (w->want_gen) {	/* an end that came later: the file that holds its sender */
 		rm.generation = w->want_gen;
 		if (sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err)) != 0)
@@ -305,7 +306,9 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 			last = g;
 		else if (rc == 1)
 			free_g = g;
-		else if (rc < 0 && rc != SW_RUNFILE_OTHER)
+		else if (rc == SW_RUNFILE_OTHER)
+			snprintf(differs, sizeof(differs), "%s", err);
+		else if (rc < 0)
 			goto fail;
 	}
 	if (last) {
@@ -326,6 +329,9 @@ open_file(swd_writer *w, struct wrun *r, const swd_witem *it)
 	rm.generation = free_g;
 	if (sw_runfile_open(w->cfg.data_dir, &rm, &fo, &r->f, err, sizeof(err)) != 0)
 		goto fail;
+	if (free_g > 1 && differs[0] && !last)	/* said once, as the generation is made */
+		log_warn("run %s: a new generation, %s: the id is re-used with another model "
+		    "or shape: %s", m->run, sw_runfile_path(r->f), differs);
 opened:
 	r->generation = rm.generation;
 	if (rm.generation > 1)

@@ -83,8 +83,8 @@ name_cmp(const void *a, const void *b)
 }
 
 /*
- * The run files of a directory, in name order. Skipped, each with its
- * reason: the names LAYOUT.md keeps for files being made (.swtmp.*
+ * The run files of a directory, in name order; the daemon's lock file
+ * (SW_RUNLOCK_FILE) is passed over. Skipped, each with its reason: the names LAYOUT.md keeps for files being made (.swtmp.*
  * directories, hidden names: no run file name starts with '.'), what is
  * not a regular file, names without .h5, and .h5 files that do not open
  * as run files.
@@ -107,7 +107,8 @@ rep_scan_dir(const char *dir, const sw_rep_opts *o, sw_rep_list *runs,
 		return 0;
 	}
 	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, SW_RUNLOCK_FILE))	/* the daemon's lock: not listed */
 			continue;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 64;

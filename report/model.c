@@ -67,6 +67,7 @@ sw_rep_take_meta(sw_rep_run *e, const sw_run *run)
 	e->superseded = run->view.superseded;
 	e->lost = run->lost;
 	e->incomplete = run->incomplete;
+	e->ended = sw_reader_ended(run->reader);
 }
 
 /* The range's figures of an open run (cached: the caller's aggregation of

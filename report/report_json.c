@@ -177,6 +177,10 @@ json_run_common(sw_json *j, const sw_rep_run *e)
 	sw_json_int(j, "last_step", a->last_step);
 	sw_json_int(j, "lost", e->lost);
 	sw_json_int(j, "incomplete", e->incomplete);
+	if (e->ended >= 0)	/* false: killed, or still running */
+		sw_json_bool(j, "ended", e->ended);
+	else
+		sw_json_num(j, "ended", NAN);	/* the mark could not be read */
 	json_gaps(j, a);
 	sw_json_begin_obj(j, "model_attribution");
 	sw_json_attrib(j, &a->model);

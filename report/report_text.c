@@ -162,6 +162,8 @@ sw_report_text_run(const sw_report *m)
 			    (long long)k, (unsigned long long)v->seg[k].inc,
 			    (long long)v->seg[k].first_step, (long long)v->seg[k].last_step,
 			    (long long)v->seg[k].steps);
+	if (e->ended == 0)
+		printf("not ended: the run was killed or is still running\n");
 	text_senders(&m->snd);
 	if (o->range.has_from || o->range.has_to || o->range.last > 0) {
 		char rd[96];

@@ -62,6 +62,8 @@ typedef struct sw_rep_run {
 	sw_runmeta meta;	/* its string pointers cleared: kind, form below */
 	char kind[16];
 	int64_t steps_stored, rows, superseded, lost, incomplete;
+	int ended;		/* the run's end mark: 1 ended, 0 never ended (killed or
+				 * still running), -1 unreadable */
 	int have_agg, have_rank;
 	int agg_borrowed;	/* agg is the caller's (not freed here) */
 	sw_agg agg;

@@ -45,6 +45,7 @@ struct sw_srv {
 	size_t nent;
 	char **only;		/* sw_srv_pick's ids: the run list holds these alone */
 	size_t nonly;
+	int dir_base;		/* name a data directory by its base name (the export) */
 };
 
 static double
@@ -360,13 +361,38 @@ entry_file(const struct entry *e)
 	return strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path;
 }
 
-/* The server's own keys of a run (none of them a report's): 1 when the
- * run can be read. */
-static int
-json_entry_own(const sw_srv *s, sw_json *j, const struct entry *e, double now)
+void
+sw_srv_dir_base(sw_srv *s, int on)
 {
+	s->dir_base = on;
+}
+
+/* A data directory as the JSON names it: as given, or (the export) its
+ * base name alone, so that no path of this machine goes into the copy. */
+static const char *
+dir_name(const sw_srv *s, size_t k, char *buf, size_t len)
+{
+	const char *d = s->dirs[k];
+	if (!s->dir_base)
+		return d;
+	size_t n = strlen(d);
+	while (n > 1 && d[n - 1] == '/')	/* "data/" is "data" */
+		n--;
+	size_t b = n;
+	while (b > 0 && d[b - 1] != '/')
+		b--;
+	snprintf(buf, len, "%.*s", (int)(n - b), d + b);
+	return buf;
+}
+
+/* The server's own keys of a run (none of them a report's): 1 when the
+ * run can be read. ended: its end mark too (a report has it already). */
+static int
+json_entry_own(const sw_srv *s, sw_json *j, const struct entry *e, double now, int ended)
+{
+	char dir[4096];
 	sw_json_str(j, "id", e->id);
-	sw_json_str(j, "dir", s->dirs[e->dir]);
+	sw_json_str(j, "dir", dir_name(s, e->dir, dir, sizeof(dir)));
 	sw_json_str(j, "state", entry_state(s, e, now));
 	if (e->err[0]) {
 		sw_json_str(j, "error", e->err);
@@ -375,7 +401,8 @@ json_entry_own(const sw_srv *s, sw_json *j, const struct entry *e, double now)
 	sw_json_int(j, "rows", e->T);
 	sw_json_int(j, "steps", e->steps);
 	sw_json_num(j, "last_time", e->last_time);
-	sw_json_bool(j, "ended", e->ended);
+	if (ended)
+		sw_json_bool(j, "ended", e->ended);
 	return 1;
 }
 
@@ -383,7 +410,7 @@ static void
 json_entry(const sw_srv *s, sw_json *j, const struct entry *e, double now)
 {
 	sw_json_str(j, "file", entry_file(e));
-	if (!json_entry_own(s, j, e, now))
+	if (!json_entry_own(s, j, e, now, 1))
 		return;
 	sw_json_str(j, "run", e->meta.run);
 	sw_json_str(j, "model", e->meta.model);
@@ -794,7 +821,7 @@ api_report(sw_srv *s, sw_arg_fn arg, void *ctx, sw_reply *r)
 		return -1;
 	}
 	sw_json_begin_obj(&o.j, NULL);
-	json_entry_own(s, &o.j, e, now_s());
+	json_entry_own(s, &o.j, e, now_s(), 0);	/* the report says ended */
 	sw_report_json_run(&o.j, &m);
 	sw_json_end_obj(&o.j);
 	sw_json_finish(&o.j);

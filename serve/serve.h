@@ -73,6 +73,10 @@ typedef struct sw_page_lib {
  */
 int sw_srv_export(sw_srv *s, const char *dir, char **ids, size_t nids, const sw_page_lib *lib,
     char *err, size_t errlen);
+/* Whether the JSON names each data directory by its base name alone (the
+ * export's, so that no path of this machine goes into the copy) or as
+ * given (the server's). */
+void sw_srv_dir_base(sw_srv *s, int on);
 
 int sw_serve_main(int argc, char **argv);
 

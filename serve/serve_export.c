@@ -147,8 +147,8 @@ fail:
 	return -1;
 }
 
-int
-sw_srv_export(sw_srv *s, const char *dir, char **ids, size_t nids, const sw_page_lib *lib,
+static int
+export_copy(sw_srv *s, const char *dir, char **ids, size_t nids, const sw_page_lib *lib,
     char *err, size_t errlen)
 {
 	char sub[4096];
@@ -231,4 +231,14 @@ sw_srv_export(sw_srv *s, const char *dir, char **ids, size_t nids, const sw_page
 	}
 	fputs("]};\n", x.f);
 	return x_close(&x, err, errlen);
+}
+
+int
+sw_srv_export(sw_srv *s, const char *dir, char **ids, size_t nids, const sw_page_lib *lib,
+    char *err, size_t errlen)
+{
+	sw_srv_dir_base(s, 1);	/* the data directories by their base names only */
+	int rc = export_copy(s, dir, ids, nids, lib, err, errlen);
+	sw_srv_dir_base(s, 0);
+	return rc;
 }

@@ -52,7 +52,7 @@ struct filecheck {
 	int readable;
 	int32_t layout;
 	char run[129];
-	int64_t steps, first, last;	/* committed steps, first/last step value */
+	int64_t steps, first, last;	/* committed steps, least/greatest step value */
 	int ended;
 	long long beyond_eoa;	/* bytes a killed writer left past the end of allocation */
 	int flags;		/* writer flags set when check came */
@@ -214,9 +214,20 @@ read_steps(hid_t file, struct filecheck *fc)
 	if (ds < 0)
 		return -1;
 	fc->steps = extent0(ds);
-	if (fc->steps == 0 || (fc->steps > 0 && read_at(ds, 0, &fc->first) == 0 &&
-	    read_at(ds, fc->steps - 1, &fc->last) == 0))
+	int64_t *v = fc->steps > 0 ? malloc((size_t)fc->steps * sizeof(*v)) : NULL;
+	if (fc->steps == 0)
 		rc = 0;
+	else if (v && H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0) {
+		/* rows arrive in any order (a resume, late layers): the least
+		 * and the greatest step, not the first and last row's */
+		fc->first = fc->last = v[0];
+		for (int64_t k = 1; k < fc->steps; k++) {
+			fc->first = v[k] < fc->first ? v[k] : fc->first;
+			fc->last = v[k] > fc->last ? v[k] : fc->last;
+		}
+		rc = 0;
+	}
+	free(v);
 	H5Dclose(ds);
 	return rc;
 }
@@ -650,7 +661,7 @@ complain(const struct filecheck *fc)
 int
 sw_check_main(int argc, char **argv)
 {
-	int json = 0, noclear = 0, nfiles = 0, bad = 0;
+	int json = 0, noclear = 0, nfiles = 0, bad = 0, runs = 0;
 	const char **files = calloc((size_t)argc, sizeof(*files));
 
 	if (!files)
@@ -691,7 +702,8 @@ sw_check_main(int argc, char **argv)
 	for (int i = 0; i < nfiles; i++) {
 		struct filecheck fc;
 		memset(&fc, 0, sizeof(fc));
-		fc.path = files[i];
+		char *alt = sw_tool_run_path("check", files[i]);	/* data/fam%2FL2.h5 */
+		fc.path = alt ? alt : files[i];
 		check_file(&fc, noclear);
 		if (json)
 			json_report(&j, &fc);
@@ -699,16 +711,19 @@ sw_check_main(int argc, char **argv)
 			text_report(&fc);
 		complain(&fc);
 		bad |= !whole(&fc);
+		runs += fc.readable;
 		free(fc.over.v);
 		free(fc.under.v);
 		sw_view_free(&fc.view);
+		free(alt);
 	}
 	if (json) {
 		sw_json_end_arr(&j);
-		sw_json_str(&j, "hint", hint);
+		if (runs)	/* how to read a run file: only where one was read */
+			sw_json_str(&j, "hint", hint);
 		sw_json_end_obj(&j);
 		sw_json_finish(&j);
-	} else
+	} else if (runs)
 		printf("%s\n", hint);
 	free(files);
 	return bad ? 1 : 0;

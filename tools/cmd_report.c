@@ -122,13 +122,17 @@ sw_report_main(int argc, char **argv)
 {
 	sw_rep_opts o;
 	char **paths = calloc((size_t)argc + 1, sizeof(char *));
+	char **owned = calloc((size_t)argc + 1, sizeof(char *));	/* escaped names */
 	size_t np = 0;
 	int rc = 2;
 
 	memset(&o, 0, sizeof(o));
 	o.eps = SW_CLASS_EPS_DEFAULT;
-	if (!paths)
+	if (!paths || !owned) {
+		free(paths);
+		free(owned);
 		return sw_tool_fail("report", "out of memory");
+	}
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int more = i + 1 < argc;
@@ -179,8 +183,12 @@ sw_report_main(int argc, char **argv)
 			sw_tool_fail("report", "unknown option '%s'%s", a, more ? "" :
 			    " (or its value is missing)");
 			goto out;
-		} else
-			paths[np++] = argv[i];
+		} else {
+			/* data/fam/L2.h5 for the run fam/L2: data/fam%2FL2.h5 */
+			owned[np] = sw_tool_run_path("report", argv[i]);
+			paths[np] = owned[np] ? owned[np] : argv[i];
+			np++;
+		}
 	}
 	if (o.range.last > 0 && o.range.has_from) {
 		sw_tool_fail("report", "--last counts back from --to (or the last step): not with --from");
@@ -197,6 +205,9 @@ sw_report_main(int argc, char **argv)
 	else
 		rc = one ? report_one(paths[0], &o) : report_many(paths, np, &o);
 out:
+	for (size_t k = 0; owned && k < np; k++)
+		free(owned[k]);
+	free(owned);
 	free(paths);
 	return rc;
 }

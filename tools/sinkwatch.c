@@ -5,6 +5,7 @@
  * of its own (tools/cmd_*.c, serve/, forward/).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -33,7 +34,9 @@ static int serve_not_built(int argc, char **argv);
 static const struct sw_cmd_entry sw_cmd_table[] = {
 	{ "analyze", { NULL }, "FILE.h5:/dataset [options]",
 	    "two-channel metrics of a saved attention tensor", sw_analyze_main },
-	{ "demo", { NULL }, "[--out FILE.h5]", "write a demo tensor and analyze it", sw_demo_main },
+	{ "demo", { NULL }, "[--steps N] | --tensor [--out F]",
+	    "start sinkwatchd, stream a synthetic run, report it; --tensor: analyze a "
+	    "demo tensor", sw_demo_main },
 	{ "sim", { NULL }, "--run ID [options]", "stream a synthetic run to sinkwatchd",
 	    sw_sim_main },
 	{ "tail", { NULL }, "RUN.h5", "print each step as it is committed", sw_tail_main },
@@ -66,7 +69,7 @@ usage(FILE *f)
 		snprintf(line, sizeof(line), "%s%s%s", e->name, e->args[0] ? " " : "", e->args);
 		fprintf(f, "  %-34s  %s\n", line, e->help);
 	}
-	fputs("\nsinkwatch COMMAND --help shows a command's options.\n", f);
+	fputs("\nsinkwatch COMMAND --help shows a command's options; see sinkwatch(1).\n", f);
 }
 
 static int
@@ -99,6 +102,16 @@ serve_not_built(int argc, char **argv)
 }
 #endif
 
+/* The command whose --help was asked for: its usage ends with a pointer. */
+static const char *help_cmd;
+
+static void
+help_pointer(void)
+{
+	if (help_cmd)
+		printf("see sinkwatch(1), section %s\n", help_cmd);
+}
+
 static const struct sw_cmd_entry *
 find_cmd(const char *name)
 {
@@ -121,6 +134,17 @@ main(int argc, char **argv)
 		return 2;
 	}
 	const struct sw_cmd_entry *e = find_cmd(argv[1]);
+	if (e && argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) &&
+	    e->exec != help_main && e->exec != version_main) {
+		/* a command's usage lines, then where all of it is said, once here;
+		 * at exit, as some commands exit(0) after their usage */
+		help_cmd = e->name;
+		atexit(help_pointer);
+		int rc = e->exec(argc - 1, argv + 1);
+		if (rc != 0)
+			help_cmd = NULL;
+		return rc;
+	}
 	if (e)
 		return e->exec(argc - 1, argv + 1);
 	fprintf(stderr, "sinkwatch: unknown command '%s'\n", argv[1]);

@@ -305,6 +305,42 @@ def case_ranks():
     shutil.rmtree(tmp)
 
 
+def case_escaped_name():
+    """The run fam/L2 is the file fam%2FL2.h5: `check DIR/fam/L2.h5` checks it
+    and says so (issue 29 item 5.2)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = ended_file(tmp, "fam/L2")
+        assert os.path.basename(path) == "fam%2FL2.h5", path
+        rc, out, err = check(os.path.join(os.path.dirname(path), "fam", "L2.h5"))
+        assert rc == 0 and "reading %s, the file of run 'fam/L2'" % path in err, (rc, out, err)
+
+
+def case_step_order():
+    """Rows stored out of step order: check gives the least and the greatest
+    step, not the first and the last row's (issue 29 item 5.3)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "order.h5")
+        shutil.copy(GOLDEN, path)
+        with h5py.File(path, "r+") as f:
+            f["step"][:] = [10, 0, 20, 30, 40, 50, 60, 70, 80, 70, 40]
+        rc, out, err = check("--no-clear", path)
+        assert "11 committed, step 0 .. 80" in out, out
+        rc, js, err = check_json("--no-clear", path)
+        f = js["files"][0]
+        assert (f["first_step"], f["last_step"]) == (0, 80), f
+
+
+def case_hint():
+    """The hint on reading a run file while it is written comes where a run
+    file was read, not for a file that is not one (issue 29 item 5.3)."""
+    rc, out, err = check("/etc/passwd")
+    assert rc == 1 and "swmr" not in out, out
+    rc, js, err = check_json("/etc/passwd")
+    assert "hint" not in js, js
+    rc, out, err = check("--no-clear", GOLDEN, "/etc/passwd")
+    assert "swmr=True" in out, out
+
+
 def case_usage():
     """Usage errors exit 2, --help 0."""
     assert check()[0] == 2
@@ -315,7 +351,7 @@ def case_usage():
 
 
 CASES = [case_crash, case_eoa, case_clean, case_leftovers, case_not_runfile, case_ranks,
-         case_usage]
+         case_escaped_name, case_step_order, case_hint, case_usage]
 
 if __name__ == "__main__":
     want = set(sys.argv[1:])

@@ -56,5 +56,14 @@ cmds = {s.split("\n", 1)[0].strip() for s in sections[1:]}
 p = subprocess.run([SW, "help"], capture_output=True, text=True)
 listed = set(re.findall(r"^  ([a-z]+) ", p.stdout, flags=re.M)) - {"help", "version"}
 check("sinkwatch(1) commands", listed, cmds)
+# each subcommand's --help points at its section of the page (issue 29 item 5.4)
+nopointer = {cmd for cmd in cmds
+             if not subprocess.run([SW, cmd, "--help"], capture_output=True, text=True)
+             .stdout.endswith("see sinkwatch(1), section %s\n" % cmd)}
+check("--help points at sinkwatch(1)", nopointer, set())
+# the demo's line says what it does (cmd_demo.c): a daemon, a run, a report
+demo = re.search(r"^  demo .*$", p.stdout, flags=re.M).group(0)
+check("help: demo's line", {w for w in ("sinkwatchd", "synthetic run", "report", "--tensor")
+                            if w not in demo}, set())
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

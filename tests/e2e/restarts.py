@@ -385,6 +385,10 @@ def case_reuse_shape():
     finally:
         assert d.stop() == 0
     assert names == ["reuse.h5", "reuse@2.h5"], names
+    # the log says why, once, as generation 2 is made (issue 29 item 5.5)
+    log = d.read_log()
+    why = [ln for ln in log.splitlines() if "holds the run with another keys" in ln]
+    assert len(why) == 1 and "reuse@2.h5" in why[0] and "new generation" in why[0], log
     assert ended, "reuse@2.h5 has no end mark"
     with h5py.File(p1, "r") as f:
         assert list(f["step"][:]) == [0, 1, 2], f["step"][:]

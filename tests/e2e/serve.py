@@ -126,9 +126,28 @@ def check_raw_ids(d, srv):
     data = strict_json(js[js.index(head) + len(head):].rstrip().rstrip(b";"), "data.js")
     got = {x["run"].encode("utf-8", "surrogateescape") for x in data["runs"]["runs"]}
     assert want <= got, (want, got)
+    # the data directory by its base name alone: no path of this machine in
+    # the copy (issue 29 item 5.6); the server itself names it as given
+    assert os.path.isabs(d.data)
+    assert {x["dir"] for x in data["runs"]["runs"]} == {os.path.basename(d.data)}, data["runs"]
     for name in os.listdir(os.path.join(out, "static")):
         with open(os.path.join(out, "static", name), "rb") as f:
-            f.read().decode("utf-8")
+            text = f.read()
+        text.decode("utf-8")
+        assert d.data.encode() not in text, (name, d.data)
+    assert {x["dir"] for x in runs} == {d.data}, runs
+    # /api/report: the report's keys and the server's, none twice ("ended")
+    rid = "0/" + os.path.basename(d.run_file(RAW_IDS[0]))
+    st, _, body = srv.raw("/api/report?id=" + urllib.parse.quote(
+        rid.encode("utf-8", "surrogateescape"), safe=""))
+    assert st == 200, (st, body)
+
+    def once(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), sorted(keys)
+        return dict(pairs)
+    rep = json.loads(body.decode("utf-8"), object_pairs_hook=once)
+    assert rep["ended"] is True and rep["dir"] == d.data, rep.get("ended")
 
 
 def check_drift_gaps(tmp):

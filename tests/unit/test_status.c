@@ -569,6 +569,14 @@ START_TEST(test_read_config)
 	char *argv4[] = { "sinkwatchd", "--workers", NULL };
 	ck_assert_int_eq(swd_read_config(2, argv4, &c, err, sizeof(err)), -1);
 	ck_assert_msg(strstr(err, "--workers needs a value") != NULL, "%s", err);
+	/* an option not in the table is unknown, whether a value follows or not
+	 * (issue 29 item 5.4: it said "--versoin needs a value") */
+	char *argv6[] = { "sinkwatchd", "--versoin", NULL };
+	ck_assert_int_eq(swd_read_config(2, argv6, &c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "unknown option '--versoin'") != NULL, "%s", err);
+	char *argv7[] = { "sinkwatchd", "--no-such=1", NULL };
+	ck_assert_int_eq(swd_read_config(2, argv7, &c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "unknown option '--no-such'") != NULL, "%s", err);
 	unlink(path);
 	char *argv5[] = { "sinkwatchd", "--config", path, NULL };
 	ck_assert_int_eq(swd_read_config(3, argv5, &c, err, sizeof(err)), -1);
