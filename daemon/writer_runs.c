@@ -433,6 +433,29 @@ wr_wrun_remove(swd_writer *w, struct wrun *r)
 }
 
 /*
+ * A daemon killed inside its flush can leave the sender table written and
+ * /step not yet extended (HDF5 flushes in its own order): the row then says
+ * stored messages that no row holds. Those were received and never stored:
+ * out of the row's stored and messages, so that the restart counts them
+ * lost (one sender: its stored is the incarnation's layers in the rows).
+ */
+static void
+sender_ahead(const struct wrun *r, struct wsend *d, uint64_t in_rows)
+{
+	uint64_t *b = d->base;
+	if (b[SW_S_STORED] <= in_rows)
+		return;
+	uint64_t x = b[SW_S_STORED] - in_rows;
+	if (x > b[SW_S_MESSAGES])
+		x = b[SW_S_MESSAGES];
+	b[SW_S_STORED] -= x;
+	b[SW_S_MESSAGES] -= x;
+	log_warn("run %s: the sender table of incarnation %llu says %llu stored message(s) "
+	    "that no row holds (a flush cut short): counted lost", r->meta.run,
+	    (unsigned long long)d->inc, (unsigned long long)x);
+}
+
+/*
  * A named incarnation speaks for the first time in this session. Its seq
  * starts at 0 (PROTOCOL.md 7a): of its messages below first_seq, the file
  * holds `stored` and its last row counted `lost_file` lost; the rest no
@@ -446,10 +469,13 @@ wr_first_seen(swd_writer *w, struct wrun *r, struct winc *wi, uint64_t first_seq
 	wi->seen = 1;
 	uint64_t held = (uint64_t)wi->stored + (uint64_t)wi->lost_file;
 	/* its sender row (layout 3) accounts for the messages dropped too */
-	for (const struct wsend *d = r->snd; d; d = d->next)
-		if (d->inc == wi->inc && d->rank == 0 && d->base[SW_S_MESSAGES] + d->base[SW_S_LOST] >
-		    held)
+	for (struct wsend *d = r->snd; d; d = d->next) {
+		if (d->inc != wi->inc || d->rank != 0)
+			continue;
+		sender_ahead(r, d, (uint64_t)wi->stored);
+		if (d->base[SW_S_MESSAGES] + d->base[SW_S_LOST] > held)
 			held = d->base[SW_S_MESSAGES] + d->base[SW_S_LOST];
+	}
 	if (first_seq <= held)
 		return;
 	int64_t gap = (int64_t)(first_seq - held);
