@@ -12,6 +12,8 @@
 #include "net/log.h"
 #include "daemon/status.h"
 #include "proto/swkeys.h"
+#include "net/swnet.h"
+#include "client/sinkwatch/client.h"
 
 static swd_status
 sample(swd_status_run *runs)
@@ -541,6 +543,18 @@ START_TEST(test_log)
 }
 END_TEST
 
+/* The default endpoints agree: the daemon's options, the tools' (net/) and
+ * the client library's header, three spellings of one default. */
+START_TEST(test_default_endpoints)
+{
+	swd_config c;
+	swd_config_defaults(&c);
+	ck_assert_str_eq(c.listen, SWN_DEFAULT_ENDPOINT);
+	ck_assert_str_eq(c.control, SWN_DEFAULT_CONTROL);
+	ck_assert_str_eq(SW_CLIENT_DEFAULT_ENDPOINT, SWN_DEFAULT_ENDPOINT);
+}
+END_TEST
+
 /* swd_read_config: the defaults, the --config file over them, the other
  * options over the file (either spelling), and errors that name the option. */
 START_TEST(test_read_config)
@@ -594,6 +608,7 @@ main(void)
 	tcase_add_test(tc, test_long_lists);
 	tcase_add_test(tc, test_config);
 	tcase_add_test(tc, test_read_config);
+	tcase_add_test(tc, test_default_endpoints);
 	tcase_add_test(tc, test_bind_endpoint);
 	tcase_add_test(tc, test_log);
 	tcase_add_test(tc, test_subscribe);
