@@ -13,6 +13,7 @@
 #include "config.h"
 #include "daemon/sinkwatchd.h"
 #include "net/log.h"
+#include "net/swctl.h"
 #include "net/swnet.h"
 
 /*
@@ -254,27 +255,19 @@ ctl_poll_cb(uv_poll_t *h, int status, int events)
 	(void)events;
 	while (d->ctl && swd_sock_readable(d->ctl)) {
 		char req[256];
-		int n = zmq_recv(d->ctl, req, sizeof(req), ZMQ_DONTWAIT);
+		int n = swn_control_recv(d->ctl, req, sizeof(req));
 		if (n < 0)
 			break;
-		int more = 0;
-		size_t ml = sizeof(more);
-		zmq_getsockopt(d->ctl, ZMQ_RCVMORE, &more, &ml);
-		while (more) {	/* a request is one frame: discard the rest */
-			char junk[64];
-			zmq_recv(d->ctl, junk, sizeof(junk), 0);
-			zmq_getsockopt(d->ctl, ZMQ_RCVMORE, &more, &ml);
-		}
 		swd_status st;
 		fill_status(d, &st);
 		/* the whole reply, however long the lists (fill_status caps them) */
-		size_t rl = (size_t)(n < (int)sizeof(req) ? n : (int)sizeof(req)), len;
-		char *out = swd_control_reply_alloc(req, rl, &st, &len);
+		size_t len;
+		char *out = swd_control_reply_alloc(req, (size_t)n, &st, &len);
 		if (out) {
 			zmq_send(d->ctl, out, len, 0);
 			free(out);
 		} else {
-			len = swd_control_reply(req, rl, &st, d->sb->small, sizeof(d->sb->small));
+			len = swd_control_reply(req, (size_t)n, &st, d->sb->small, sizeof(d->sb->small));
 			zmq_send(d->ctl, d->sb->small, len, 0);
 		}
 	}

@@ -33,6 +33,7 @@
 #include <zmq.h>
 
 #include "config.h"
+#include "net/swctl.h"
 #include "net/auth.h"
 #include "net/log.h"
 #include "net/swnet.h"
@@ -276,17 +277,9 @@ answer(struct fwd *F)
 	static char out[SW_FWD_REPLY_MAX];	/* every prefix fits */
 	for (;;) {
 		char req[256];
-		int n = zmq_recv(F->ctl, req, sizeof(req), ZMQ_DONTWAIT);
+		int n = swn_control_recv(F->ctl, req, sizeof(req));
 		if (n < 0)
 			return;
-		int more = 0;
-		size_t ml = sizeof(more);
-		zmq_getsockopt(F->ctl, ZMQ_RCVMORE, &more, &ml);
-		while (more) {	/* a request is one frame: discard the rest */
-			char junk[64];
-			zmq_recv(F->ctl, junk, sizeof(junk), 0);
-			zmq_getsockopt(F->ctl, ZMQ_RCVMORE, &more, &ml);
-		}
 		F->st.uptime_s = (double)(mono_ms() - F->started) / 1000.0;
 		if (F->auth) {
 			swd_auth_stats a;
@@ -301,8 +294,7 @@ answer(struct fwd *F)
 			F->st.failed_out = a.failed_subscribers;
 			F->st.failed_control = a.failed_control;
 		}
-		size_t len = sw_fwd_reply(req, (size_t)(n < (int)sizeof(req) ? n : (int)sizeof(req)),
-		    &F->st, out, sizeof(out));
+		size_t len = sw_fwd_reply(req, (size_t)n, &F->st, out, sizeof(out));
 		zmq_send(F->ctl, out, len, 0);
 	}
 }

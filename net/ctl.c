@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zmq.h>
+
 #include "net/swctl.h"
 
 int
@@ -129,4 +131,21 @@ swn_control_reply_alloc(const char *req, size_t reqlen, const swn_control *c, si
 	answer(&b, req, reqlen, c);
 	*len = swn_finish(&b);
 	return b.p;
+}
+
+int
+swn_control_recv(void *sock, char *req, size_t cap)
+{
+	int n = zmq_recv(sock, req, cap, ZMQ_DONTWAIT);
+	if (n < 0)
+		return -1;
+	int more = 0;
+	size_t ml = sizeof(more);
+	zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml);
+	while (more) {	/* a request is one frame: discard the rest */
+		char junk[64];
+		zmq_recv(sock, junk, sizeof(junk), 0);
+		zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml);
+	}
+	return (size_t)n < cap ? n : (int)cap;	/* zmq_recv says the frame's whole size */
 }

@@ -61,6 +61,14 @@ typedef struct swn_control {
 } swn_control;
 
 /*
+ * Takes one request off a control socket (REP) without
+ * blocking: its first frame into req (at most cap bytes), any further
+ * frames read and discarded (a request is one frame). Returns the bytes in
+ * req, or -1 when none is waiting.
+ */
+int swn_control_recv(void *sock, char *req, size_t cap);
+
+/*
  * Answers one request (untrusted bytes, to the first newline): "ping",
  * "help", "status" (every section) or "status SECTION"; an unknown
  * command or section: a reply that starts with "error:". Into out: the

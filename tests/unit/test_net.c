@@ -215,6 +215,35 @@ START_TEST(test_control)
 }
 END_TEST
 
+/* swn_control_recv: none waiting -1; a request's first frame, the rest
+ * discarded; a frame longer than the room cut to it. */
+START_TEST(test_control_recv)
+{
+	void *ctx = zmq_ctx_new();
+	void *a = zmq_socket(ctx, ZMQ_PAIR), *b = zmq_socket(ctx, ZMQ_PAIR);
+	ck_assert_int_eq(zmq_bind(b, "inproc://ctlrecv"), 0);
+	ck_assert_int_eq(zmq_connect(a, "inproc://ctlrecv"), 0);
+	char req[16];
+	ck_assert_int_eq(swn_control_recv(b, req, sizeof(req)), -1);
+	zmq_send(a, "ping", 4, ZMQ_SNDMORE);
+	zmq_send(a, "junk that is longer than sixty-four bytes, to be read in pieces.....", 68,
+	    ZMQ_SNDMORE);
+	zmq_send(a, "more", 4, 0);
+	zmq_send(a, "status server plus far too much", 31, 0);
+	usleep(20000);
+	ck_assert_int_eq(swn_control_recv(b, req, sizeof(req)), 4);
+	ck_assert(memcmp(req, "ping", 4) == 0);
+	ck_assert_int_eq(swn_control_recv(b, req, sizeof(req)), 16);	/* the next request, cut */
+	ck_assert(memcmp(req, "status server pl", 16) == 0);
+	ck_assert_int_eq(swn_control_recv(b, req, sizeof(req)), -1);
+	int zero = 0;
+	zmq_setsockopt(a, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_close(a);
+	zmq_close(b);
+	zmq_ctx_term(ctx);
+}
+END_TEST
+
 START_TEST(test_buf)
 {
 	char p[24];
@@ -290,6 +319,7 @@ main(void)
 	tcase_add_test(tc, test_curve_server);
 	tcase_add_test(tc, test_control);
 	tcase_add_test(tc, test_buf);
+	tcase_add_test(tc, test_control_recv);
 	tcase_add_test(tc, test_dirlock);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
