@@ -3,6 +3,7 @@
  * range's aggregation and ranking, its series, its sender table. Nothing
  * here prints.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,4 +133,52 @@ sw_report_free(sw_report *m)
 	sw_rep_senders_free(&m->snd);
 	sw_rep_run_free(&m->e);
 	memset(m, 0, sizeof(*m));
+}
+
+int
+sw_report_of_run(sw_report *m, sw_run *run, const char *file, const sw_rep_opts *o,
+    char *err, size_t errlen)
+{
+	sw_range rg;
+	int64_t need = o->series ? 1 : 2;
+
+	memset(m, 0, sizeof(*m));
+	if (run->T < need) {
+		snprintf(err, errlen, "%s has %lld stored step(s): an attribution needs two", file,
+		    (long long)run->T);
+		return -1;
+	}
+	if (run->view.n < need) {
+		snprintf(err, errlen, "%s has %lld stored step(s) (%lld rows): an attribution "
+		    "needs two", file, (long long)run->view.n, (long long)run->T);
+		return -1;
+	}
+	if (sw_run_range(run, &o->range, &rg, err, errlen) != 0)
+		return -1;
+	if (rg.k1 - rg.k0 + 1 < need) {
+		snprintf(err, errlen, "%s: the range holds 1 stored step (%lld): an attribution "
+		    "needs two", file, (long long)run->view.step[rg.k0]);
+		return -1;
+	}
+	return sw_report_build(m, run, file, o, &rg, NULL, err, errlen);
+}
+
+int
+sw_rep_opts_check(const sw_rep_opts *o, char *err, size_t errlen)
+{
+	if (o->range.last < 0) {
+		snprintf(err, errlen, "--last: %lld is not a positive number of steps",
+		    (long long)o->range.last);
+		return -1;
+	}
+	if (o->range.last > 0 && o->range.has_from) {
+		snprintf(err, errlen, "--last counts back from --to (or the last step): not with "
+		    "--from");
+		return -1;
+	}
+	if (!(o->eps >= 0) || !isfinite(o->eps)) {
+		snprintf(err, errlen, "--eps: %g is not a number of nats >= 0", o->eps);
+		return -1;
+	}
+	return 0;
 }

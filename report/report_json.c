@@ -257,6 +257,52 @@ sw_report_json_run(sw_json *j, const sw_report *m)
 		json_series(j, &m->ser);
 }
 
+void
+sw_report_json_info(sw_json *j, const sw_run *run, const sw_rep_senders *snd)
+{
+	sw_rep_run e;
+
+	memset(&e, 0, sizeof(e));
+	sw_rep_take_meta(&e, run);
+	sw_json_int(j, "schema", 1);
+	sw_json_str(j, "report", "info");
+	sw_json_str(j, "file", run->path);
+	sw_json_str(j, "run", e.meta.run);
+	sw_json_str(j, "model", e.meta.model);
+	sw_json_int(j, "params", (int64_t)e.meta.params);
+	sw_json_int(j, "layers", (int64_t)e.meta.layers);
+	sw_json_int(j, "heads", (int64_t)e.meta.heads);
+	sw_json_int(j, "sink", (int64_t)e.meta.sink);
+	sw_json_str(j, "kind", e.kind);
+	sw_json_int(j, "rows", (int64_t)e.meta.rows);
+	sw_json_int(j, "keys", (int64_t)e.meta.keys);
+	sw_json_str(j, "dtype", run->meta.dtype ? run->meta.dtype : "");
+	sw_json_bool(j, "fixed_probe", e.meta.fixed_probe);
+	sw_json_bool(j, "row_stats", e.meta.row_stats);
+	sw_json_str(j, "split_form", run->meta.split_form ? run->meta.split_form : "");
+	sw_json_int(j, "generation", (int64_t)e.meta.generation);
+	sw_json_int(j, "layout_version", e.meta.version);
+	sw_json_int(j, "rows_stored", e.rows);
+	sw_json_int(j, "rows_superseded", e.superseded);
+	sw_json_int(j, "steps_stored", e.steps_stored);
+	sw_json_int(j, "lost", e.lost);
+	sw_json_int(j, "incomplete", e.incomplete);
+	if (e.ended >= 0)
+		sw_json_bool(j, "ended", e.ended);
+	else
+		sw_json_num(j, "ended", NAN);
+	json_segments(j, &run->view);
+	sw_json_begin_arr(j, "resumes");
+	for (int64_t k = 0; k < run->rows.nres; k++) {
+		sw_json_begin_obj(j, NULL);
+		sw_json_uint(j, "inc", run->rows.res_inc[k]);
+		sw_json_int(j, "from", run->rows.res_step[k]);
+		sw_json_end_obj(j);
+	}
+	sw_json_end_arr(j);
+	json_senders(j, snd);
+}
+
 static void
 json_group_fig(sw_json *j, const char *key, const double *x)
 {

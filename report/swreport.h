@@ -31,6 +31,11 @@ typedef struct sw_rep_opts {
 	sw_range_req range;
 } sw_rep_opts;
 
+/* Options that cannot go together, or out of range (--last with --from,
+ * --last < 0, eps not a finite number >= 0): -1 with err naming the
+ * option, as the command line says it. */
+int sw_rep_opts_check(const sw_rep_opts *o, char *err, size_t errlen);
+
 /* The classification and ranking rules, as sinkwatch(1) states them. */
 #define SW_REP_CLASS_RULE "on the path split, eps in nats: stable |dH| < eps; rise dH >= eps; " \
 	"sink dH <= -eps, sink part <= -eps and content part > -eps; content dH <= -eps, " \
@@ -100,6 +105,14 @@ typedef struct sw_report {
 int sw_report_build(sw_report *m, sw_run *run, const char *file, const sw_rep_opts *o,
     const sw_range *rg, const sw_agg *cached, char *err, size_t errlen);
 void sw_report_free(sw_report *m);
+/*
+ * The report of an open run over the range o asks for, as `sinkwatch report
+ * FILE` makes it: refused (-1, err) when the run or the range holds fewer
+ * than the two stored steps an attribution needs (one with series). The
+ * command line and the reader's library (sinkwatch/reader.h) both call it.
+ */
+int sw_report_of_run(sw_report *m, sw_run *run, const char *file, const sw_rep_opts *o,
+    char *err, size_t errlen);
 
 /* The sender table of r into s (s->err says why when it cannot be read). */
 void sw_rep_senders_read(sw_reader *r, sw_rep_senders *s);
@@ -111,6 +124,14 @@ void sw_rep_senders_free(sw_rep_senders *s);
  * add keys of its own before or after (serve: id, dir, state, ...).
  */
 void sw_report_json_run(struct sw_json *j, const sw_report *m);
+
+/*
+ * The JSON of an open run with no range (the reader's run.info,
+ * sinkwatch/reader.h): its identity and setup, its rows, view and
+ * segments, resume records and sender table, as members of the open
+ * object j; the keys a report has too are the report's.
+ */
+void sw_report_json_info(struct sw_json *j, const sw_run *run, const sw_rep_senders *snd);
 
 /* The text of `sinkwatch report FILE` and its CSV (header and lines), on
  * stdout (report_text.c, report_csv.c). */

@@ -491,6 +491,35 @@ sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
 	}
 }
 
+int
+sw_reader_shape(sw_reader *r, const char *name, int64_t *dims, char *err, size_t errlen)
+{
+	hsize_t d[4];
+	int rank = -1;
+
+	quiet();
+	int k = sw_schema_find(name);
+	if (k < 0 || strncmp(sw_schema_at((size_t)k)->dims, "step", 4) != 0) {
+		snprintf(err, errlen, "%s: no series \"%s\"", r->path, name);
+		return -1;
+	}
+	if (sw_schema_at((size_t)k)->version > r->version) {
+		snprintf(err, errlen, "%s: no /%s in a layout %d file", r->path, name, r->version);
+		return -1;
+	}
+	if (r->dset[k] < 0 && (r->dset[k] = H5Dopen2(r->file, name, H5P_DEFAULT)) < 0) {
+		sw_h5_fail(err, errlen, "%s: the file has no /%s", r->path, name);
+		return -1;
+	}
+	if (extent0(r->dset[k], &rank, d) == (hsize_t)-1 || rank < 1 || rank > 4) {
+		sw_h5_fail(err, errlen, "%s: reading the shape of /%s failed", r->path, name);
+		return -1;
+	}
+	for (int i = 1; i < rank; i++)
+		dims[i - 1] = (int64_t)d[i];
+	return rank - 1;
+}
+
 /* The extent of a resume dataset, after a refresh; -1 on error. */
 static int64_t
 res_extent(sw_reader *r, size_t i)

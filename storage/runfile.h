@@ -390,6 +390,13 @@ int64_t sw_reader_read(sw_reader *r, const char *name, int64_t t0, int64_t t1,
     double *buf, size_t buflen, char *err, size_t errlen);
 
 /*
+ * The shape of one step of series name (what sw_reader_read gives per
+ * step): its dims after the step into dims[0 .. 3), their count returned
+ * (0 for a scalar per step), or -1 with err (no such series in the file).
+ */
+int sw_reader_shape(sw_reader *r, const char *name, int64_t *dims, char *err, size_t errlen);
+
+/*
  * Whether the run was marked ended (the last /ended entry is 1), after a
  * refresh of /ended: 1 or 0, -1 on a read error.
  */

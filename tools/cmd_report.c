@@ -22,34 +22,12 @@ report_one(const char *path, const sw_rep_opts *o)
 {
 	char err[512];
 	sw_run *run;
-	sw_range rg;
 	sw_report m;
-	int64_t need = o->series ? 1 : 2;
 	int rc = 2;
 
-	memset(&m, 0, sizeof(m));
 	if (sw_run_open(path, &run, err, sizeof(err)) != 0)
 		return sw_tool_fail("report", "%s", err);
-	if (run->T < need) {
-		sw_tool_fail("report", "%s has %lld stored step(s): an attribution needs two",
-		    path, (long long)run->T);
-		goto out;
-	}
-	if (run->view.n < need) {
-		sw_tool_fail("report", "%s has %lld stored step(s) (%lld rows): an attribution "
-		    "needs two", path, (long long)run->view.n, (long long)run->T);
-		goto out;
-	}
-	if (sw_run_range(run, &o->range, &rg, err, sizeof(err)) != 0) {
-		sw_tool_fail("report", "%s", err);
-		goto out;
-	}
-	if (rg.k1 - rg.k0 + 1 < need) {
-		sw_tool_fail("report", "%s: the range holds 1 stored step (%lld): an attribution "
-		    "needs two", path, (long long)run->view.step[rg.k0]);
-		goto out;
-	}
-	if (sw_report_build(&m, run, path, o, &rg, NULL, err, sizeof(err)) != 0) {
+	if (sw_report_of_run(&m, run, path, o, err, sizeof(err)) != 0) {
 		sw_tool_fail("report", "%s", err);
 		goto out;
 	}
@@ -190,8 +168,9 @@ sw_report_main(int argc, char **argv)
 			np++;
 		}
 	}
-	if (o.range.last > 0 && o.range.has_from) {
-		sw_tool_fail("report", "--last counts back from --to (or the last step): not with --from");
+	char oerr[256];
+	if (sw_rep_opts_check(&o, oerr, sizeof(oerr)) != 0) {
+		sw_tool_fail("report", "%s", oerr);
 		goto out;
 	}
 	struct stat sb;
