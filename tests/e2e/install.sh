@@ -4,7 +4,8 @@
 # public header needs, a program built with pkg-config's flags against the
 # installed library links, the unit file names the installed daemon,
 # make install says where the Python package went, and the installed
-# sinkwatch-dashboard runs the installed package with no PYTHONPATH.
+# sinkwatch-dashboard runs the installed package with no PYTHONPATH, and the
+# installed reader reads a run with the installed report library.
 set -eu
 top=${abs_top_builddir:-$(pwd)}
 tmp=$(mktemp -d)
@@ -57,4 +58,19 @@ out=$(cd "$tmp" && env -u PYTHONPATH MPLBACKEND=Agg PYTHONVERBOSE=1 "$dash" --he
 echo "$out" | grep -q '^usage: sinkwatch-dashboard ' || { echo "$dash --help: '$out'"; exit 1; }
 grep -q "$tmp/root$pkgdir/sinkwatch/dashboard.py" "$tmp/dash.err" ||
 	{ echo "$dash did not import the installed package ($tmp/root$pkgdir)"; exit 1; }
+# the installed reader (sinkwatch.open_run) finds the installed report
+# library above its package, with no SINKWATCH_LIB, no tool on PATH, and
+# its header is installed
+[ -f "$prefix/include/sinkwatch/reader.h" ] || { echo "sinkwatch/reader.h not installed"; exit 1; }
+golden="${SW_SRCDIR:-$top}/tests/data/golden_run/golden.h5"
+out=$(cd "$tmp" && env -u SINKWATCH_LIB -u SINKWATCH PATH=/usr/bin:/bin PYTHONPATH="$tmp/root$pkgdir" \
+	${PYTHON:-python3} -c "
+import sys, sinkwatch
+r = sinkwatch.open_run(sys.argv[1])
+print(sinkwatch.reader.library()._name, r.report()['steps_stored'])" "$golden" 2>&1) ||
+	{ echo "the installed reader failed: $out"; exit 1; }
+case "$out" in
+"$prefix/lib/libsinkwatch-report.so.0 9") ;;
+*) echo "the installed reader: '$out' (want the installed library, 9 steps)"; exit 1 ;;
+esac
 echo "ok: installed under $prefix, programs run, pkg-config cflags '$cflags', sinkwatch-dashboard runs"

@@ -12,10 +12,12 @@ job in a venv or conda environment gets the package (issue 29):
   from the source tree nor a `make install`;
 - its version (sinkwatch.__version__ and pip's metadata) is the one
   configure gave the C programs (`sinkwatch --version`);
-- the metadata declare numpy, pyzmq and msgpack, and the extras torch, read,
+- the metadata declare numpy, pyzmq and msgpack, and the extras torch,
   notebook, dashboard and all;
 - the venv's interpreter streams a small run to a real sinkwatchd with the
-  installed client, and the run file holds every step sent;
+  installed client, and reads it back with the installed reader
+  (sinkwatch.open_run, the report library found beside $SINKWATCH): every
+  step sent, and the report the command line gives;
 - the venv's sinkwatch-dashboard (the package's console entry point) prints
   its help and renders the run to a PNG.
 
@@ -24,6 +26,7 @@ Exit 77 (skipped) when the interpreter cannot make a venv with pip
 
     SINKWATCHD=./sinkwatchd SINKWATCH=./sinkwatch SW_SRCDIR=. /usr/bin/python3 tests/e2e/venv.py
 """
+import json
 import os
 import shutil
 import subprocess
@@ -61,6 +64,16 @@ assert c.end() is True
 st = c.close()
 assert st["dropped"] == 0 and st["sent"] == steps * layers + 1, st
 print("sent", st["sent"])
+'''
+
+
+# what the venv's interpreter reads back: sinkwatch.open_run (libsinkwatch-report)
+READER = r'''
+import json, sys
+import sinkwatch
+with sinkwatch.open_run(sys.argv[1]) as r:
+    print(json.dumps({"module": sinkwatch.__file__, "steps": r.steps.tolist(),
+                      "shape": list(r["sink_mass"].shape), "report": r.report(per_head=True)}))
 '''
 
 
@@ -152,8 +165,8 @@ def main():
                  if r.strip() and "extra ==" not in r}
         assert plain == {"numpy", "pyzmq", "msgpack"}, reqs
         ex = set(extras.split())
-        assert {"torch", "read", "notebook", "dashboard", "all"} <= ex, ex
-        assert any(r.startswith("h5py") and "read" in r for r in reqs.split("\n")), reqs
+        assert {"torch", "notebook", "dashboard", "all"} <= ex, ex
+        assert any(r.startswith("h5py") and "dashboard" in r for r in reqs.split("\n")), reqs
         for pkg in ("xarray", "pandas"):
             assert any(r.startswith(pkg) and "notebook" in r for r in reqs.split("\n")), reqs
 
@@ -167,12 +180,22 @@ def main():
                   timeout=120)
         assert out.strip() == "sent %d" % (STEPS * LAYERS + 1), out
         path = d.wait_ended(RUN, timeout=30)
-        import h5py
-        with h5py.File(path, "r") as f:
-            steps = [int(s) for s in f["step"][:]]
-            assert f["sink_mass"].shape[1:] == (LAYERS, HEADS), f["sink_mass"].shape
-        assert steps == [10 * i for i in range(STEPS)], steps
         live["path"] = path
+        # read back with the venv's reader: the library found beside the
+        # sinkwatch tool ($SINKWATCH), its report the command line's
+        env = dict(env_clean(), SINKWATCH=os.path.abspath(SINKWATCH))
+        env.pop("SINKWATCH_LIB", None)
+        p = subprocess.run([py, "-c", READER, path], cwd=tmp, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        got = json.loads(p.stdout)
+        assert got["module"].startswith(os.path.join(venv, "lib")), got["module"]
+        assert got["steps"] == [10 * i for i in range(STEPS)], got["steps"]
+        assert got["shape"] == [STEPS, LAYERS, HEADS], got["shape"]
+        q = subprocess.run([SINKWATCH, "report", path, "--format", "json", "--per-head"],
+                           capture_output=True, text=True, timeout=60)
+        assert q.returncode == 0, q.stderr
+        assert got["report"] == json.loads(q.stdout), "the venv's report is not the CLI's"
 
     def t_dashboard():
         dash = os.path.join(venv, "bin", "sinkwatch-dashboard")

@@ -61,6 +61,7 @@ def _candidates():
         yield os.path.join(up, "lib", SONAME)
         yield os.path.join(up, "report", ".libs", SONAME)
     yield os.path.join(sys.prefix, "lib", SONAME)
+    yield os.path.join("/usr/local/lib", SONAME)     # make install's default prefix
     found = ctypes.util.find_library("sinkwatch-report")
     if found:
         yield found
@@ -151,7 +152,8 @@ def _dim_names(dims):
     return out
 
 
-_INT_TYPES = {"int64": np.int64, "uint64": np.uint64, "uint8": np.uint8, "int8": np.int8}
+_INT_TYPES = {"int64": np.int64, "uint64": np.uint64, "int32": np.int32, "uint32": np.uint32,
+              "uint8": np.uint8, "int8": np.int8}
 
 
 def _file_key(path):
