@@ -632,6 +632,22 @@ START_TEST(test_create_read)
 	ck_assert_int_eq(sw_reader_read(r, "ended", 0, 0, buf, 64, err, sizeof(err)), -1);
 	ck_assert_int_eq(sw_reader_read(r, "entropy", 0, 9, buf, 64, err, sizeof(err)), -1);
 	ck_assert_ptr_nonnull(strstr(err, "buffer"));
+
+	/* the shape of one step of a series: what a reader sizes its buffer by */
+	int64_t dims[4];
+	ck_assert_int_eq(sw_reader_shape(r, "entropy", dims, err, sizeof(err)), 2);
+	ck_assert(dims[0] == (int64_t)L && dims[1] == (int64_t)H);
+	ck_assert_int_eq(sw_reader_shape(r, "js_keep", dims, err, sizeof(err)), 3);
+	ck_assert(dims[0] == (int64_t)L && dims[1] == (int64_t)H && dims[2] == (int64_t)H);
+	ck_assert_int_eq(sw_reader_shape(r, "flip_rate", dims, err, sizeof(err)), 2);
+	ck_assert(dims[0] == (int64_t)L && dims[1] == SW_FLIP_FIELDS);
+	ck_assert_int_eq(sw_reader_shape(r, "step", dims, err, sizeof(err)), 0);
+	ck_assert_int_eq(sw_reader_shape(r, "nope", dims, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "nope"));
+	ck_assert_int_eq(sw_reader_shape(r, "ended", dims, err, sizeof(err)), -1);
+	ck_assert_int_eq(sw_reader_shape(r, "sink_mass", dims, err, sizeof(err)), 2);
+	ck_assert_int_eq(sw_reader_read(r, "sink_mass", 0, 1, buf, 64, err, sizeof(err)),
+	    dims[0] * dims[1]);
 	sw_reader_close(&r);
 	ck_assert_ptr_null(r);
 	sw_reader_close(&r);

@@ -5,12 +5,14 @@
  * issue 26 item 4).
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "report/json.h"
 #include "report/runagg.h"
+#include "report/swreport.h"
 
 /* The JSON document of one string value, NUL-terminated (the caller frees it). */
 static char *
@@ -113,6 +115,37 @@ START_TEST(test_ranks_not_ended)
 END_TEST
 
 /* Issue 27, item 4: text for a terminal: no control character gets through. */
+/* The report options that cannot go together: one check, for the command
+ * line and the reader's library alike. */
+START_TEST(test_opts_check)
+{
+	sw_rep_opts o;
+	char err[256];
+
+	memset(&o, 0, sizeof(o));
+	o.eps = SW_CLASS_EPS_DEFAULT;
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), 0);
+	o.range.last = 3;
+	o.range.has_to = 1;
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), 0);
+	o.range.has_from = 1;
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "not with --from"));
+	o.range.has_from = 0;
+	o.range.last = -1;
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "--last"));
+	o.range.last = 0;
+	o.eps = -0.5;
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "--eps"));
+	o.eps = NAN;
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), -1);
+	o.eps = 0;
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), 0);
+}
+END_TEST
+
 START_TEST(test_text_safe)
 {
 	char b[SW_TEXT_SAFE(64)];
@@ -139,6 +172,7 @@ main(void)
 	tcase_add_test(tc, test_json_utf8);
 	tcase_add_test(tc, test_ranks_not_ended);
 	tcase_add_test(tc, test_text_safe);
+	tcase_add_test(tc, test_opts_check);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
