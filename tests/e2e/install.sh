@@ -63,6 +63,11 @@ grep -q "$tmp/root$pkgdir/sinkwatch/dashboard.py" "$tmp/dash.err" ||
 # its header is installed
 [ -f "$prefix/include/sinkwatch/reader.h" ] || { echo "sinkwatch/reader.h not installed"; exit 1; }
 golden="${SW_SRCDIR:-$top}/tests/data/golden_run/golden.h5"
+case "${SW_SAN_CFLAGS:-}" in
+*address*)	# the interpreter would need the ASan runtime first: reader.py checks that
+	echo "ok: installed under $prefix (the installed reader is not run in a sanitizer build)"
+	exit 0 ;;
+esac
 out=$(cd "$tmp" && env -u SINKWATCH_LIB -u SINKWATCH PATH=/usr/bin:/bin PYTHONPATH="$tmp/root$pkgdir" \
 	${PYTHON:-python3} -c "
 import sys, sinkwatch

@@ -43,7 +43,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SRCDIR, "contrib", "python"))
 
 from swharness import (SINKWATCH, SINKWATCHD, Daemon, Results, Sender,  # noqa: E402
-                       free_port, random_probs)
+                       child_env, free_port, preload_asan, random_probs)
 
 if not SINKWATCHD or not SINKWATCH:
     print("SINKWATCHD and SINKWATCH must be set: skipped")
@@ -71,7 +71,7 @@ SEEN = {"runs": 0, "shuffled": 0, "two_senders": 0, "resumed": 0, "missing_parts
 
 def cli_json(args):
     p = subprocess.run([SINKWATCH, "report"] + [str(a) for a in args] + ["--format", "json"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, env=child_env())
     return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
 
 
@@ -332,6 +332,12 @@ def t_library():
         assert "nothing.h5" in str(e), e
 
 
+def py_env():
+    """What an interpreter that loads the build's library needs: in an ASan
+    build, the runtime first (preload_asan's setting)."""
+    return {k: os.environ[k] for k in ("LD_PRELOAD", "ASAN_OPTIONS") if k in os.environ}
+
+
 def readme_example():
     """The README's notebook example: the indented block of "Reading runs
     from Python"."""
@@ -356,7 +362,7 @@ def t_readme():
     code = readme_example()
     tmp = os.path.join(DAEMON.tmp, "readme")
     os.makedirs(tmp)
-    env = {k: v for k, v in os.environ.items() if k not in ("SINKWATCH_LIB", "SINKWATCH")}
+    env = {k: v for k, v in child_env().items() if k not in ("SINKWATCH_LIB", "SINKWATCH")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=os.path.join(SRCDIR, "contrib", "python"))
     p = subprocess.run([SINKWATCH, "demo", "--data-dir", "sinkwatch-data", "--listen",
                         "tcp://127.0.0.1:%d" % free_port(), "--control",
@@ -367,7 +373,8 @@ def t_readme():
         # a VPATH build (distcheck): the library is not above the source
         # package; name the tool, beside which it is
         env["SINKWATCH"] = SINKWATCH
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=dict(env, **py_env()),
+                       capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, (code, p.stderr[-3000:])
     got = eval(p.stdout.strip(), {"nan": float("nan")})
@@ -381,6 +388,7 @@ def t_readme():
 
 
 def main():
+    preload_asan()      # ctypes loads the build's library: in an ASan build, its runtime first
     DAEMON.start()
     try:
         R.check("library: found, its version, a missing file", t_library)

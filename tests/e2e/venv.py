@@ -34,7 +34,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swharness import SINKWATCH, SINKWATCHD, Daemon, Results  # noqa: E402
+from swharness import SINKWATCH, SINKWATCHD, Daemon, Results, asan_runtime  # noqa: E402
 
 SRCDIR = os.environ.get("SW_SRCDIR") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKGSRC = os.path.join(SRCDIR, "contrib", "python")
@@ -185,6 +185,9 @@ def main():
         # sinkwatch tool ($SINKWATCH), its report the command line's
         env = dict(env_clean(), SINKWATCH=os.path.abspath(SINKWATCH))
         env.pop("SINKWATCH_LIB", None)
+        rt = asan_runtime()
+        if rt:      # an ASan build's library needs its runtime first in the process
+            env.update(LD_PRELOAD=rt, ASAN_OPTIONS="detect_leaks=0")
         p = subprocess.run([py, "-c", READER, path], cwd=tmp, env=env, capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 0, p.stderr[-3000:]
