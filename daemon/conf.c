@@ -7,6 +7,7 @@
 
 #include "daemon/conf.h"
 #include "net/log.h"
+#include "net/swnet.h"
 #include "proto/swkeys.h"
 #include "proto/swproto.h"
 
@@ -351,8 +352,12 @@ check_curve(const swd_config *c, char *err, size_t errlen)
 	}
 	if (c->insecure_off_loopback)
 		return 0;
-	/* behind a forwarder the SUB connects (listen is not used), with its own keys */
-	const char *ep = c->connect[0] && !c->connect_server_key[0] && beyond(c->connect) ?
+	/* behind a forwarder the SUB connects (listen is not used), with its own keys:
+	 * the forwarder's key from connect_server_key or, as for every client,
+	 * SINKWATCH_SERVER_KEY (sinkwatchd.c curve_client) */
+	const char *srv = c->connect_server_key[0] ? c->connect_server_key : NULL, *kf = NULL;
+	swn_curve_env(&srv, &kf);
+	const char *ep = c->connect[0] && !srv && beyond(c->connect) ?
 	    c->connect : !c->connect[0] && !c->curve_secret_file[0] && beyond(c->listen) ?
 	    c->listen : !c->curve_secret_file[0] && beyond(c->control) ? c->control : NULL;
 	if (ep && ep == c->connect) {

@@ -476,6 +476,12 @@ START_TEST(test_subscribe)
 	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), -1);
 	ck_assert_msg(strstr(err, "tcp://fwd:5720 is beyond loopback and the hop to it is plain"),
 	    "%s", err);
+	/* the forwarder's key from the environment, as the hop takes it: CURVE */
+	setenv("SINKWATCH_SERVER_KEY", "/k/fwd.pub", 1);
+	ck_assert_msg(swd_config_check(&d2, err, sizeof(err)) == 0, "%s", err);
+	setenv("SINKWATCH_SERVER_KEY", "", 1);	/* set but empty: unset */
+	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), -1);
+	unsetenv("SINKWATCH_SERVER_KEY");
 	ck_assert_int_eq(swd_config_set(&d2, "insecure_off_loopback", "1", err, sizeof(err)), 0);
 	ck_assert_int_eq(swd_config_check(&d2, err, sizeof(err)), 0);
 	ck_assert_int_eq(swd_config_set(&d2, "insecure_off_loopback", "0", err, sizeof(err)), 0);
