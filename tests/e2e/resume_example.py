@@ -180,6 +180,7 @@ def case_resume():
                 "--resume", os.path.join(ck_run, "state_%08d.pt" % ckpt),
                 "--save-final", os.path.join(TMP, "resumed.npz"))
     assert "resumed from step %d" % ckpt in out, out
+    STATE["ck"] = ck_run
     ref = report(d.wait_ended("resume-ref"))
     res = report(d.wait_ended("resume-run"))
 
@@ -192,6 +193,11 @@ def case_resume():
     assert seg1["first_step"] <= ckpt + EVERY and seg1["last_step"] == STEPS, res["segments"]
     assert res["rows_superseded"] > 0, (res["rows_superseded"], res["rows_stored"])
     assert ref["rows_superseded"] == 0 and len(ref["segments"]) == 1, ref["segments"]
+    # the resumed incarnation declared its checkpoint (resume_from)
+    with h5py.File(d.run_file("resume-run"), "r") as f:
+        rs = [int(x) for x in f["resume_step"][:]]
+        ri = [int(x) for x in f["resume_inc"][:len(rs)]]
+    assert rs == [ckpt] and ri == [seg1["inc"]], (rs, ri, res["segments"])
     diff = differences(ref, res)
     assert not diff, "reports differ:\n  " + "\n  ".join(diff[:20])
 
@@ -204,7 +210,6 @@ def case_resume():
     wa = torch.load(os.path.join(ck_ref, "step_%08d.pt" % STEPS), weights_only=True)
     wb = torch.load(os.path.join(ck_run, "step_%08d.pt" % STEPS), weights_only=True)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    STATE["ck"] = ck_run
     print("     %d rows superseded, segments %s; uninterrupted run %.1f s, all %.1f s"
           % (res["rows_superseded"], [(s["first_step"], s["last_step"]) for s in res["segments"]],
              t_ref, time.time() - t0))
