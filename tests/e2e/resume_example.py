@@ -11,7 +11,8 @@ weights and the losses are the same bit for bit. Plus: --help gives every
 option's default, a checkpoint directory holds only step_*.pt for the sweep
 (each loads with weights_only=True), and --resume refuses other model options.
 
-    SINKWATCHD=./sinkwatchd SINKWATCH=./sinkwatch SW_SRCDIR=. /usr/bin/python3 tests/e2e/resume_example.py
+    SINKWATCHD=./sinkwatchd SINKWATCH=./sinkwatch SW_SRCDIR=. \
+        /usr/bin/python3 tests/e2e/resume_example.py
 
 Exit 77 (skipped) without SINKWATCHD, SINKWATCH or torch.
 """
