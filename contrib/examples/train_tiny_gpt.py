@@ -32,10 +32,11 @@ random states would fail); state_*.pt is read by --resume alone.
 --resume CKPT (a step_%08d.pt or state_%08d.pt of that pair, or a checkpoint
 directory: its last complete pair) goes on from that checkpoint's step S:
 the same weights, optimizer and generators, so that every step from S on is
-bit for bit what the uninterrupted run with the same seed computes. Its
-client declares resume_from=S and uses the checkpoint's run id unless --run
-is given (give the same one): the daemon appends to the run's file as a new
-segment, and the rows the killed job stored after S are superseded. The
+bit for bit what the uninterrupted run with the same seed (and --threads)
+computes. Its client declares resume_from=S and uses the checkpoint's run
+id unless --run is given (give the same one): the daemon appends to the
+run's file as a new segment, and the rows the killed job stored from S on
+(the resumed job probes S again) are superseded. The
 model, data and optimizer options (--layers, --heads, --d-model, --context,
 --dropout, --batch, --lr, --holdout) must be the checkpoint's; --steps may
 be larger (training longer).
