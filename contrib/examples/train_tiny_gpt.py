@@ -21,7 +21,25 @@ DIR/step_%08d.pt (the weights a probe at that step sees), and once
 DIR/probe.pt: the fixed probe batch, the model's hyper-parameters and where
 build_model() lives, so that `python3 -m sinkwatch.sweep --checkpoint-dir DIR`
 can replay the checkpoints later (saving draws no random numbers: the
-training is the same bit for bit).
+training is the same bit for bit). Beside each step_%08d.pt it writes
+DIR/state_%08d.pt, what a resume needs besides the weights: the optimizer's
+state, every random-number state (torch CPU, which also draws the training
+batches, Python `random`, numpy), the step, the data position (batches
+drawn), the losses so far, the run id and the options that must not change.
+The sweep reads only step_*.pt (torch.load(weights_only=True), which the
+random states would fail); state_*.pt is read by --resume alone.
+
+--resume CKPT (a step_%08d.pt or state_%08d.pt of that pair, or a checkpoint
+directory: its last complete pair) goes on from that checkpoint's step S:
+the same weights, optimizer and generators, so that every step from S on is
+bit for bit what the uninterrupted run with the same seed (and --threads)
+computes. Its client declares resume_from=S and uses the checkpoint's run
+id unless --run is given (give the same one): the daemon appends to the
+run's file as a new segment, and the rows the killed job stored from S on
+(the resumed job probes S again) are superseded. The
+model, data and optimizer options (--layers, --heads, --d-model, --context,
+--dropout, --batch, --lr, --holdout) must be the checkpoint's; --steps may
+be larger (training longer).
 
 Head masking (for pruning studies, contrib/examples/prune_heads.py):
 model.set_head_mask(M), M a [layers, heads] 0/1 array or None, zeroes the
@@ -36,9 +54,12 @@ model as one file (load_checkpoint() reads it back). Neither changes the
 training of the other flags (--holdout 0, the default, is the whole text).
 """
 import argparse
+import glob
 import json
 import math
 import os
+import random
+import re
 import sys
 import time
 
@@ -206,6 +227,77 @@ def save_checkpoint(dirname, model, step):
     return path
 
 
+# the options a resumed run must share with its checkpoint: the model, the
+# data (the held-out split) and the optimizer
+RESUME_OPTIONS = ("layers", "heads", "d_model", "context", "dropout", "batch", "lr", "holdout")
+
+
+def save_state(dirname, step, opt, losses, run, args):
+    """DIR/state_%08d.pt: what --resume needs besides the weights of
+    step_%08d.pt (written first: a state file always has its weights).
+    Drawing no random numbers, it changes nothing in the training."""
+    path = os.path.join(dirname, "state_%08d.pt" % step)
+    tmp = path + ".tmp"
+    torch.save({"format": "sinkwatch-tiny-gpt-state/1", "step": step,
+                # the batches are torch.randint on the global torch generator:
+                # its state (rng.torch) is the sampler's, and the data position
+                # is the number of batches drawn so far
+                "data": {"batches": step, "sampler": "torch.randint, global generator"},
+                "optimizer": opt.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "random": random.getstate(),
+                        "numpy": np.random.get_state()},
+                "losses": list(losses), "run": run,
+                "options": {k: getattr(args, k) for k in RESUME_OPTIONS + ("seed",)}}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def resume_files(path):
+    """(step, step_%08d.pt, state_%08d.pt) of --resume PATH: either file of
+    a pair, or a directory (its highest step with both files)."""
+    if os.path.isdir(path):
+        steps = []
+        for f in glob.glob(os.path.join(path, "state_*.pt")):
+            m = re.match(r"^state_(\d+)\.pt$", os.path.basename(f))
+            if m and os.path.exists(os.path.join(path, "step_%s.pt" % m.group(1))):
+                steps.append(int(m.group(1)))
+        if not steps:
+            raise SystemExit("--resume %s: no state_N.pt with its step_N.pt there" % path)
+        s = max(steps)
+        return (s, os.path.join(path, "step_%08d.pt" % s),
+                os.path.join(path, "state_%08d.pt" % s))
+    m = re.match(r"^(?:step|state)_(\d+)\.pt$", os.path.basename(path))
+    if not m:
+        raise SystemExit("--resume %s: not a step_N.pt, a state_N.pt or a directory" % path)
+    d, s = os.path.dirname(path), int(m.group(1))
+    pair = (os.path.join(d, "step_%s.pt" % m.group(1)), os.path.join(d, "state_%s.pt" % m.group(1)))
+    for f in pair:
+        if not os.path.exists(f):
+            raise SystemExit("--resume %s: %s is missing" % (path, f))
+    return (s,) + pair
+
+
+def load_resume(path, args):
+    """The checkpoint of --resume PATH: (step, state_dict, state), after
+    checking that the options of RESUME_OPTIONS are the checkpoint's."""
+    step, wpath, spath = resume_files(path)
+    weights = torch.load(wpath, map_location="cpu", weights_only=True)
+    # the random states are not plain tensors: this file needs the full
+    # unpickler (it is our own, written by save_state)
+    st = torch.load(spath, map_location="cpu", weights_only=False)
+    if not isinstance(st, dict) or st.get("format") != "sinkwatch-tiny-gpt-state/1" \
+            or st.get("step") != step:
+        raise SystemExit("--resume: %s is not the state of step %d" % (spath, step))
+    diff = ["--%s %r (this run: %r)" % (k.replace("_", "-"), st["options"][k], getattr(args, k))
+            for k in RESUME_OPTIONS if st["options"][k] != getattr(args, k)]
+    if diff:
+        raise SystemExit("--resume: the checkpoint was trained with " + ", ".join(diff))
+    if st["data"]["batches"] != step or len(st["losses"]) != step:
+        raise SystemExit("--resume: %s: data position %d, %d losses, step %d"
+                         % (spath, st["data"]["batches"], len(st["losses"]), step))
+    return step, weights, st
+
+
 def save_model(path, model, hparams, meta):
     """One file: {"format", "state_dict", "meta": a JSON string holding
     "hparams" and whatever meta adds} (JSON, so weights_only loads it)."""
@@ -275,50 +367,70 @@ def batch_from(data, offsets, context):
     return x, w
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default: "(default: X)" added
+    where the help does not say it, "off" for a flag."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if "default" in h or action.default is argparse.SUPPRESS:
+            return h
+        if action.nargs == 0:
+            return h + " (default: off)"
+        return h + " (default: %(default)s)"
+
+
 def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=_Formatter)
     p.add_argument("--endpoint", "--connect", dest="endpoint", default=None,
                    help="sinkwatchd listen endpoint (--connect: the old name; default "
                    "$SINKWATCH_ENDPOINT, else tcp://127.0.0.1:5710)")
     p.add_argument("--run", default=None,
-                   help="run id (default tiny-gpt/seedN-UNIXTIME: a run id that is used "
-                   "again resumes its file and appends to it)")
-    p.add_argument("--steps", type=int, default=400)
+                   help="run id (default tiny-gpt/seedN-UNIXTIME, or with --resume the "
+                   "checkpoint's: a run id that is used again resumes its file and "
+                   "appends to it)")
+    p.add_argument("--steps", type=int, default=400, help="training steps in all")
     p.add_argument("--every", type=int, default=50, help="probe cadence, steps")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--context", type=int, default=64)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=1, help="seed of every generator")
+    p.add_argument("--layers", type=int, default=2, help="transformer blocks")
+    p.add_argument("--heads", type=int, default=4, help="attention heads per block")
+    p.add_argument("--d-model", type=int, default=64, help="model width")
+    p.add_argument("--context", type=int, default=64, help="sequence length, BOS included")
+    p.add_argument("--batch", type=int, default=16, help="training sequences per step")
+    p.add_argument("--dropout", type=float, default=0.1, help="dropout probability")
+    p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
     p.add_argument("--probe-batch", type=int, default=2, help="sequences in the probe batch")
     p.add_argument("--probe-rows", type=int, default=None,
                    help="query positions per probe sequence, evenly spread (default: all)")
     p.add_argument("--probe-positions", default=None, metavar="Q,Q,..",
-                   help="these query positions instead of --probe-rows")
-    p.add_argument("--cast", choices=("f16", "bf16"), default=None)
+                   help="these query positions instead of --probe-rows (default: none)")
+    p.add_argument("--cast", choices=("f16", "bf16"), default=None,
+                   help="send the rows in this dtype (default: the model's, float32)")
     p.add_argument("--rowstats", action="store_true",
                    help="send per-row statistics instead of rows")
     p.add_argument("--dump-probes", metavar="DIR", default=None,
-                   help="save each probe's attention as .npy files")
+                   help="save each probe's attention as .npy files (default: not saved)")
     p.add_argument("--no-probe", action="store_true", help="train without the probe")
     p.add_argument("--save-final", metavar="FILE", default=None,
-                   help="save the final parameters and the losses (.npz)")
+                   help="save the final parameters and the losses (.npz) (default: not saved)")
     p.add_argument("--save-every", type=int, default=0, metavar="K",
                    help="save a checkpoint at step 0, every K steps and after the last "
-                   "step (needs --checkpoint-dir)")
+                   "step (needs --checkpoint-dir; default 0: none)")
     p.add_argument("--checkpoint-dir", metavar="DIR", default=None,
-                   help="where --save-every writes step_%%08d.pt and probe.pt")
+                   help="where --save-every writes step_%%08d.pt, state_%%08d.pt and "
+                   "probe.pt (default: none)")
+    p.add_argument("--resume", metavar="CKPT", default=None,
+                   help="go on from a checkpoint: DIR/step_N.pt or DIR/state_N.pt, or DIR "
+                   "(its last checkpoint); the client declares resume_from=N (default: "
+                   "a fresh start)")
     p.add_argument("--holdout", type=float, default=0.0, metavar="F",
                    help="hold out the last F of the text (0 <= F < 1; default 0: train on "
                    "all of it) and print its validation loss after training")
     p.add_argument("--save", metavar="PATH", default=None,
                    help="save the final model (state_dict and hyper-parameters) as one "
-                   "file; load_checkpoint() reads it")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--log-every", type=int, default=10)
+                   "file; load_checkpoint() reads it (default: not saved)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--log-every", type=int, default=10, help="print the loss every N steps")
     p.add_argument("--flush-timeout", type=float, default=5.0,
                    help="seconds to wait at the end for queued messages")
     a = p.parse_args(argv)
@@ -347,7 +459,15 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
-    run = a.run or "tiny-gpt/seed%d-%d" % (a.seed, int(time.time()))
+    random.seed(a.seed)
+    start, resumed = 0, None
+    if a.resume:
+        start, weights, resumed = load_resume(a.resume, a)
+        if start > a.steps:
+            raise SystemExit("--resume: the checkpoint is at step %d, past --steps %d"
+                             % (start, a.steps))
+    run = a.run or (resumed["run"] if resumed else
+                    "tiny-gpt/seed%d-%d" % (a.seed, int(time.time())))
 
     data, heldout = split_text(load_text(), a.holdout)
     hparams = {"layers": a.layers, "heads": a.heads, "d": a.d_model, "context": a.context,
@@ -356,6 +476,9 @@ def main(argv=None):
     params = sum(p.numel() for p in model.parameters())
     model_name = "tiny-gpt-L%dH%dD%d" % (a.layers, a.heads, a.d_model)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    if resumed:
+        model.load_state_dict(weights)
+        opt.load_state_dict(resumed["optimizer"])
     # a fixed probe batch, evenly spread over the text, drawn from no RNG
     starts = torch.linspace(0, len(data) - a.context - 1, a.probe_batch + 2)[1:-1].long()
     probe_x, _ = batch_from(data, starts, a.context)
@@ -372,7 +495,8 @@ def main(argv=None):
         import sinkwatch
         import sinkwatch.torch as swt
         client = sinkwatch.Client(run, a.layers, a.heads, endpoint=a.endpoint,
-                                  model=model_name, params=params, sink=0, fixed_probe=True)
+                                  model=model_name, params=params, sink=0, fixed_probe=True,
+                                  resume_from=start if resumed else None)
         probe = swt.AttentionProbe(model, probe_x, client, every=a.every, capture="mha",
                                    query_positions=positions, cast=a.cast,
                                    rowstats=a.rowstats, causal=True,
@@ -381,6 +505,8 @@ def main(argv=None):
             os.makedirs(a.dump_probes, exist_ok=True)
     print("run %s: %d layers x %d heads, d_model %d, context %d, %d params, %d bytes of text"
           % (run, a.layers, a.heads, a.d_model, a.context, params, len(data)), flush=True)
+    if resumed:
+        print("resumed from step %d (%s)" % (start, a.resume), flush=True)
 
     def maybe_probe(step):
         if probe is None or not probe.due(step):
@@ -390,14 +516,23 @@ def main(argv=None):
             dump(a.dump_probes, probe.last)
 
     losses = []
+    if resumed:
+        losses = list(resumed["losses"])
+        # last, after everything above that might draw (the client's
+        # incarnation draws from its own generator; nothing else should)
+        torch.set_rng_state(resumed["rng"]["torch"])
+        random.setstate(resumed["rng"]["random"])
+        np.random.set_state(resumed["rng"]["numpy"])
     t0 = time.time()
     c0 = time.thread_time()     # this thread's CPU (torch runs --threads here)
     model.train()
     saved = 0
-    for step in range(a.steps):
+    for step in range(start, a.steps):
         maybe_probe(step)
-        if a.save_every and step % a.save_every == 0:
+        # the checkpoint resumed from is there already
+        if a.save_every and step % a.save_every == 0 and not (resumed and step == start):
             save_checkpoint(a.checkpoint_dir, model, step)
+            save_state(a.checkpoint_dir, step, opt, losses, run, a)
             saved += 1
         ix = torch.randint(0, len(data) - a.context, (a.batch,))
         x, y = batch_from(data, ix, a.context)
@@ -412,8 +547,9 @@ def main(argv=None):
                   losses[-1] / math.log(2)), flush=True)
     if a.steps > 0 and a.every > 0 and a.steps % a.every == 0:
         maybe_probe(a.steps)          # the final weights, on the cadence
-    if a.save_every:
+    if a.save_every and not (resumed and start == a.steps):
         save_checkpoint(a.checkpoint_dir, model, a.steps)   # the final weights, always
+        save_state(a.checkpoint_dir, a.steps, opt, losses, run, a)
         saved += 1
     elapsed = time.time() - t0
     elapsed_cpu = time.thread_time() - c0
@@ -439,8 +575,8 @@ def main(argv=None):
         np.savez(a.save_final, **arrays)
 
     if a.save_every:
-        print("checkpoints: %d in %s (step_%%08d.pt, probe.pt)" % (saved, a.checkpoint_dir),
-              flush=True)
+        print("checkpoints: %d in %s (step_%%08d.pt, state_%%08d.pt, probe.pt)"
+              % (saved, a.checkpoint_dir), flush=True)
 
     if client is not None:
         client.end()
@@ -456,7 +592,7 @@ def main(argv=None):
               % (st["probes"], st["ms_mean"], st["ms_max"], st["ms_capture_mean"],
                  st["ms_copy_mean"], st["ms_send_mean"], st["bytes_mean"], st["kind"],
                  st["dtype"], st["rows"], st["keys"], st["layers"], st["errors"], elapsed,
-                 (elapsed - st["ms_total"] / 1e3) * 1e3 / max(1, a.steps)),
+                 (elapsed - st["ms_total"] / 1e3) * 1e3 / max(1, a.steps - start)),
               flush=True)
         # the probe's share of the training loop, by wall clock and by this
         # thread's CPU time (which other processes on the machine do not inflate)
@@ -464,13 +600,14 @@ def main(argv=None):
                                   "ms_send_total", "cpu_ms_total", "cpu_ms_capture_total",
                                   "cpu_ms_copy_total", "cpu_ms_send_total", "bytes_mean",
                                   "kind", "dtype", "errors")}
-        pst.update({"steps": a.steps, "every": a.every, "loop_s": elapsed,
+        pst.update({"steps": a.steps, "start": start, "every": a.every, "loop_s": elapsed,
                     "loop_cpu_s": elapsed_cpu})
         print("probe stats: %s" % json.dumps(pst), flush=True)
     else:
         print("no probe, training %.1f s, %.1f ms/step"
-              % (elapsed, elapsed * 1e3 / max(1, a.steps)), flush=True)
-        print("probe stats: %s" % json.dumps({"probes": 0, "steps": a.steps, "loop_s": elapsed,
+              % (elapsed, elapsed * 1e3 / max(1, a.steps - start)), flush=True)
+        print("probe stats: %s" % json.dumps({"probes": 0, "steps": a.steps, "start": start,
+                                              "loop_s": elapsed,
                                               "loop_cpu_s": elapsed_cpu}), flush=True)
     return 0
 

@@ -180,7 +180,8 @@ def case_helpers():
 
 def case_train():
     """The example trains, streams its own probe every 5 steps and saves 9
-    checkpoints and probe.pt; saving changes nothing in the training."""
+    checkpoints (with their resume states) and probe.pt; saving changes
+    nothing in the training."""
     d, tmp = STATE["daemon"], STATE["tmp"]
     ck = os.path.join(tmp, "ck")
     t0 = time.time()
@@ -192,7 +193,9 @@ def case_train():
     assert p.returncode == 0 and "Traceback" not in p.stderr, (p.stdout, p.stderr)
     STATE["train_s"] = time.time() - t0
     names = sorted(os.listdir(ck))
-    assert names == ["probe.pt"] + ["step_%08d.pt" % s for s in CKPT_STEPS], names
+    # state_N.pt (optimizer, generators: for --resume) beside each step_N.pt
+    assert names == ["probe.pt"] + ["state_%08d.pt" % s for s in CKPT_STEPS] + \
+        ["step_%08d.pt" % s for s in CKPT_STEPS], names
     d.wait_ended("train-probe")
     STATE["ck"] = ck
     # --no-probe without checkpoints: the same parameters, bit for bit
