@@ -125,6 +125,16 @@ csv_attrib(struct csv_line *c, const sw_attrib *a)
 	csv_num(c, C_endpoint_content_share, a->end_content_share);
 }
 
+/* Run and layer lines: the mean sink mass over the heads at both ends. */
+static void
+csv_sink_mass(struct csv_line *c, const sw_agg *a, size_t l)
+{
+	double f, la;
+	sw_rep_sink_mass(a, l, &f, &la);
+	csv_num(c, C_sink_mass_first, f);
+	csv_num(c, C_sink_mass_last, la);
+}
+
 /* The cells naming a run (file, run, model, params, shape). */
 static void
 csv_ident(struct csv_line *c, const char *scope, const sw_rep_run *e)
@@ -154,6 +164,7 @@ csv_run(const sw_rep_run *e, int layers, int heads, double eps)
 	csv_set(&c, C_intervals_incomplete, "%lld", (long long)a->intervals_incomplete);
 	csv_set(&c, C_form, "%s", a->form);
 	csv_attrib(&c, &a->model);
+	csv_sink_mass(&c, a, a->L);
 	csv_set(&c, C_lost, "%lld", (long long)e->lost);
 	csv_set(&c, C_incomplete, "%lld", (long long)e->incomplete);
 	csv_emit(&c);
@@ -162,6 +173,7 @@ csv_run(const sw_rep_run *e, int layers, int heads, double eps)
 		csv_set(&c, C_layer, "%zu", l);
 		csv_set(&c, C_form, "%s", a->form);
 		csv_attrib(&c, &a->layer[l]);
+		csv_sink_mass(&c, a, l);
 		csv_emit(&c);
 	}
 	for (size_t i = 0; heads && i < a->LH; i++) {

@@ -31,6 +31,16 @@ json_range(sw_json *j, const sw_rep_opts *o)
 	sw_json_end_obj(j);
 }
 
+/* The mean sink mass of layer l (l == L: the model) at the range's ends. */
+static void
+json_sink_mass(sw_json *j, const sw_agg *a, size_t l)
+{
+	double f, la;
+	sw_rep_sink_mass(a, l, &f, &la);
+	sw_json_num(j, "sink_mass_first", f);
+	sw_json_num(j, "sink_mass_last", la);
+}
+
 /* The range's incomplete steps and the intervals they touch. */
 static void
 json_gaps(sw_json *j, const sw_agg *a)
@@ -76,6 +86,7 @@ json_layers(sw_json *j, const sw_agg *a)
 		sw_json_begin_obj(j, NULL);
 		sw_json_int(j, "layer", (int64_t)l);
 		sw_json_attrib(j, &a->layer[l]);
+		json_sink_mass(j, a, l);
 		sw_json_end_obj(j);
 	}
 	sw_json_end_arr(j);
@@ -185,6 +196,7 @@ json_run_common(sw_json *j, const sw_rep_run *e)
 	sw_json_begin_obj(j, "model_attribution");
 	sw_json_attrib(j, &a->model);
 	sw_json_end_obj(j);
+	json_sink_mass(j, a, a->L);
 }
 
 /* The run's segments: one per incarnation's stretch of the view. */

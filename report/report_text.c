@@ -29,13 +29,18 @@ text_senders(const sw_rep_senders *s)
 		    (unsigned long long)s->open[k].inc, s->open[k].sent ? "its end" : "anything");
 }
 
+/* A layer's (l < L) or the model's line: its splits, its mean sink mass at
+ * the range's ends. */
 static void
-text_attrib(const char *label, const sw_attrib *a)
+text_attrib(const char *label, const sw_agg *ag, size_t l)
 {
-	printf("%-8s %12.6f %12.6f %12.6f %8.4f %8.4f | %12.6f %12.6f %12.6f %8.4f %8.4f\n",
-	    label, a->path.dH, a->path.sink, a->path.content, a->path_sink_share,
-	    a->path_content_share, a->endpoint.dH, a->endpoint.sink, a->endpoint.content,
-	    a->end_sink_share, a->end_content_share);
+	const sw_attrib *a = l < ag->L ? &ag->layer[l] : &ag->model;
+	double sf, sl;
+	sw_rep_sink_mass(ag, l, &sf, &sl);
+	printf("%-8s %12.6f %12.6f %12.6f %8.4f %8.4f | %12.6f %12.6f %12.6f %8.4f %8.4f | "
+	    "%8.4f %8.4f\n", label, a->path.dH, a->path.sink, a->path.content,
+	    a->path_sink_share, a->path_content_share, a->endpoint.dH, a->endpoint.sink,
+	    a->endpoint.content, a->end_sink_share, a->end_content_share, sf, sl);
 }
 
 /* "2 of 7 intervals incomplete: steps 20-40, 60-70 (step 30: ...; ...)" */
@@ -90,8 +95,8 @@ static void
 text_heads(const sw_agg *a, const sw_ranking *rk, double eps)
 {
 	printf("\nper head, path split over steps %lld .. %lld; class with eps %g nats "
-	    "(sinkwatch(1)): sink = collapse by sink growth, content = sharpening of "
-	    "content, both, stable, rise\n", (long long)a->first_step, (long long)a->last_step,
+	    "(sinkwatch(1)): sink = a drop through the sink channel, content = through the "
+	    "content channel, both, stable, rise\n", (long long)a->first_step, (long long)a->last_step,
 	    eps);
 	printf("%5s %4s %8s %8s %9s %9s %9s %9s %11s %11s %11s %-8s %6s %6s\n", "layer", "head",
 	    "s first", "s last", "H first", "H last", "Hc first", "Hc last", "dH", "sink",
@@ -175,18 +180,21 @@ sw_report_text_run(const sw_report *m)
 	}
 	text_gaps("", a);
 	printf("\n");
-	printf("entropy change attributed to sink growth and content sharpening (nats)\n");
-	printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s\n", "", "path dH",
-	    "sink", "content", "sink_sh", "cont_sh", "endpoint dH", "sink", "content",
-	    "sink_sh", "cont_sh");
+	printf("entropy change attributed to the sink channel and the content channel (nats)\n");
+	printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s | %8s %8s\n", "",
+	    "path dH", "sink", "content", "sink_sh", "cont_sh", "endpoint dH", "sink", "content",
+	    "sink_sh", "cont_sh", "s first", "s last");
 	for (size_t l = 0; l < a->L; l++) {
 		char label[32];
 		snprintf(label, sizeof(label), "layer %zu", l);
-		text_attrib(label, &a->layer[l]);
+		text_attrib(label, a, l);
 	}
-	text_attrib("model", &a->model);
+	text_attrib("model", a, a->L);
 	printf("\nshares are parts / dH, shown only where dH < 0 (a drop); "
-	    "they may fall outside [0, 1] when the parts have opposite signs\n");
+	    "they may fall outside [0, 1] when the parts have opposite signs\n"
+	    "s first, s last: the mean sink mass over the heads at steps %lld and %lld; the "
+	    "sink part has either sign, whichever way the sink mass moved\n",
+	    (long long)a->first_step, (long long)a->last_step);
 	if (o->per_head)
 		text_heads(a, &e->rank, o->eps);
 }

@@ -101,6 +101,14 @@ int sw_report_build(sw_report *m, sw_run *run, const char *file, const sw_rep_op
     const sw_range *rg, const sw_agg *cached, char *err, size_t errlen);
 void sw_report_free(sw_report *m);
 
+/*
+ * The mean sink mass over the heads of layer l (l == a->L: every head of
+ * the model) at the range's first and last step, over the heads with a
+ * value there (METRICS.md §2; the series' head means at the range's ends).
+ * NaN when no head has one.
+ */
+void sw_rep_sink_mass(const sw_agg *a, size_t l, double *first, double *last);
+
 /* The sender table of r into s (s->err says why when it cannot be read). */
 void sw_rep_senders_read(sw_reader *r, sw_rep_senders *s);
 void sw_rep_senders_free(sw_rep_senders *s);

@@ -204,8 +204,11 @@
       plot: plot, legend: legend, title: h };
   }
 
-  function attribRows(tbody, label, a, keyp) {
-    ["path", "endpoint"].forEach(function (form) {
+  /* A layer's or the model's two lines (path, endpoint) and, across both,
+   * its mean sink mass at the range's first and last step (x: the object
+   * holding sink_mass_first, sink_mass_last). */
+  function attribRows(tbody, label, a, keyp, x0) {
+    ["path", "endpoint"].forEach(function (form, k) {
       var x = a[form];
       var bar = el("div", { cls: "share-bar" }, [
         el("div", { cls: "s", style: "flex:" + (x.sink_share === null ? 0 : x.sink_share) }),
@@ -216,6 +219,11 @@
         numCell(x.sink_share, keyp + "." + form + ".sink_share", 3),
         numCell(x.content_share, keyp + "." + form + ".content_share", 3),
         el("td", null, [bar])]));
+      if (k === 0) ["sink_mass_first", "sink_mass_last"].forEach(function (m) {
+        var td = numCell(x0[m], keyp + "." + m);
+        td.rowSpan = 2;
+        tbody.lastChild.appendChild(td);
+      });
     });
   }
 
@@ -335,8 +343,9 @@
     main.appendChild(repTitle);
     main.appendChild(staticNote);
     main.appendChild(el("div", { cls: "report" }, [el("table", { id: "report" }, [
-      el("thead", null, [el("tr", null, ["", "split", "dH", "sink", "content", "sink share",
-        "content share", ""].map(function (h) { return el("th", { text: h, cls: "num" }); }))]),
+      el("thead", null, [el("tr", null, ["", "split", "dH", "sink channel", "content channel",
+        "sink share", "content share", "", "sink mass first", "sink mass last"].map(function (h) {
+        return el("th", { text: h, cls: "num" }); }))]),
       repBody])]));
     var repNote = el("p", { cls: "muted", id: "report-note" });
     main.appendChild(repNote);
@@ -387,13 +396,16 @@
           "serve)." : "";
         staticNote.style.display = whole ? "" : "none";
         repBody.textContent = "";
-        attribRows(repBody, "model", rep.model_attribution, "model");
+        attribRows(repBody, "model", rep.model_attribution, "model", rep);
         if (layer !== "model")
           attribRows(repBody, "layer " + layer, rep.layer_attribution[Number(layer)],
-            "layer" + layer);
-        repNote.textContent = rep.intervals_incomplete ? rep.intervals_incomplete +
-          " of " + rep.intervals + " intervals touch an incomplete step (" +
-          rep.steps_incomplete + " steps)" : "";
+            "layer" + layer, rep.layer_attribution[Number(layer)]);
+        repNote.textContent = "sink channel: the part of dH that moves with the sink " +
+          "mass alone, of either sign; content channel: the change in how the rest is " +
+          "spread (METRICS.md §3). Sink mass: the mean over the heads at steps " +
+          rep.first_step + " and " + rep.last_step + "." + (rep.intervals_incomplete ?
+          " " + rep.intervals_incomplete + " of " + rep.intervals + " intervals touch an " +
+          "incomplete step (" + rep.steps_incomplete + " steps)." : "");
         drawHeads(headsBox, rep, metricSel.value);
         drawRunPanel(runPanel, rep);
       }).catch(function (e) {

@@ -187,6 +187,14 @@ def classify(p, n):
     return "both"
 
 
+def nanmean(x):
+    """The mean sink mass of a layer or the model: over the heads with a
+    value (NaN when none)."""
+    x = np.asarray(x, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if len(x) else float("nan")
+
+
 def reference(path, first=None, last=None):
     """What the report of path over view steps first .. last must say."""
     with h5py.File(path, "r") as f:
@@ -279,7 +287,10 @@ def reference(path, first=None, last=None):
         "intervals_incomplete": len(ivl), "steps_incomplete": len(gaps),
         "incomplete_steps": gaps, "incomplete_intervals": ivl,
         "model_attribution": mean_of(for_heads),
-        "layer_attribution": [dict(layer=l, **mean_of(for_heads[l * H:(l + 1) * H]))
+        "sink_mass_first": nanmean(sm[0]), "sink_mass_last": nanmean(sm[-1]),
+        "layer_attribution": [dict(layer=l, sink_mass_first=nanmean(sm[0, l]),
+                                   sink_mass_last=nanmean(sm[-1, l]),
+                                   **mean_of(for_heads[l * H:(l + 1) * H]))
                               for l in range(L)],
         "per_head": hj,
         "ranking": {"step": steps[-1], "ranked": len(ranked), "spearman_rho": rho,
@@ -358,6 +369,16 @@ def t_golden_text():
     assert "step 60 (1 head missing from rank 0)" in out, out
     assert "Spearman rho" in out and "rank moves most:" in out, out
     assert re.search(r"^\s+1\s+0 .* stable ", out, re.M), out
+    # the split is named by its channels, never by a direction (issue 29 item 5)
+    assert "growth" not in out and "sink channel and the content channel" in out, out
+    # the mean sink mass at the range's ends beside each layer and the model
+    js = report_json([os.path.join(GOLDEN, "golden.h5")])
+    rows = [("layer %d" % x["layer"], x) for x in js["layer_attribution"]] + [("model", js)]
+    for label, x in rows:
+        line = re.search(r"^%s .*$" % label, out, re.M).group(0)
+        sf, sl = line.split("|")[-1].split()
+        assert (sf, sl) == ("%.4f" % x["sink_mass_first"], "%.4f" % x["sink_mass_last"]), line
+    assert "mean sink mass over the heads at steps 0 and 80" in out, out
 
 
 def t_drift_gaps():
@@ -567,6 +588,10 @@ def t_csv():
                   "content_entropy_first", "content_entropy_last", "rank_entropy", "rank_content"):
             same(num(r[k]), h[k], k, 0, 0)
         assert r["reason"] == "" and r["runs"] == ""
+    # run and layer lines: the mean sink mass over the heads at both ends
+    for r, x in zip(rows[:3], [js] + js["layer_attribution"]):
+        for k in ("sink_mass_first", "sink_mass_last"):
+            same(num(r[k]), x[k], "%s %s" % (r["scope"], k), 0, 0)
 
 
 # ---- several runs ---------------------------------------------------------------
