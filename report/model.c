@@ -50,6 +50,7 @@ void
 sw_rep_run_free(sw_rep_run *e)
 {
 	free(e->file);
+	free(e->gkey);
 	if (e->have_agg && !e->agg_borrowed)
 		sw_agg_free(&e->agg);
 	if (e->have_rank)

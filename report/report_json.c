@@ -290,6 +290,27 @@ json_group_fig(sw_json *j, const char *key, const double *x)
 	sw_json_end_obj(j);
 }
 
+/* A group's values of the group keys, each under its name; the numbers
+ * as numbers. */
+static void
+json_group_keys(sw_json *j, const sw_rep_run *e, const enum sw_group_key *keys, int nk)
+{
+	for (int k = 0; k < nk; k++) {
+		const char *name = sw_group_key_names[keys[k]];
+		char v[1100];
+		switch (keys[k]) {
+		case SW_GK_PARAMS: sw_json_int(j, name, (int64_t)e->meta.params); break;
+		case SW_GK_KEYS: sw_json_int(j, name, e->meta.keys); break;
+		case SW_GK_LAYERS: sw_json_int(j, name, e->meta.layers); break;
+		case SW_GK_HEADS: sw_json_int(j, name, e->meta.heads); break;
+		case SW_GK_GENERATION: sw_json_int(j, name, e->meta.generation); break;
+		default:
+			sw_rep_group_value(e, keys[k], v, sizeof(v));
+			sw_json_str(j, name, v);
+		}
+	}
+}
+
 static void
 json_others(sw_json *j, const char *key, const sw_rep_list *l, int excluded)
 {
@@ -321,6 +342,12 @@ sw_report_json_many(sw_json *j, const sw_report_many *m, const sw_rep_opts *o)
 	sw_json_int(j, "schema", 1);
 	sw_json_str(j, "report", "runs");
 	sw_json_str(j, "sorted_by", "params");
+	enum sw_group_key keys[SW_GK__N];
+	int nk = sw_rep_group_keys(o, keys);
+	sw_json_begin_arr(j, "group_by");
+	for (int k = 0; k < nk; k++)
+		sw_json_str(j, NULL, sw_group_key_names[keys[k]]);
+	sw_json_end_arr(j);
 	json_range(j, o);
 	sw_json_begin_arr(j, "runs");
 	for (size_t i = 0; i < n; i++) {
@@ -337,12 +364,11 @@ sw_report_json_many(sw_json *j, const sw_report_many *m, const sw_rep_opts *o)
 	sw_json_begin_arr(j, "groups");
 	for (size_t k = 0; k < ng; k++) {
 		sw_json_begin_obj(j, NULL);
-		sw_json_str(j, "model", cmp[g[k].first]->meta.model);
-		sw_json_int(j, "params", (int64_t)cmp[g[k].first]->meta.params);
+		json_group_keys(j, cmp[g[k].member[0]], keys, nk);
 		sw_json_int(j, "runs", (int64_t)g[k].n);
 		sw_json_begin_arr(j, "files");
-		for (size_t i = g[k].first; i < g[k].first + g[k].n; i++)
-			sw_json_str(j, NULL, cmp[i]->file);
+		for (size_t i = 0; i < g[k].n; i++)
+			sw_json_str(j, NULL, cmp[g[k].member[i]]->file);
 		sw_json_end_arr(j);
 		json_group_fig(j, "mean", g[k].mean);
 		json_group_fig(j, "sd", g[k].sd);
