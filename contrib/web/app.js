@@ -572,6 +572,11 @@
   }
 
   /* ---- compare ---- */
+  /* The compare charts' line colours (d3's category10), run i the colour
+   * i, cycled: the table's row of run i carries the same one. */
+  var SERIES_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+  function seriesColor(i) { return SERIES_COLORS[i % SERIES_COLORS.length]; }
   function viewCompare(params) {
     var my = gen;
     var ids = (params.ids || "");
@@ -584,8 +589,8 @@
     var tb = el("tbody", { id: "compare-body" });
     main.appendChild(el("h2", { text: "Whole runs, in parameter order" }));
     main.appendChild(el("table", { id: "compare" }, [el("thead", null, [el("tr", null,
-      ["#", "run", "model", "params", "steps", "path dH", "sink", "content", "sink share",
-        "content share"].map(function (h) { return el("th", { text: h }); }))]), tb]));
+      ["#", "run", "model", "params", "steps", "path dH", "sink channel", "content channel",
+        "sink share", "content share"].map(function (h) { return el("th", { text: h }); }))]), tb]));
     var graphs = null;
     function load() {
       return api("compare", { ids: ids }).then(function (j) {
@@ -596,7 +601,10 @@
           /* legend labels are numbers: dygraphs writes labels as HTML */
           labels.push("#" + (i + 1));
           var a = r.model_attribution ? r.model_attribution.path : {};
-          tb.appendChild(el("tr", { "data-id": r.id }, [el("td", { text: "#" + (i + 1) }),
+          var sw = el("span", { cls: "swatch" });
+          sw.style.background = seriesColor(i);
+          tb.appendChild(el("tr", { "data-id": r.id, "data-color": seriesColor(i) }, [
+            el("td", { cls: "series" }, [sw, txt("#" + (i + 1))]),
             el("td", null, [el("a", { href: "#/run?" + qs({ id: r.id }), text: r.run || r.file })]),
             el("td", { text: r.model || "–" }), el("td", { cls: "num", text: fmtParams(r.params),
               "data-value": String(r.params) }),
@@ -625,13 +633,13 @@
         }
         if (!n || !keys.length) return;
         var o = { labels: labels, legend: "always", xlabel: "step", connectSeparatedPoints: true,
-          drawGapEdgePoints: true };
-        if (!graphs) graphs = [
+          drawGapEdgePoints: true, colors: j.runs.map(function (r, i) { return seriesColor(i); }) };
+        if (!graphs) graphs = window.swCompareCharts = [
           new Dygraph(c1.plot, data("sm"), Object.assign({ labelsDiv: c1.legend }, o)),
           new Dygraph(c2.plot, data("ce"), Object.assign({ labelsDiv: c2.legend }, o))];
         else {
-          graphs[0].updateOptions({ file: data("sm") });
-          graphs[1].updateOptions({ file: data("ce") });
+          graphs[0].updateOptions({ file: data("sm"), colors: o.colors });
+          graphs[1].updateOptions({ file: data("ce"), colors: o.colors });
         }
       });
     }
