@@ -6,6 +6,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,125 @@
 #include <sys/stat.h>
 
 #include "report/swreport.h"
+
+const char *const sw_group_key_names[SW_GK__N] = {
+#define X(id, name) name,
+	SW_GROUP_KEYS(X)
+#undef X
+};
+
+int
+sw_rep_group_parse(const char *list, sw_rep_opts *o, char *err, size_t errlen)
+{
+	const char *p = list;
+	o->ngroup = 0;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		int k = 0;
+		while (k < SW_GK__N && (strlen(sw_group_key_names[k]) != len ||
+		    strncmp(p, sw_group_key_names[k], len)))
+			k++;
+		if (k == SW_GK__N) {
+			size_t n = (size_t)snprintf(err, errlen, "--group-by: '%.*s' is not a run "
+			    "attribute (", (int)len, p);
+			for (int i = 0; i < SW_GK__N && n < errlen; i++)
+				n += (size_t)snprintf(err + n, errlen - n, "%s%s", i ? ", " : "",
+				    sw_group_key_names[i]);
+			if (n < errlen)
+				snprintf(err + n, errlen - n, ")");
+			return -1;
+		}
+		int seen = 0;
+		for (int i = 0; i < o->ngroup; i++)
+			seen |= o->group[i] == (enum sw_group_key)k;
+		if (!seen)
+			o->group[o->ngroup++] = (enum sw_group_key)k;
+		p += len + (p[len] == ',');
+	}
+	if (o->ngroup == 0) {
+		snprintf(err, errlen, "--group-by: no attribute named");
+		return -1;
+	}
+	return 0;
+}
+
+int
+sw_rep_group_keys(const sw_rep_opts *o, enum sw_group_key keys[SW_GK__N])
+{
+	if (o->ngroup <= 0) {
+		keys[0] = SW_GK_MODEL;
+		keys[1] = SW_GK_PARAMS;
+		return 2;
+	}
+	memcpy(keys, o->group, (size_t)o->ngroup * sizeof(*keys));
+	return o->ngroup;
+}
+
+void
+sw_rep_group_value(const sw_rep_run *e, enum sw_group_key k, char *buf, size_t len)
+{
+	const char *slash;
+	switch (k) {
+	case SW_GK_MODEL: snprintf(buf, len, "%s", e->meta.model); break;
+	case SW_GK_PARAMS: snprintf(buf, len, "%llu", (unsigned long long)e->meta.params); break;
+	case SW_GK_RUN: snprintf(buf, len, "%s", e->meta.run); break;
+	case SW_GK_DIR:
+		slash = strrchr(e->file, '/');
+		if (!slash)
+			snprintf(buf, len, ".");
+		else
+			snprintf(buf, len, "%.*s", slash == e->file ? 1 : (int)(slash - e->file),
+			    e->file);
+		break;
+	case SW_GK_KIND: snprintf(buf, len, "%s", e->kind); break;
+	case SW_GK_KEYS: snprintf(buf, len, "%u", e->meta.keys); break;
+	case SW_GK_PROBE: snprintf(buf, len, "%s", e->meta.fixed_probe ? "fixed" : "varied"); break;
+	case SW_GK_FORM: snprintf(buf, len, "%s", e->have_agg ? e->agg.form : "-"); break;
+	case SW_GK_LAYERS: snprintf(buf, len, "%u", e->meta.layers); break;
+	case SW_GK_HEADS: snprintf(buf, len, "%u", e->meta.heads); break;
+	case SW_GK_GENERATION: snprintf(buf, len, "%u", e->meta.generation); break;
+	default: snprintf(buf, len, "?"); break;
+	}
+}
+
+/* e->gkey: the values of the group keys in effect, each ended by a unit
+ * separator (so that no two lists of values join alike). -1 out of memory. */
+static int
+rep_gkey(sw_rep_run *e, const sw_rep_opts *o)
+{
+	enum sw_group_key keys[SW_GK__N];
+	int nk = sw_rep_group_keys(o, keys);
+	size_t cap = 1, n = 0;
+	char v[1100];
+	for (int i = 0; i < nk; i++) {
+		sw_rep_group_value(e, keys[i], v, sizeof(v));
+		cap += strlen(v) + 1;
+	}
+	free(e->gkey);
+	if (!(e->gkey = malloc(cap)))
+		return -1;
+	e->gkey[0] = 0;
+	for (int i = 0; i < nk; i++) {
+		sw_rep_group_value(e, keys[i], v, sizeof(v));
+		n += (size_t)snprintf(e->gkey + n, cap - n, "%s\x1f", v);
+	}
+	return 0;
+}
+
+/* Runs whose id matches an --exclude pattern are not compared. */
+static void
+rep_exclude(sw_rep_list *runs, const sw_rep_opts *o)
+{
+	for (size_t i = 0; i < runs->n; i++) {
+		sw_rep_run *e = &runs->v[i];
+		for (size_t k = 0; e->meta.layers && k < o->nexclude; k++)
+			if (fnmatch(o->exclude[k], e->meta.run, 0) == 0) {
+				snprintf(e->reason, sizeof(e->reason), "excluded (--exclude %s)",
+				    o->exclude[k]);
+				break;
+			}
+	}
+}
 
 /* A new zeroed entry at the end of the list, or NULL. */
 static sw_rep_run *
@@ -179,7 +299,8 @@ rep_scan_dir(const char *dir, const sw_rep_opts *o, sw_rep_list *runs,
 	return rc;
 }
 
-/* Sorted by parameter count, then model name, then file. */
+/* Sorted by parameter count, then model name, then the group keys'
+ * values, then file. */
 static int
 rep_cmp(const void *x, const void *y)
 {
@@ -187,6 +308,8 @@ rep_cmp(const void *x, const void *y)
 	if (a->meta.params != b->meta.params)
 		return a->meta.params < b->meta.params ? -1 : 1;
 	int c = strcmp(a->meta.model, b->meta.model);
+	if (!c && a->gkey && b->gkey)
+		c = strcmp(a->gkey, b->gkey);
 	return c ? c : strcmp(a->file, b->file);
 }
 
@@ -274,37 +397,58 @@ group_values(const sw_attrib *m, double *v)
 	v[SW_G_ECSH] = m->end_content_share;
 }
 
-/* Groups of two or more runs with the same model name and params. */
-static size_t
+/* The mean and sample standard deviation of each figure over g's runs. */
+static void
+group_stats(sw_rep_run *const *cmp, sw_rep_group *g)
+{
+	double *v = malloc(g->n * sizeof(double) + 1), row[SW_G_N];
+	for (int f = 0; f < SW_G_N; f++) {
+		for (size_t k = 0; v && k < g->n; k++) {
+			group_values(&cmp[g->member[k]]->agg.model, row);
+			v[k] = row[f];
+		}
+		size_t used;
+		if (v)
+			sw_mean_sd(v, g->n, &g->mean[f], &g->sd[f], &used);
+		else
+			g->mean[f] = g->sd[f] = NAN;
+	}
+	free(v);
+}
+
+/* Groups of two or more runs with the same values of the group keys (by
+ * default model name and params), in the order of their first run.
+ * Returns their count, or -1 out of memory. */
+static long
 rep_groups(sw_rep_run *const *cmp, size_t n, sw_rep_group *g)
 {
 	size_t ng = 0;
-	for (size_t i = 0; i < n;) {
-		size_t e = i + 1;
-		while (e < n && cmp[e]->meta.params == cmp[i]->meta.params &&
-		    !strcmp(cmp[e]->meta.model, cmp[i]->meta.model))
-			e++;
-		if (e - i >= 2) {
-			double *v = malloc((e - i) * sizeof(double) + 1), row[SW_G_N];
-			g[ng].first = i;
-			g[ng].n = e - i;
-			for (int f = 0; f < SW_G_N; f++) {
-				for (size_t k = i; v && k < e; k++) {
-					group_values(&cmp[k]->agg.model, row);
-					v[k - i] = row[f];
-				}
-				size_t used;
-				if (v)
-					sw_mean_sd(v, e - i, &g[ng].mean[f], &g[ng].sd[f], &used);
-				else
-					g[ng].mean[f] = g[ng].sd[f] = NAN;
-			}
-			free(v);
-			ng++;
+	char *done = calloc(n + 1, 1);
+	if (!done)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		size_t c = 0;
+		if (done[i])
+			continue;
+		for (size_t k = i; k < n; k++)
+			c += !done[k] && !strcmp(cmp[k]->gkey, cmp[i]->gkey);
+		if (c < 2)
+			continue;
+		if (!(g[ng].member = malloc(c * sizeof(size_t)))) {
+			free(done);
+			return -1;
 		}
-		i = e;
+		g[ng].n = 0;
+		for (size_t k = i; k < n; k++)
+			if (!done[k] && !strcmp(cmp[k]->gkey, cmp[i]->gkey)) {
+				done[k] = 1;
+				g[ng].member[g[ng].n++] = k;
+			}
+		group_stats(cmp, &g[ng]);
+		ng++;
 	}
-	return ng;
+	free(done);
+	return (long)ng;
 }
 
 int
@@ -323,17 +467,24 @@ sw_report_many_build(sw_report_many *m, char **paths, size_t np, const sw_rep_op
 			return -1;
 		rep_load(e, o);
 	}
+	for (size_t i = 0; i < m->runs.n; i++)
+		if (rep_gkey(&m->runs.v[i], o) != 0)
+			return -1;
 	if (m->runs.n > 1)	/* runs.v is NULL when no run was found */
 		qsort(m->runs.v, m->runs.n, sizeof(*m->runs.v), rep_cmp);
+	rep_exclude(&m->runs, o);
 	rep_once(&m->runs);
 	rep_majority(&m->runs);
 	if (!(m->cmp = malloc((m->runs.n + 1) * sizeof(*m->cmp))) ||
-	    !(m->g = malloc((m->runs.n + 1) * sizeof(*m->g))))
+	    !(m->g = calloc(m->runs.n + 1, sizeof(*m->g))))
 		return -1;
 	for (size_t i = 0; i < m->runs.n; i++)
 		if (!m->runs.v[i].reason[0])
 			m->cmp[m->n++] = &m->runs.v[i];
-	m->ng = rep_groups(m->cmp, m->n, m->g);
+	long ng = rep_groups(m->cmp, m->n, m->g);
+	if (ng < 0)
+		return -1;
+	m->ng = (size_t)ng;
 	return 0;
 }
 
@@ -341,6 +492,8 @@ void
 sw_report_many_free(sw_report_many *m)
 {
 	free(m->cmp);
+	for (size_t k = 0; m->g && k < m->runs.n + 1; k++)
+		free(m->g[k].member);
 	free(m->g);
 	rep_list_free(&m->runs);
 	rep_list_free(&m->skipped);

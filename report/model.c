@@ -50,6 +50,7 @@ void
 sw_rep_run_free(sw_rep_run *e)
 {
 	free(e->file);
+	free(e->gkey);
 	if (e->have_agg && !e->agg_borrowed)
 		sw_agg_free(&e->agg);
 	if (e->have_rank)
@@ -94,6 +95,26 @@ sw_rep_compute(sw_rep_run *e, sw_run *run, const sw_rep_opts *o, const sw_range 
 		e->have_rank = 1;
 	}
 	return 0;
+}
+
+void
+sw_rep_sink_mass(const sw_agg *a, size_t l, double *first, double *last)
+{
+	size_t i0 = l < a->L ? l * a->H : 0, i1 = l < a->L ? i0 + a->H : a->LH;
+	double sf = 0, sl = 0;
+	size_t nf = 0, nl = 0;
+	for (size_t i = i0; i < i1; i++) {
+		if (isfinite(a->first[i].s)) {
+			sf += a->first[i].s;
+			nf++;
+		}
+		if (isfinite(a->last[i].s)) {
+			sl += a->last[i].s;
+			nl++;
+		}
+	}
+	*first = nf ? sf / (double)nf : NAN;
+	*last = nl ? sl / (double)nl : NAN;
 }
 
 int

@@ -20,7 +20,7 @@
 	X(endpoint_content_share) X(lost) X(incomplete) \
 	X(sink_mass_first) X(sink_mass_last) X(entropy_first) X(entropy_last) \
 	X(content_entropy_first) X(content_entropy_last) X(class) X(rank_entropy) \
-	X(rank_content) X(runs) \
+	X(rank_content) X(runs) X(group) \
 	X(sd_path_dH) X(sd_path_sink) X(sd_path_content) X(sd_path_sink_share) \
 	X(sd_path_content_share) X(sd_endpoint_dH) X(sd_endpoint_sink) \
 	X(sd_endpoint_content) X(sd_endpoint_sink_share) X(sd_endpoint_content_share) \
@@ -125,6 +125,16 @@ csv_attrib(struct csv_line *c, const sw_attrib *a)
 	csv_num(c, C_endpoint_content_share, a->end_content_share);
 }
 
+/* Run and layer lines: the mean sink mass over the heads at both ends. */
+static void
+csv_sink_mass(struct csv_line *c, const sw_agg *a, size_t l)
+{
+	double f, la;
+	sw_rep_sink_mass(a, l, &f, &la);
+	csv_num(c, C_sink_mass_first, f);
+	csv_num(c, C_sink_mass_last, la);
+}
+
 /* The cells naming a run (file, run, model, params, shape). */
 static void
 csv_ident(struct csv_line *c, const char *scope, const sw_rep_run *e)
@@ -154,6 +164,7 @@ csv_run(const sw_rep_run *e, int layers, int heads, double eps)
 	csv_set(&c, C_intervals_incomplete, "%lld", (long long)a->intervals_incomplete);
 	csv_set(&c, C_form, "%s", a->form);
 	csv_attrib(&c, &a->model);
+	csv_sink_mass(&c, a, a->L);
 	csv_set(&c, C_lost, "%lld", (long long)e->lost);
 	csv_set(&c, C_incomplete, "%lld", (long long)e->incomplete);
 	csv_emit(&c);
@@ -162,6 +173,7 @@ csv_run(const sw_rep_run *e, int layers, int heads, double eps)
 		csv_set(&c, C_layer, "%zu", l);
 		csv_set(&c, C_form, "%s", a->form);
 		csv_attrib(&c, &a->layer[l]);
+		csv_sink_mass(&c, a, l);
 		csv_emit(&c);
 	}
 	for (size_t i = 0; heads && i < a->LH; i++) {
@@ -182,6 +194,33 @@ csv_run(const sw_rep_run *e, int layers, int heads, double eps)
 		csv_num(&c, C_rank_content, e->rank.rank_content[i]);
 		csv_emit(&c);
 	}
+}
+
+/* A group line's keys: model and params in their cells when they are group
+ * keys, and every key as key=value, ';'-separated, in the group cell. */
+static void
+csv_group_keys(struct csv_line *c, const sw_rep_run *e, const sw_rep_opts *o)
+{
+	enum sw_group_key keys[SW_GK__N];
+	int nk = sw_rep_group_keys(o, keys);
+	char v[1100], *all = NULL;
+	size_t len = 0;
+	for (int k = 0; k < nk; k++) {
+		if (keys[k] == SW_GK_MODEL)
+			csv_set(c, C_model, "%s", e->meta.model);
+		else if (keys[k] == SW_GK_PARAMS)
+			csv_set(c, C_params, "%llu", (unsigned long long)e->meta.params);
+		sw_rep_group_value(e, keys[k], v, sizeof(v));
+		size_t add = strlen(sw_group_key_names[keys[k]]) + strlen(v) + 3;
+		char *p = realloc(all, len + add);
+		if (!p)
+			break;
+		all = p;
+		len += (size_t)snprintf(all + len, add, "%s%s=%s", k ? ";" : "",
+		    sw_group_key_names[keys[k]], v);
+	}
+	csv_set(c, C_group, "%s", all ? all : "");
+	free(all);
 }
 
 /* One run file: the header, its line, its layers, its heads as asked. */
@@ -213,10 +252,8 @@ sw_report_csv_many(const sw_report_many *m, const sw_rep_opts *o)
 	for (size_t i = 0; i < n; i++)
 		csv_run(cmp[i], o->per_layer, o->per_head, o->eps);
 	for (size_t k = 0; k < ng; k++) {
-		const sw_rep_run *e = cmp[g[k].first];
 		csv_set(&c, C_scope, "group");
-		csv_set(&c, C_model, "%s", e->meta.model);
-		csv_set(&c, C_params, "%llu", (unsigned long long)e->meta.params);
+		csv_group_keys(&c, cmp[g[k].member[0]], o);
 		csv_set(&c, C_runs, "%zu", g[k].n);
 		for (int f = 0; f < SW_G_N; f++) {
 			csv_num(&c, mcol[f], g[k].mean[f]);

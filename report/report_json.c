@@ -31,6 +31,16 @@ json_range(sw_json *j, const sw_rep_opts *o)
 	sw_json_end_obj(j);
 }
 
+/* The mean sink mass of layer l (l == L: the model) at the range's ends. */
+static void
+json_sink_mass(sw_json *j, const sw_agg *a, size_t l)
+{
+	double f, la;
+	sw_rep_sink_mass(a, l, &f, &la);
+	sw_json_num(j, "sink_mass_first", f);
+	sw_json_num(j, "sink_mass_last", la);
+}
+
 /* The range's incomplete steps and the intervals they touch. */
 static void
 json_gaps(sw_json *j, const sw_agg *a)
@@ -76,6 +86,7 @@ json_layers(sw_json *j, const sw_agg *a)
 		sw_json_begin_obj(j, NULL);
 		sw_json_int(j, "layer", (int64_t)l);
 		sw_json_attrib(j, &a->layer[l]);
+		json_sink_mass(j, a, l);
 		sw_json_end_obj(j);
 	}
 	sw_json_end_arr(j);
@@ -185,6 +196,7 @@ json_run_common(sw_json *j, const sw_rep_run *e)
 	sw_json_begin_obj(j, "model_attribution");
 	sw_json_attrib(j, &a->model);
 	sw_json_end_obj(j);
+	json_sink_mass(j, a, a->L);
 }
 
 /* The run's segments: one per incarnation's stretch of the view. */
@@ -324,6 +336,27 @@ json_group_fig(sw_json *j, const char *key, const double *x)
 	sw_json_end_obj(j);
 }
 
+/* A group's values of the group keys, each under its name; the numbers
+ * as numbers. */
+static void
+json_group_keys(sw_json *j, const sw_rep_run *e, const enum sw_group_key *keys, int nk)
+{
+	for (int k = 0; k < nk; k++) {
+		const char *name = sw_group_key_names[keys[k]];
+		char v[1100];
+		switch (keys[k]) {
+		case SW_GK_PARAMS: sw_json_int(j, name, (int64_t)e->meta.params); break;
+		case SW_GK_KEYS: sw_json_int(j, name, e->meta.keys); break;
+		case SW_GK_LAYERS: sw_json_int(j, name, e->meta.layers); break;
+		case SW_GK_HEADS: sw_json_int(j, name, e->meta.heads); break;
+		case SW_GK_GENERATION: sw_json_int(j, name, e->meta.generation); break;
+		default:
+			sw_rep_group_value(e, keys[k], v, sizeof(v));
+			sw_json_str(j, name, v);
+		}
+	}
+}
+
 static void
 json_others(sw_json *j, const char *key, const sw_rep_list *l, int excluded)
 {
@@ -355,6 +388,12 @@ sw_report_json_many(sw_json *j, const sw_report_many *m, const sw_rep_opts *o)
 	sw_json_int(j, "schema", 1);
 	sw_json_str(j, "report", "runs");
 	sw_json_str(j, "sorted_by", "params");
+	enum sw_group_key keys[SW_GK__N];
+	int nk = sw_rep_group_keys(o, keys);
+	sw_json_begin_arr(j, "group_by");
+	for (int k = 0; k < nk; k++)
+		sw_json_str(j, NULL, sw_group_key_names[keys[k]]);
+	sw_json_end_arr(j);
 	json_range(j, o);
 	sw_json_begin_arr(j, "runs");
 	for (size_t i = 0; i < n; i++) {
@@ -371,12 +410,11 @@ sw_report_json_many(sw_json *j, const sw_report_many *m, const sw_rep_opts *o)
 	sw_json_begin_arr(j, "groups");
 	for (size_t k = 0; k < ng; k++) {
 		sw_json_begin_obj(j, NULL);
-		sw_json_str(j, "model", cmp[g[k].first]->meta.model);
-		sw_json_int(j, "params", (int64_t)cmp[g[k].first]->meta.params);
+		json_group_keys(j, cmp[g[k].member[0]], keys, nk);
 		sw_json_int(j, "runs", (int64_t)g[k].n);
 		sw_json_begin_arr(j, "files");
-		for (size_t i = g[k].first; i < g[k].first + g[k].n; i++)
-			sw_json_str(j, NULL, cmp[i]->file);
+		for (size_t i = 0; i < g[k].n; i++)
+			sw_json_str(j, NULL, cmp[g[k].member[i]]->file);
 		sw_json_end_arr(j);
 		json_group_fig(j, "mean", g[k].mean);
 		json_group_fig(j, "sd", g[k].sd);

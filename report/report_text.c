@@ -29,13 +29,18 @@ text_senders(const sw_rep_senders *s)
 		    (unsigned long long)s->open[k].inc, s->open[k].sent ? "its end" : "anything");
 }
 
+/* A layer's (l < L) or the model's line: its splits, its mean sink mass at
+ * the range's ends. */
 static void
-text_attrib(const char *label, const sw_attrib *a)
+text_attrib(const char *label, const sw_agg *ag, size_t l)
 {
-	printf("%-8s %12.6f %12.6f %12.6f %8.4f %8.4f | %12.6f %12.6f %12.6f %8.4f %8.4f\n",
-	    label, a->path.dH, a->path.sink, a->path.content, a->path_sink_share,
-	    a->path_content_share, a->endpoint.dH, a->endpoint.sink, a->endpoint.content,
-	    a->end_sink_share, a->end_content_share);
+	const sw_attrib *a = l < ag->L ? &ag->layer[l] : &ag->model;
+	double sf, sl;
+	sw_rep_sink_mass(ag, l, &sf, &sl);
+	printf("%-8s %12.6f %12.6f %12.6f %8.4f %8.4f | %12.6f %12.6f %12.6f %8.4f %8.4f | "
+	    "%8.4f %8.4f\n", label, a->path.dH, a->path.sink, a->path.content,
+	    a->path_sink_share, a->path_content_share, a->endpoint.dH, a->endpoint.sink,
+	    a->endpoint.content, a->end_sink_share, a->end_content_share, sf, sl);
 }
 
 /* "2 of 7 intervals incomplete: steps 20-40, 60-70 (step 30: ...; ...)" */
@@ -90,8 +95,8 @@ static void
 text_heads(const sw_agg *a, const sw_ranking *rk, double eps)
 {
 	printf("\nper head, path split over steps %lld .. %lld; class with eps %g nats "
-	    "(sinkwatch(1)): sink = collapse by sink growth, content = sharpening of "
-	    "content, both, stable, rise\n", (long long)a->first_step, (long long)a->last_step,
+	    "(sinkwatch(1)): sink = a drop through the sink channel, content = through the "
+	    "content channel, both, stable, rise\n", (long long)a->first_step, (long long)a->last_step,
 	    eps);
 	printf("%5s %4s %8s %8s %9s %9s %9s %9s %11s %11s %11s %-8s %6s %6s\n", "layer", "head",
 	    "s first", "s last", "H first", "H last", "Hc first", "Hc last", "dH", "sink",
@@ -175,29 +180,34 @@ sw_report_text_run(const sw_report *m)
 	}
 	text_gaps("", a);
 	printf("\n");
-	printf("entropy change attributed to sink growth and content sharpening (nats)\n");
-	printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s\n", "", "path dH",
-	    "sink", "content", "sink_sh", "cont_sh", "endpoint dH", "sink", "content",
-	    "sink_sh", "cont_sh");
+	printf("entropy change attributed to the sink channel and the content channel (nats)\n");
+	printf("%-8s %12s %12s %12s %8s %8s | %12s %12s %12s %8s %8s | %8s %8s\n", "",
+	    "path dH", "sink", "content", "sink_sh", "cont_sh", "endpoint dH", "sink", "content",
+	    "sink_sh", "cont_sh", "s first", "s last");
 	for (size_t l = 0; l < a->L; l++) {
 		char label[32];
 		snprintf(label, sizeof(label), "layer %zu", l);
-		text_attrib(label, &a->layer[l]);
+		text_attrib(label, a, l);
 	}
-	text_attrib("model", &a->model);
+	text_attrib("model", a, a->L);
 	printf("\nshares are parts / dH, shown only where dH < 0 (a drop); "
-	    "they may fall outside [0, 1] when the parts have opposite signs\n");
+	    "they may fall outside [0, 1] when the parts have opposite signs\n"
+	    "s first, s last: the mean sink mass over the heads at steps %lld and %lld; the "
+	    "sink part has either sign, whichever way the sink mass moved\n",
+	    (long long)a->first_step, (long long)a->last_step);
 	if (o->per_head)
 		text_heads(a, &e->rank, o->eps);
 }
 
 static void
-text_row(const char *model, const char *params, const sw_attrib *a, const char *steps,
-    const char *form, const char *lost, const char *incompl, const char *file)
+text_row(const char *model, const char *run, const char *params, const sw_attrib *a,
+    const char *steps, const char *form, const char *lost, const char *incompl,
+    const char *file)
 {
-	printf("%-22s %12s %6s %11.6f %11.6f %11.6f %8.4f | %11.6f %11.6f %11.6f %8.4f", model,
-	    params, steps, a->path.dH, a->path.sink, a->path.content, a->path_sink_share,
-	    a->endpoint.dH, a->endpoint.sink, a->endpoint.content, a->end_sink_share);
+	printf("%-22s %-16s %12s %6s %11.6f %11.6f %11.6f %8.4f | %11.6f %11.6f %11.6f %8.4f",
+	    model, run, params, steps, a->path.dH, a->path.sink, a->path.content,
+	    a->path_sink_share, a->endpoint.dH, a->endpoint.sink, a->endpoint.content,
+	    a->end_sink_share);
 	if (form[0])	/* a run's line; a layer's ends here */
 		printf(" %-9s %5s %9s  %s", form, lost, incompl, file);
 	printf("\n");
@@ -205,20 +215,75 @@ text_row(const char *model, const char *params, const sw_attrib *a, const char *
 
 /* ---- several runs ---- */
 
+/* The value of group key k over the group's runs: theirs when they share it,
+ * else "(mixed)"; text-safe. */
+static const char *
+group_value(const sw_report_many *rm, const sw_rep_group *g, enum sw_group_key k, char *buf,
+    size_t len)
+{
+	char v[1100], w[1100];
+	sw_rep_group_value(rm->cmp[g->member[0]], k, v, sizeof(v));
+	for (size_t i = 1; i < g->n; i++) {
+		sw_rep_group_value(rm->cmp[g->member[i]], k, w, sizeof(w));
+		if (strcmp(v, w)) {
+			snprintf(buf, len, "(mixed)");
+			return buf;
+		}
+	}
+	if (k == SW_GK_MODEL && !v[0]) {
+		snprintf(buf, len, "-");
+		return buf;
+	}
+	return sw_text_safe(v, buf, len);
+}
+
+/* The groups' lines: the group keys named, each group's mean and spread. */
+static void
+text_groups(const sw_report_many *rm, const sw_rep_opts *o)
+{
+	enum sw_group_key keys[SW_GK__N];
+	int nk = sw_rep_group_keys(o, keys);
+	char tm[SW_TEXT_SAFE(SWP_MODEL_MAX)], tp[32], extra[SW_TEXT_SAFE(1100)];
+	if (!rm->ng)
+		return;
+	printf("\n%zu group%s of runs with the same ", rm->ng, rm->ng == 1 ? "" : "s");
+	for (int k = 0; k < nk; k++)
+		printf("%s%s", k == 0 ? "" : k == nk - 1 ? " and " : ", ",
+		    sw_group_key_names[keys[k]]);
+	printf(": mean and %s\n", SW_REP_SPREAD);
+	printf("%-22s %12s %4s  %-21s  %-21s  %-21s  %-17s | %-21s  %-17s  %s\n", "model",
+	    "params", "runs", "path dH", "sink", "content", "sink_sh", "endpt dH",
+	    "endpt sink_sh", "group");
+	for (size_t k = 0; k < rm->ng; k++) {
+		const sw_rep_group *g = &rm->g[k];
+		const double *m = g->mean, *s = g->sd;
+		printf("%-22s %12s %4zu  %10.6f ± %-8.6f  %10.6f ± %-8.6f  %10.6f ± %-8.6f  "
+		    "%7.4f ± %-7.4f | %10.6f ± %-8.6f  %7.4f ± %-7.4f ",
+		    group_value(rm, g, SW_GK_MODEL, tm, sizeof(tm)),
+		    group_value(rm, g, SW_GK_PARAMS, tp, sizeof(tp)), g->n, m[SW_G_PDH],
+		    s[SW_G_PDH], m[SW_G_PSINK], s[SW_G_PSINK], m[SW_G_PCONT], s[SW_G_PCONT],
+		    m[SW_G_PSSH], s[SW_G_PSSH], m[SW_G_EDH], s[SW_G_EDH], m[SW_G_ESSH],
+		    s[SW_G_ESSH]);
+		for (int i = 0; i < nk; i++)
+			printf(" %s=%s", sw_group_key_names[keys[i]],
+			    group_value(rm, g, keys[i], extra, sizeof(extra)));
+		printf("\n");
+	}
+}
+
 void
 sw_report_text_many(const sw_report_many *rm, const sw_rep_opts *o)
 {
 	sw_rep_run *const *cmp = rm->cmp;
-	const sw_rep_group *g = rm->g;
 	const sw_rep_list *runs = &rm->runs, *skipped = &rm->skipped;
-	size_t n = rm->n, ng = rm->ng;
+	size_t n = rm->n;
 	char rd[96];
 	range_desc(o, rd, sizeof(rd));
 	printf("%zu run%s compared, sorted by parameter count; steps:%s; path = sum over the "
 	    "stored intervals, endpoint = the range's first to last step (nats)\n", n,
 	    n == 1 ? "" : "s", rd);
-	printf("%-22s %12s %6s %11s %11s %11s %8s | %11s %11s %11s %8s %-9s %5s %9s  %s\n",
-	    "model", "params", "steps", "path dH", "sink", "content", "sink_sh", "endpt dH",
+	printf("%-22s %-16s %12s %6s %11s %11s %11s %8s | %11s %11s %11s %8s %-9s %5s %9s  %s\n",
+	    "model", "run", "params", "steps", "path dH", "sink", "content", "sink_sh", "endpt dH",
 	    "sink", "content", "sink_sh", "form", "lost", "incompl", "file");
 	for (size_t i = 0; i < n; i++) {
 		const sw_rep_run *e = cmp[i];
@@ -230,15 +295,16 @@ sw_report_text_many(const sw_report_many *rm, const sw_rep_opts *o)
 		snprintf(inc, sizeof(inc), "%lld/%lld", (long long)a->intervals_incomplete,
 		    (long long)a->intervals);
 		char tmodel[SW_TEXT_SAFE(SWP_MODEL_MAX)] = "-", tfile[SW_TEXT_SAFE(1024)];
+		char trun[SW_TEXT_SAFE(SWP_RUN_MAX)];
 		if (e->meta.model[0])
 			sw_text_safe(e->meta.model, tmodel, sizeof(tmodel));
-		text_row(tmodel, params, &a->model, steps, a->form, lost, inc,
-		    sw_text_safe(e->file, tfile, sizeof(tfile)));
+		text_row(tmodel, sw_text_safe(e->meta.run, trun, sizeof(trun)), params, &a->model,
+		    steps, a->form, lost, inc, sw_text_safe(e->file, tfile, sizeof(tfile)));
 		if (o->per_layer)
 			for (size_t l = 0; l < a->L; l++) {
 				char label[32];
 				snprintf(label, sizeof(label), "  layer %zu", l);
-				text_row(label, "", &a->layer[l], "", "", "", "", "");
+				text_row(label, "", "", &a->layer[l], "", "", "", "", "");
 			}
 		if (a->ngaps && (o->per_layer || o->per_head))
 			text_gaps("  ", a);
@@ -250,24 +316,7 @@ sw_report_text_many(const sw_report_many *rm, const sw_rep_opts *o)
 	}
 	printf("incompl: intervals of the range that touch an incomplete step (missing layers "
 	    "or heads, heads without a valid row), of all its intervals\n");
-	if (ng) {
-		printf("\n%zu group%s of runs with the same model and params: mean and %s\n", ng,
-		    ng == 1 ? "" : "s", SW_REP_SPREAD);
-		printf("%-22s %12s %4s  %-21s  %-21s  %-21s  %-17s | %-21s  %s\n", "model",
-		    "params", "runs", "path dH", "sink", "content", "sink_sh", "endpt dH",
-		    "endpt sink_sh");
-		for (size_t k = 0; k < ng; k++) {
-			const sw_rep_run *e = cmp[g[k].first];
-			const double *m = g[k].mean, *s = g[k].sd;
-			char tmodel[SW_TEXT_SAFE(SWP_MODEL_MAX)];
-			printf("%-22s %12llu %4zu  %10.6f ± %-8.6f  %10.6f ± %-8.6f  %10.6f ± %-8.6f  "
-			    "%7.4f ± %-7.4f | %10.6f ± %-8.6f  %7.4f ± %.4f\n",
-			    e->meta.model[0] ? sw_text_safe(e->meta.model, tmodel, sizeof(tmodel)) : "-",
-			    (unsigned long long)e->meta.params, g[k].n, m[SW_G_PDH], s[SW_G_PDH],
-			    m[SW_G_PSINK], s[SW_G_PSINK], m[SW_G_PCONT], s[SW_G_PCONT], m[SW_G_PSSH],
-			    s[SW_G_PSSH], m[SW_G_EDH], s[SW_G_EDH], m[SW_G_ESSH], s[SW_G_ESSH]);
-		}
-	}
+	text_groups(rm, o);
 	size_t nex = 0;
 	for (size_t i = 0; i < runs->n; i++)
 		nex += runs->v[i].reason[0] != 0;

@@ -23,18 +23,53 @@ struct sw_json;
 
 enum sw_rep_fmt { SW_REP_TEXT, SW_REP_JSON, SW_REP_CSV };
 
+/*
+ * The run attributes several runs can be grouped by (--group-by), in the
+ * order sinkwatch(1) lists them: model name, parameter count, run id, the
+ * directory of the file, the input kind, the probe's keys, the fixed-probe
+ * setting, the split form, layers, heads, the file's generation.
+ */
+#define SW_GROUP_KEYS(X) X(MODEL, "model") X(PARAMS, "params") X(RUN, "run") \
+	X(DIR, "dir") X(KIND, "kind") X(KEYS, "keys") X(PROBE, "probe") X(FORM, "form") \
+	X(LAYERS, "layers") X(HEADS, "heads") X(GENERATION, "generation")
+enum sw_group_key {
+#define X(id, name) SW_GK_##id,
+	SW_GROUP_KEYS(X)
+#undef X
+	SW_GK__N
+};
+extern const char *const sw_group_key_names[SW_GK__N];
+
 /* What was asked for: the range, and what to show of each run. */
 typedef struct sw_rep_opts {
 	enum sw_rep_fmt fmt;
 	int series, per_layer, per_head;
 	double eps;
 	sw_range_req range;
+	/* several runs: the group keys in the order given (ngroup 0: model,
+	 * params), and the run-id patterns (fnmatch) left out; exclude is the
+	 * caller's */
+	int ngroup;
+	enum sw_group_key group[SW_GK__N];
+	const char *const *exclude;
+	size_t nexclude;
 } sw_rep_opts;
 
 /* Options that cannot go together, or out of range (--last with --from,
  * --last < 0, eps not a finite number >= 0): -1 with err naming the
  * option, as the command line says it. */
 int sw_rep_opts_check(const sw_rep_opts *o, char *err, size_t errlen);
+/*
+ * Parses a --group-by list ("model,params,run") into o (a key named twice
+ * counts once). 0, or -1 with err naming the unknown key and the known ones.
+ */
+int sw_rep_group_parse(const char *list, sw_rep_opts *o, char *err, size_t errlen);
+/* The keys in effect (o->group, or the default) into keys; their count. */
+int sw_rep_group_keys(const sw_rep_opts *o, enum sw_group_key keys[SW_GK__N]);
+struct sw_rep_run;
+/* Run e's value of key k as text (the dir of "a/b.h5" is "a", of "b.h5" "."). */
+void sw_rep_group_value(const struct sw_rep_run *e, enum sw_group_key k, char *buf,
+    size_t len);
 
 /* The classification and ranking rules, as sinkwatch(1) states them. */
 #define SW_REP_CLASS_RULE "on the path split, eps in nats: stable |dH| < eps; rise dH >= eps; " \
@@ -76,6 +111,7 @@ typedef struct sw_rep_run {
 	dev_t dev;		/* the file, to see it named twice */
 	ino_t ino;
 	char reason[768];	/* why it is not compared; "" when it is */
+	char *gkey;		/* several runs: its group keys' values, joined (malloc'd) */
 } sw_rep_run;
 
 void sw_rep_run_free(sw_rep_run *e);
@@ -114,6 +150,14 @@ void sw_report_free(sw_report *m);
 int sw_report_of_run(sw_report *m, sw_run *run, const char *file, const sw_rep_opts *o,
     char *err, size_t errlen);
 
+/*
+ * The mean sink mass over the heads of layer l (l == a->L: every head of
+ * the model) at the range's first and last step, over the heads with a
+ * value there (METRICS.md §2; the series' head means at the range's ends).
+ * NaN when no head has one.
+ */
+void sw_rep_sink_mass(const sw_agg *a, size_t l, double *first, double *last);
+
 /* The sender table of r into s (s->err says why when it cannot be read). */
 void sw_rep_senders_read(sw_reader *r, sw_rep_senders *s);
 void sw_rep_senders_free(sw_rep_senders *s);
@@ -149,10 +193,11 @@ typedef struct sw_rep_list {
 enum { SW_G_PDH, SW_G_PSINK, SW_G_PCONT, SW_G_PSSH, SW_G_PCSH, SW_G_EDH, SW_G_ESINK,
 	SW_G_ECONT, SW_G_ESSH, SW_G_ECSH, SW_G_N };
 
-/* A group: the compared runs cmp[first .. first + n) (same model and
- * params); mean and sample standard deviation of each figure. */
+/* A group: the compared runs cmp[member[0 .. n)] (the same value of each
+ * group key, in table order); mean and sample standard deviation of each
+ * figure. */
 typedef struct sw_rep_group {
-	size_t first, n;
+	size_t *member, n;
 	double mean[SW_G_N], sd[SW_G_N];
 } sw_rep_group;
 

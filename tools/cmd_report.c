@@ -91,9 +91,26 @@ parse_step(const char *opt, const char *s, int64_t *out)
 	return 0;
 }
 
+static int
+parse_format(const char *f, enum sw_rep_fmt *fmt)
+{
+	if (!strcmp(f, "json"))
+		*fmt = SW_REP_JSON;
+	else if (!strcmp(f, "csv"))
+		*fmt = SW_REP_CSV;
+	else if (!strcmp(f, "text"))
+		*fmt = SW_REP_TEXT;
+	else
+		return sw_tool_fail("report", "--format: '%s' is not text, json or csv", f);
+	return 0;
+}
+
 #define REPORT_USAGE "usage: sinkwatch report RUN.h5... | DIR [--format text|json|csv] " \
 	"[--from STEP] [--to STEP] [--last N]\n" \
-	"                        [--per-layer] [--per-head] [--eps NATS] [--series]\n"
+	"                        [--per-layer] [--per-head] [--eps NATS] [--series]\n" \
+	"                        [--group-by KEY,...] [--exclude PATTERN]...\n" \
+	"  group keys: model params run dir kind keys probe form layers heads generation\n" \
+	"  (default model,params); --exclude: a run id pattern (fnmatch), repeatable\n"
 
 int
 sw_report_main(int argc, char **argv)
@@ -101,16 +118,19 @@ sw_report_main(int argc, char **argv)
 	sw_rep_opts o;
 	char **paths = calloc((size_t)argc + 1, sizeof(char *));
 	char **owned = calloc((size_t)argc + 1, sizeof(char *));	/* escaped names */
+	const char **excl = calloc((size_t)argc + 1, sizeof(char *));
 	size_t np = 0;
 	int rc = 2;
 
 	memset(&o, 0, sizeof(o));
 	o.eps = SW_CLASS_EPS_DEFAULT;
-	if (!paths || !owned) {
+	if (!paths || !owned || !excl) {
 		free(paths);
 		free(owned);
+		free(excl);
 		return sw_tool_fail("report", "out of memory");
 	}
+	o.exclude = excl;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int more = i + 1 < argc;
@@ -121,17 +141,8 @@ sw_report_main(int argc, char **argv)
 		else if (!strcmp(a, "--per-head"))
 			o.per_head = 1;
 		else if (!strcmp(a, "--format") && more) {
-			const char *f = argv[++i];
-			if (!strcmp(f, "json"))
-				o.fmt = SW_REP_JSON;
-			else if (!strcmp(f, "csv"))
-				o.fmt = SW_REP_CSV;
-			else if (!strcmp(f, "text"))
-				o.fmt = SW_REP_TEXT;
-			else {
-				sw_tool_fail("report", "--format: '%s' is not text, json or csv", f);
+			if (parse_format(argv[++i], &o.fmt))
 				goto out;
-			}
 		} else if (!strcmp(a, "--from") && more) {
 			if (parse_step("--from", argv[++i], &o.range.from))
 				goto out;
@@ -153,6 +164,14 @@ sw_report_main(int argc, char **argv)
 				sw_tool_fail("report", "--eps: '%s' is not a number of nats >= 0", argv[i]);
 				goto out;
 			}
+		} else if (!strcmp(a, "--group-by") && more) {
+			char err[512];
+			if (sw_rep_group_parse(argv[++i], &o, err, sizeof(err)) != 0) {
+				sw_tool_fail("report", "%s", err);
+				goto out;
+			}
+		} else if (!strcmp(a, "--exclude") && more) {
+			excl[o.nexclude++] = argv[++i];
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			printf(REPORT_USAGE);
 			rc = 0;
@@ -181,12 +200,16 @@ sw_report_main(int argc, char **argv)
 		sw_tool_fail("report", "--series needs --format json");
 	else if (o.series && !one)
 		sw_tool_fail("report", "--series takes one run file");
+	else if (one && (o.ngroup || o.nexclude))
+		sw_tool_fail("report", "--group-by and --exclude take several runs (files or a "
+		    "directory)");
 	else
 		rc = one ? report_one(paths[0], &o) : report_many(paths, np, &o);
 out:
 	for (size_t k = 0; owned && k < np; k++)
 		free(owned[k]);
 	free(owned);
+	free(excl);
 	free(paths);
 	return rc;
 }

@@ -204,8 +204,11 @@
       plot: plot, legend: legend, title: h };
   }
 
-  function attribRows(tbody, label, a, keyp) {
-    ["path", "endpoint"].forEach(function (form) {
+  /* A layer's or the model's two lines (path, endpoint) and, across both,
+   * its mean sink mass at the range's first and last step (x: the object
+   * holding sink_mass_first, sink_mass_last). */
+  function attribRows(tbody, label, a, keyp, x0) {
+    ["path", "endpoint"].forEach(function (form, k) {
       var x = a[form];
       var bar = el("div", { cls: "share-bar" }, [
         el("div", { cls: "s", style: "flex:" + (x.sink_share === null ? 0 : x.sink_share) }),
@@ -216,6 +219,11 @@
         numCell(x.sink_share, keyp + "." + form + ".sink_share", 3),
         numCell(x.content_share, keyp + "." + form + ".content_share", 3),
         el("td", null, [bar])]));
+      if (k === 0) ["sink_mass_first", "sink_mass_last"].forEach(function (m) {
+        var td = numCell(x0[m], keyp + "." + m);
+        td.rowSpan = 2;
+        tbody.lastChild.appendChild(td);
+      });
     });
   }
 
@@ -335,8 +343,9 @@
     main.appendChild(repTitle);
     main.appendChild(staticNote);
     main.appendChild(el("div", { cls: "report" }, [el("table", { id: "report" }, [
-      el("thead", null, [el("tr", null, ["", "split", "dH", "sink", "content", "sink share",
-        "content share", ""].map(function (h) { return el("th", { text: h, cls: "num" }); }))]),
+      el("thead", null, [el("tr", null, ["", "split", "dH", "sink channel", "content channel",
+        "sink share", "content share", "", "sink mass first", "sink mass last"].map(function (h) {
+        return el("th", { text: h, cls: "num" }); }))]),
       repBody])]));
     var repNote = el("p", { cls: "muted", id: "report-note" });
     main.appendChild(repNote);
@@ -387,13 +396,16 @@
           "serve)." : "";
         staticNote.style.display = whole ? "" : "none";
         repBody.textContent = "";
-        attribRows(repBody, "model", rep.model_attribution, "model");
+        attribRows(repBody, "model", rep.model_attribution, "model", rep);
         if (layer !== "model")
           attribRows(repBody, "layer " + layer, rep.layer_attribution[Number(layer)],
-            "layer" + layer);
-        repNote.textContent = rep.intervals_incomplete ? rep.intervals_incomplete +
-          " of " + rep.intervals + " intervals touch an incomplete step (" +
-          rep.steps_incomplete + " steps)" : "";
+            "layer" + layer, rep.layer_attribution[Number(layer)]);
+        repNote.textContent = "sink channel: the part of dH that moves with the sink " +
+          "mass alone, of either sign; content channel: the change in how the rest is " +
+          "spread (METRICS.md §3). Sink mass: the mean over the heads at steps " +
+          rep.first_step + " and " + rep.last_step + "." + (rep.intervals_incomplete ?
+          " " + rep.intervals_incomplete + " of " + rep.intervals + " intervals touch an " +
+          "incomplete step (" + rep.steps_incomplete + " steps)." : "");
         drawHeads(headsBox, rep, metricSel.value);
         drawRunPanel(runPanel, rep);
       }).catch(function (e) {
@@ -560,6 +572,11 @@
   }
 
   /* ---- compare ---- */
+  /* The compare charts' line colours (d3's category10), run i the colour
+   * i, cycled: the table's row of run i carries the same one. */
+  var SERIES_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+  function seriesColor(i) { return SERIES_COLORS[i % SERIES_COLORS.length]; }
   function viewCompare(params) {
     var my = gen;
     var ids = (params.ids || "");
@@ -572,8 +589,8 @@
     var tb = el("tbody", { id: "compare-body" });
     main.appendChild(el("h2", { text: "Whole runs, in parameter order" }));
     main.appendChild(el("table", { id: "compare" }, [el("thead", null, [el("tr", null,
-      ["#", "run", "model", "params", "steps", "path dH", "sink", "content", "sink share",
-        "content share"].map(function (h) { return el("th", { text: h }); }))]), tb]));
+      ["#", "run", "model", "params", "steps", "path dH", "sink channel", "content channel",
+        "sink share", "content share"].map(function (h) { return el("th", { text: h }); }))]), tb]));
     var graphs = null;
     function load() {
       return api("compare", { ids: ids }).then(function (j) {
@@ -584,7 +601,10 @@
           /* legend labels are numbers: dygraphs writes labels as HTML */
           labels.push("#" + (i + 1));
           var a = r.model_attribution ? r.model_attribution.path : {};
-          tb.appendChild(el("tr", { "data-id": r.id }, [el("td", { text: "#" + (i + 1) }),
+          var sw = el("span", { cls: "swatch" });
+          sw.style.background = seriesColor(i);
+          tb.appendChild(el("tr", { "data-id": r.id, "data-color": seriesColor(i) }, [
+            el("td", { cls: "series" }, [sw, txt("#" + (i + 1))]),
             el("td", null, [el("a", { href: "#/run?" + qs({ id: r.id }), text: r.run || r.file })]),
             el("td", { text: r.model || "–" }), el("td", { cls: "num", text: fmtParams(r.params),
               "data-value": String(r.params) }),
@@ -613,13 +633,13 @@
         }
         if (!n || !keys.length) return;
         var o = { labels: labels, legend: "always", xlabel: "step", connectSeparatedPoints: true,
-          drawGapEdgePoints: true };
-        if (!graphs) graphs = [
+          drawGapEdgePoints: true, colors: j.runs.map(function (r, i) { return seriesColor(i); }) };
+        if (!graphs) graphs = window.swCompareCharts = [
           new Dygraph(c1.plot, data("sm"), Object.assign({ labelsDiv: c1.legend }, o)),
           new Dygraph(c2.plot, data("ce"), Object.assign({ labelsDiv: c2.legend }, o))];
         else {
-          graphs[0].updateOptions({ file: data("sm") });
-          graphs[1].updateOptions({ file: data("ce") });
+          graphs[0].updateOptions({ file: data("sm"), colors: o.colors });
+          graphs[1].updateOptions({ file: data("ce"), colors: o.colors });
         }
       });
     }

@@ -157,7 +157,8 @@ def main():
             frm, to = wait(zoomed_report, 5, "the zoomed range's report")
             assert win[0] - 1 <= frm and to <= win[1] + 1, (win, frm, to)
             # the numbers shown are those of `sinkwatch report` for that range
-            want = report_cli(live_path, frm, to)["model_attribution"]
+            whole = report_cli(live_path, frm, to)
+            want = whole["model_attribution"]
             # every cell read in one turn of the page's script: a live update
             # re-renders the table, so elements found one by one may go stale
             cells = drv.execute_script(
@@ -174,6 +175,11 @@ def main():
                         assert abs(float(v) - w_) <= 1e-12 * max(1, abs(w_)), (form, k, v, w_)
                         digits = 3 if "share" in k else 4
                         assert text.strip() == "%.*f" % (digits, w_), (text, w_)
+            # beside them, the model's mean sink mass at the range's two ends
+            for k in ("sink_mass_first", "sink_mass_last"):
+                v, text = cells["model." + k]
+                assert abs(float(v) - whole[k]) <= 1e-12, (k, v, whole[k])
+                assert text.strip() == "%.4f" % whole[k], (k, text)
             # a new step arrives within 2 s, and the zoom stays where it was
             before = drv.execute_script("return [window.swState.lastStep, window.swState.updates]")
             t0 = time.time()
@@ -234,8 +240,33 @@ def main():
             assert names == ["pythia-70m", "pythia-410m", "pythia-1.4b"], names
             wait(lambda: len(drv.find_elements(By.CSS_SELECTOR, "#cmp-sink canvas")) > 0, 5,
                  "chart")
+            # each table row carries the colour of its run's line (issue 29 item 5)
+            cols = wait(lambda: drv.execute_script(
+                "var g = window.swCompareCharts; if (!g) return null;"
+                "var rows = document.querySelectorAll('#compare-body tr');"
+                "return [g[0].getColors(), g[1].getColors(),"
+                " Array.prototype.map.call(rows, function (r) {"
+                "  var s = r.querySelector('td .swatch');"
+                "  return [r.getAttribute('data-color'), s ? getComputedStyle(s)"
+                "   .backgroundColor : null, r.cells[0].textContent,"
+                "   s ? s.offsetWidth * s.offsetHeight : 0]; })];"), 5, "colours")
+            line1, line2, marks = cols
+            assert len(line1) == len(marks) == 3 and line1 == line2, cols
+            for i, (attr, bg, label, area) in enumerate(marks):
+                hexc = line1[i].lstrip("#")
+                rgb = "rgb(%d, %d, %d)" % tuple(int(hexc[k:k + 2], 16) for k in (0, 2, 4))
+                assert attr == line1[i] and bg == rgb, (i, attr, bg, line1[i])
+                assert label == "#%d" % (i + 1) and area > 0, (i, label, area)
+            assert len(set(line1)) == 3, line1
+            # the legend names the same series in the same colours
+            leg = drv.execute_script(
+                "var g = window.swCompareCharts[0]; g.setSelection(g.numRows() - 1);"
+                "return document.getElementById('cmp-sink-legend').innerHTML;")
+            for i in range(3):
+                assert "#%d" % (i + 1) in leg, leg
             drv.save_screenshot(os.path.join(SHOTS, "compare.png"))
-        res.check("compare: three runs in parameter order", compare)
+        res.check("compare: three runs in parameter order, each row in its line's colour",
+                  compare)
 
         def evil_page():
             drv.get(base + "#/run?id=" + urllib.parse.quote(

@@ -187,6 +187,14 @@ def classify(p, n):
     return "both"
 
 
+def nanmean(x):
+    """The mean sink mass of a layer or the model: over the heads with a
+    value (NaN when none)."""
+    x = np.asarray(x, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if len(x) else float("nan")
+
+
 def reference(path, first=None, last=None):
     """What the report of path over view steps first .. last must say."""
     with h5py.File(path, "r") as f:
@@ -279,7 +287,10 @@ def reference(path, first=None, last=None):
         "intervals_incomplete": len(ivl), "steps_incomplete": len(gaps),
         "incomplete_steps": gaps, "incomplete_intervals": ivl,
         "model_attribution": mean_of(for_heads),
-        "layer_attribution": [dict(layer=l, **mean_of(for_heads[l * H:(l + 1) * H]))
+        "sink_mass_first": nanmean(sm[0]), "sink_mass_last": nanmean(sm[-1]),
+        "layer_attribution": [dict(layer=l, sink_mass_first=nanmean(sm[0, l]),
+                                   sink_mass_last=nanmean(sm[-1, l]),
+                                   **mean_of(for_heads[l * H:(l + 1) * H]))
                               for l in range(L)],
         "per_head": hj,
         "ranking": {"step": steps[-1], "ranked": len(ranked), "spearman_rho": rho,
@@ -358,6 +369,16 @@ def t_golden_text():
     assert "step 60 (1 head missing from rank 0)" in out, out
     assert "Spearman rho" in out and "rank moves most:" in out, out
     assert re.search(r"^\s+1\s+0 .* stable ", out, re.M), out
+    # the split is named by its channels, never by a direction (issue 29 item 5)
+    assert "growth" not in out and "sink channel and the content channel" in out, out
+    # the mean sink mass at the range's ends beside each layer and the model
+    js = report_json([os.path.join(GOLDEN, "golden.h5")])
+    rows = [("layer %d" % x["layer"], x) for x in js["layer_attribution"]] + [("model", js)]
+    for label, x in rows:
+        line = re.search(r"^%s .*$" % label, out, re.M).group(0)
+        sf, sl = line.split("|")[-1].split()
+        assert (sf, sl) == ("%.4f" % x["sink_mass_first"], "%.4f" % x["sink_mass_last"]), line
+    assert "mean sink mass over the heads at steps 0 and 80" in out, out
 
 
 def t_drift_gaps():
@@ -567,6 +588,10 @@ def t_csv():
                   "content_entropy_first", "content_entropy_last", "rank_entropy", "rank_content"):
             same(num(r[k]), h[k], k, 0, 0)
         assert r["reason"] == "" and r["runs"] == ""
+    # run and layer lines: the mean sink mass over the heads at both ends
+    for r, x in zip(rows[:3], [js] + js["layer_attribution"]):
+        for k in ("sink_mass_first", "sink_mass_last"):
+            same(num(r[k]), x[k], "%s %s" % (r["scope"], k), 0, 0)
 
 
 # ---- several runs ---------------------------------------------------------------
@@ -747,6 +772,77 @@ def t_table_range(live):
     assert rc == 2 and "--series takes one run file" in err, (rc, err)
 
 
+def t_group_exclude(live):
+    """Issue 29 item 5: a sweep copy of a run beside the live family pooled
+    into one group by default; --group-by splits by the attributes named,
+    --exclude leaves runs out with their reason, and the text table names
+    each run's id."""
+    data = live["data"]
+    sweep = os.path.join(live["tmp"], "sweep")
+    os.makedirs(sweep, exist_ok=True)
+    shutil.copy(os.path.join(data, "m70-s1.h5"), os.path.join(sweep, "m70-s1.h5"))
+    # the default (model, params): the copy joins the three seeds
+    got = report_json([data, sweep])
+    assert got["group_by"] == ["model", "params"], got["group_by"]
+    assert [(g["model"], g["runs"]) for g in got["groups"]] == [("m70", 4)], got["groups"]
+    # by directory too: the three seeds alone, the copy in no group
+    got = report_json([data, sweep, "--group-by", "model,params,dir"])
+    assert got["group_by"] == ["model", "params", "dir"], got["group_by"]
+    assert len(got["groups"]) == 1, got["groups"]
+    g = got["groups"][0]
+    assert g["runs"] == 3 and g["dir"] == data and g["model"] == "m70", g
+    assert sorted(os.path.basename(f) for f in g["files"]) == \
+        ["m70-s1.h5", "m70-s2.h5", "m70-s3.h5"], g
+    # the group's figures are those of its runs
+    byfile = {r["file"]: r for r in got["runs"]}
+    for part in ("path", "endpoint"):
+        v = np.array([byfile[f]["model_attribution"][part]["dH"] for f in g["files"]])
+        same(g["mean"][part]["dH"], float(v.mean()), part, 1e-12, 1e-15)
+        same(g["sd"][part]["dH"], float(v.std(ddof=1)), part, 1e-12, 1e-15)
+    # by run id: the copy and its original, whatever their directories
+    got = report_json([data, sweep, "--group-by", "run"])
+    assert got["group_by"] == ["run"], got["group_by"]
+    assert [(g["run"], g["runs"]) for g in got["groups"]] == [("m70-s1", 2)], got["groups"]
+    assert "model" not in got["groups"][0] and "params" not in got["groups"][0]
+    # by kind alone: every compared run shares it, in table order
+    got = report_json([data, "--group-by", "kind"])
+    assert got["groups"][0]["kind"] == "probs" and got["groups"][0]["runs"] == 4, got["groups"]
+    assert got["groups"][0]["files"] == [r["file"] for r in got["runs"]], got["groups"]
+    # --exclude, twice: fnmatch on the run id, listed with the reason
+    got = report_json([data, sweep, "--exclude", "m70-s[23]", "--exclude", "m1*"])
+    runs = sorted(r["run"] for r in got["runs"])
+    assert runs == ["m70-s1", "m70-s1"], runs
+    ex = {(os.path.basename(os.path.dirname(e["file"])), e.get("run")): e["reason"]
+          for e in got["excluded"]}
+    for r, pat in (("m70-s2", "m70-s[23]"), ("m70-s3", "m70-s[23]"), ("m1b", "m1*")):
+        assert ex[(os.path.basename(data), r)] == "excluded (--exclude %s)" % pat, ex
+    assert got["groups"][0]["runs"] == 2, got["groups"]
+    # text: a run column, the keys of the groups, the excluded runs listed
+    rc, out, err = report([data, sweep, "--group-by", "model,params,dir", "--exclude",
+                           "m1b"])
+    assert rc == 0, err
+    head = [l for l in out.splitlines() if l.startswith("model ")][0]
+    assert head.split()[:3] == ["model", "run", "params"], head
+    for r in ("m70-s1", "m70-s2", "m70-s3"):
+        assert re.search(r"^m70\s+%s\s+\d+ " % r, out, re.M), (r, out)
+    assert "1 group of runs with the same model, params and dir: mean" in out, out
+    assert re.search(r"^m70 .* model=m70 params=\d+ dir=%s$" % re.escape(data), out, re.M), out
+    assert "m1b.h5 (model m1b, params" in out and "excluded (--exclude m1b)" in out, out
+    # CSV: the group's keys in its group cell
+    rc, out, err = report([data, sweep, "--group-by", "run,dir", "--format", "csv"])
+    assert rc == 0, err
+    gl = [r for r in read_csv(out) if r["scope"] == "group"]
+    assert [r["group"] for r in gl] == [], gl      # no run id twice in one directory
+    rc, out, err = report([data, sweep, "--group-by", "run", "--format", "csv"])
+    gl = [r for r in read_csv(out) if r["scope"] == "group"]
+    assert [(r["group"], r["runs"], r["model"]) for r in gl] == [("run=m70-s1", "2", "")], gl
+    # refused: an unknown key; a lone file
+    rc, out, err = report([data, "--group-by", "model,seed"])
+    assert rc == 2 and "'seed' is not a run attribute" in err and "generation" in err, err
+    rc, out, err = report([os.path.join(data, "m1b.h5"), "--exclude", "x"])
+    assert rc == 2 and "take several runs" in err, err
+
+
 def main():
     R = Results()
     live = {}
@@ -766,6 +862,7 @@ def main():
         R.check("table vs numpy, groups, reasons", lambda: t_table(live))
         R.check("table as CSV", lambda: t_table_csv(live))
         R.check("table over a range", lambda: t_table_range(live))
+        R.check("--group-by, --exclude, the run column", lambda: t_group_exclude(live))
     if live.get("tmp"):
         if R.failed:
             print("files kept in %s" % live["tmp"])

@@ -164,6 +164,51 @@ START_TEST(test_text_safe)
 }
 END_TEST
 
+/* Issue 29, item 5: --group-by names run attributes; the default stays
+ * model and params; a key named twice counts once; an unknown key is refused
+ * with the known ones named. */
+START_TEST(test_group_by)
+{
+	sw_rep_opts o;
+	enum sw_group_key k[SW_GK__N];
+	char err[512];
+	memset(&o, 0, sizeof(o));
+	ck_assert_int_eq(sw_rep_group_keys(&o, k), 2);
+	ck_assert(k[0] == SW_GK_MODEL && k[1] == SW_GK_PARAMS);
+	ck_assert_int_eq(sw_rep_group_parse("run,model,params,run,dir", &o, err, sizeof(err)), 0);
+	ck_assert_int_eq(sw_rep_group_keys(&o, k), 4);
+	ck_assert(k[0] == SW_GK_RUN && k[1] == SW_GK_MODEL && k[2] == SW_GK_PARAMS &&
+	    k[3] == SW_GK_DIR);
+	ck_assert_int_eq(sw_rep_group_parse("model,seed", &o, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "'seed' is not a run attribute"));
+	ck_assert_ptr_nonnull(strstr(err, "model, params, run, dir, kind"));
+	ck_assert_int_eq(sw_rep_group_parse("", &o, err, sizeof(err)), -1);
+	ck_assert_int_eq(sw_rep_group_parse("mod", &o, err, sizeof(err)), -1);
+
+	sw_rep_run e;
+	char v[64];
+	memset(&e, 0, sizeof(e));
+	e.file = "data/sweep/a.h5";
+	snprintf(e.meta.run, sizeof(e.meta.run), "fam/seed1");
+	e.meta.params = 70000000;
+	e.meta.fixed_probe = 1;
+	sw_rep_group_value(&e, SW_GK_DIR, v, sizeof(v));
+	ck_assert_str_eq(v, "data/sweep");
+	sw_rep_group_value(&e, SW_GK_RUN, v, sizeof(v));
+	ck_assert_str_eq(v, "fam/seed1");
+	sw_rep_group_value(&e, SW_GK_PARAMS, v, sizeof(v));
+	ck_assert_str_eq(v, "70000000");
+	sw_rep_group_value(&e, SW_GK_PROBE, v, sizeof(v));
+	ck_assert_str_eq(v, "fixed");
+	e.file = "a.h5";
+	sw_rep_group_value(&e, SW_GK_DIR, v, sizeof(v));
+	ck_assert_str_eq(v, ".");
+	e.file = "/a.h5";
+	sw_rep_group_value(&e, SW_GK_DIR, v, sizeof(v));
+	ck_assert_str_eq(v, "/");
+}
+END_TEST
+
 int
 main(void)
 {
@@ -173,6 +218,7 @@ main(void)
 	tcase_add_test(tc, test_ranks_not_ended);
 	tcase_add_test(tc, test_text_safe);
 	tcase_add_test(tc, test_opts_check);
+	tcase_add_test(tc, test_group_by);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
