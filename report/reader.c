@@ -312,7 +312,8 @@ fill_many(sw_json *j, void *arg)
 EXPORT char *
 swr_report_many_json(const char *const *paths, size_t np, int has_from, int64_t from,
     int has_to, int64_t to, int64_t last, int per_layer, int per_head, double eps,
-    char *err, size_t errlen)
+    const char *group_by, const char *const *exclude, size_t nexclude, char *err,
+    size_t errlen)
 {
 	char why[768];
 	sw_rep_opts o;
@@ -320,7 +321,10 @@ swr_report_many_json(const char *const *paths, size_t np, int has_from, int64_t 
 	char *s = NULL;
 
 	set_opts(&o, has_from, from, has_to, to, last, per_layer, per_head, 0, eps);
-	if (sw_rep_opts_check(&o, why, sizeof(why)) != 0) {
+	o.exclude = exclude;
+	o.nexclude = exclude ? nexclude : 0;
+	if ((group_by && sw_rep_group_parse(group_by, &o, why, sizeof(why)) != 0) ||
+	    sw_rep_opts_check(&o, why, sizeof(why)) != 0) {
 		set_err(err, errlen, why);
 		return NULL;
 	}

@@ -88,14 +88,16 @@ char *swr_report_json(swr_run *r, int has_from, int64_t from, int has_to, int64_
 
 /*
  * `sinkwatch report PATH... --format json` for several files or
- * directories: the compared runs, their groups and the files not
+ * directories, group_by as --group-by (NULL: the default), exclude[nexclude]
+ * as --exclude: the compared runs, their groups and the files not
  * compared (with no run to compare too: the command line's exit status
  * 2 is the caller's "runs" being empty). NULL with err (the options, out
  * of memory).
  */
 char *swr_report_many_json(const char *const *paths, size_t np, int has_from, int64_t from,
     int has_to, int64_t to, int64_t last, int per_layer, int per_head, double eps,
-    char *err, size_t errlen);
+    const char *group_by, const char *const *exclude, size_t nexclude, char *err,
+    size_t errlen);
 
 void swr_free(void *p);
 

@@ -243,6 +243,19 @@ def t_schedules():
     assert rc == 0, err
     rref.same(got, want, "runs", rel=0, abs_=1e-12, keys_of_want=False)
     assert len(got["runs"]) == N - len(got["excluded"]) and got["runs"], got["excluded"]
+    # --group-by and --exclude, as the command line takes them
+    got2 = runs.report(group_by=["model", "run"], exclude=["rd-1", "rd-2*"])
+    rc, want2, err = cli_json([data, "--group-by", "model,run", "--exclude", "rd-1",
+                               "--exclude", "rd-2*"])
+    assert rc == 0, err
+    rref.same(got2, want2, "runs grouped", rel=0, abs_=1e-12, keys_of_want=False)
+    assert any("excluded" in e["reason"] for e in got2["excluded"]), got2["excluded"]
+    try:
+        runs.report(group_by="model,nope")
+        raise AssertionError("--group-by nope accepted")
+    except sinkwatch.ReaderError as e:
+        rc, _, err = cli_json([data, "--group-by", "model,nope"])
+        assert rc == 2 and err.strip() == "sinkwatch report: %s" % e, (err, str(e))
     df = runs.to_dataframe()
     assert list(df["file"]) == [r["file"] for r in want["runs"]]
     assert np.allclose(df["path_sink"], [r["model_attribution"]["path"]["sink"] or np.nan

@@ -111,7 +111,8 @@ def _declare(lib):
         "swr_report_json": (P, (P, c.c_int, I64, c.c_int, I64, I64, c.c_int, c.c_int, c.c_int,
                                 c.c_double) + ERR),
         "swr_report_many_json": (P, (c.POINTER(c.c_char_p), c.c_size_t, c.c_int, I64, c.c_int,
-                                     I64, I64, c.c_int, c.c_int, c.c_double) + ERR),
+                                     I64, I64, c.c_int, c.c_int, c.c_double, c.c_char_p,
+                                     c.POINTER(c.c_char_p), c.c_size_t) + ERR),
         "swr_free": (None, (P,)),
     }
     for name, (res, args) in sig.items():
@@ -338,14 +339,23 @@ class Runs:
         self.paths = [os.fspath(p) for p in paths]
         self._lib = library()
 
-    def report(self, from_=None, to=None, last=None, per_layer=False, per_head=False, eps=None):
+    def report(self, from_=None, to=None, last=None, per_layer=False, per_head=False, eps=None,
+               group_by=None, exclude=()):
         """`sinkwatch report PATH... --format json`: the compared runs, their
-        groups, and the files not compared with the reason."""
+        groups, and the files not compared with the reason. group_by: the
+        --group-by keys ("model,params,dir" or a list); exclude: run-id
+        patterns (fnmatch), as --exclude."""
         arr = (ctypes.c_char_p * len(self.paths))(*[os.fsencode(p) for p in self.paths])
+        if isinstance(exclude, (str, bytes)):
+            exclude = [exclude]
+        ex = (ctypes.c_char_p * max(1, len(exclude)))(*[os.fsencode(p) for p in exclude])
+        if group_by is not None and not isinstance(group_by, str):
+            group_by = ",".join(group_by)
         err = _err()
         ptr = self._lib.swr_report_many_json(arr, len(self.paths), *_range_args(from_, to, last),
-                                             int(per_layer), int(per_head), _eps(eps), err,
-                                             len(err))
+                                             int(per_layer), int(per_head), _eps(eps),
+                                             None if group_by is None else group_by.encode(),
+                                             ex, len(exclude), err, len(err))
         rep = json.loads(_text(self._lib, ptr, err))
         for e in rep.get("excluded", []) + rep.get("skipped", []):
             key = _file_key(e["file"])
@@ -361,15 +371,17 @@ class Runs:
         """Each compared run, opened (close them, or use each in a with)."""
         return [Run(f) for f in self.files()]
 
-    def to_dataframe(self, from_=None, to=None, last=None):
+    def to_dataframe(self, from_=None, to=None, last=None, group_by=None, exclude=()):
         """The cross-run table as a pandas DataFrame: a row per compared
         run, its identity and the model's path and endpoint splits."""
         import pandas as pd
         rows = []
-        for r in self.report(from_=from_, to=to, last=last)["runs"]:
+        for r in self.report(from_=from_, to=to, last=last, group_by=group_by,
+                             exclude=exclude)["runs"]:
             row = {k: r[k] for k in ("file", "run", "model", "params", "layers", "heads", "kind",
                                      "split_form", "first_step", "last_step", "steps_used",
-                                     "lost", "incomplete", "ended") if k in r}
+                                     "lost", "incomplete", "ended", "sink_mass_first",
+                                     "sink_mass_last") if k in r}
             for form in ("path", "endpoint"):
                 for k, v in r["model_attribution"][form].items():
                     row["%s_%s" % (form, k)] = np.nan if v is None else v
