@@ -99,11 +99,23 @@
     }
     return Promise.reject(new Error(path + ": needs the server (sinkwatch serve)"));
   }
+  // An incarnation is a uint64: above 2^53 a double rounds it. Where the
+  // browser gives a number's source text to the reviver, "inc" keeps its
+  // digits (a string); elsewhere it is the rounded number.
+  function parseJSON(t) {
+    return JSON.parse(t, function (k, v, ctx) {
+      if (k === "inc" && typeof v === "number" && !Number.isSafeInteger(v) && ctx &&
+          typeof ctx.source === "string")
+        return ctx.source;
+      return v;
+    });
+  }
   function api(path, params) {
     if (STATIC) return staticApi(path, params || {});
     return fetch("api/" + path + "?" + qs(params || {}), { credentials: "same-origin" })
       .then(function (r) {
-        return r.json().then(function (j) {
+        return r.text().then(function (t) {
+          var j = parseJSON(t);
           if (!r.ok) throw new Error(j.error || r.statusText);
           return j;
         });

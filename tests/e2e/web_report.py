@@ -34,7 +34,8 @@ from servelib import Server  # noqa: E402
 
 RUN = "resumed"
 L, H, ROWS, KEYS = 2, 4, 3, 8
-INC_A, INC_B = 7001, 7002
+# INC_B above 2^53: the page shows it whole (a double would round it)
+INC_A, INC_B = 7001, (1 << 62) + 7002
 
 
 def _end(snd, rank, inc):
