@@ -171,11 +171,11 @@ step_resume(swd_writer *w, struct wrun *r, struct winc *wi, const swd_witem *it)
 
 /*
  * Head i (head h of layer ly, py the previous step's) against the previous
- * stored step: the §3 split, paired when the probe is fixed, and drift.
+ * stored step: the §3 split, paired when the probe is fixed.
  */
 static void
-head_change(swd_writer *w, struct wrun *r, const swd_layer *ly, const swd_layer *py,
-    uint32_t h, size_t i, struct stepbuf *b)
+head_change(struct wrun *r, const swd_layer *ly, const swd_layer *py, uint32_t h, size_t i,
+    struct stepbuf *b)
 {
 	const swd_meta *m = &r->meta;
 	swm_split sp = { NAN, NAN, NAN };
@@ -187,9 +187,27 @@ head_change(swd_writer *w, struct wrun *r, const swd_layer *ly, const swd_layer 
 	b->hv[SW_F_DH][i] = sp.dH;
 	b->hv[SW_F_DH_SINK][i] = sp.sink;
 	b->hv[SW_F_DH_CONTENT][i] = sp.content;
-	struct timespec t0, t1;	/* the drift stage (status cpu) */
+}
+
+/*
+ * Layer l's drift against the previous stored step, head by head (§4,
+ * metrics/drift.c), its CPU time read once for the layer (the drift stage,
+ * status cpu): two reads of the thread's clock, a system call each, a
+ * layer rather than a head.
+ */
+static void
+layer_drift(swd_writer *w, const swd_meta *m, const swd_layer *ly, const swd_layer *py,
+    uint32_t l, struct stepbuf *b)
+{
+	if (!ly || !py || !ly->rows_st || !py->rows_st)
+		return;		/* drift() would give NaN, as head_values left them */
+	struct timespec t0, t1;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-	drift(ly, py, h, m->sink, &b->hv[SW_F_DRIFT_SINK][i], &b->hv[SW_F_DRIFT_CONTENT][i]);
+	for (uint32_t h = 0; h < m->heads; h++) {
+		size_t i = (size_t)l * m->heads + h;
+		drift(ly, py, h, m->sink, &b->hv[SW_F_DRIFT_SINK][i],
+		    &b->hv[SW_F_DRIFT_CONTENT][i]);
+	}
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
 	atomic_fetch_add(&w->st.drift_ns, (t1.tv_sec - t0.tv_sec) * 1000000000LL +
 	    (t1.tv_nsec - t0.tv_nsec));
@@ -247,8 +265,10 @@ layer_values(swd_writer *w, struct wrun *r, const swd_witem *it, uint32_t l, int
 		size_t i = (size_t)l * H + h;
 		head_values(ly, h, i, b);
 		if (adjacent)
-			head_change(w, r, ly, py, h, i, b);
+			head_change(r, ly, py, h, i, b);
 	}
+	if (adjacent)
+		layer_drift(w, &r->meta, ly, py, l, b);
 }
 
 /* Which probe rows got pair and drift work: the first layer's picks (they
