@@ -4,7 +4,7 @@
  * subcommand prints one JSON object on stdout.
  *
  *   bench bandwidth MIB                  single-core read bandwidth
- *   bench fma                            single-core peak of 512-bit FMAs
+ *   bench fma                            single-core peak of 512- and 256-bit FMAs
  *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
  *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
  *   bench message REPS                   the daemon's kernels alone on one 4 MiB
@@ -14,13 +14,15 @@
  *   bench flood ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS [zc|copy] [blocking]
  *   bench paced ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS f16|f32 RATE
  *                                        the same, one message every 1/RATE s
- *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages
+ *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages, and
+ *                                        its CPU (ZeroMQ's I/O thread apart)
  *   bench sendcost ENDPOINT N BYTES GAP_US   p50/p99 of one non-blocking send,
  *                                        and of a floor operation beside it
  *
  * BENCH_ISA (avx512, avx2, generic) picks the metric kernels instead of the
  * best this CPU has.
  */
+#define _GNU_SOURCE
 #include <malloc.h>
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 
 #include <immintrin.h>
 #include <zmq.h>
@@ -134,21 +137,55 @@ fma512(long n)
 	return _mm512_reduce_add_pd(s);
 }
 
+/* The same with 256-bit FMAs: the bound of the AVX2 kernels. */
+__attribute__((target("avx2,fma"))) static double
+fma256(long n)
+{
+	__m256d m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
+	__m256d a0 = _mm256_set1_pd(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+	__m256d a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+	for (long i = 0; i < n; i++) {
+#define F(a) a = _mm256_fmadd_pd(a, m, c)
+		F(a0); F(a1); F(a2); F(a3); F(a4); F(a5);
+		F(a6); F(a7); F(a8); F(a9); F(a10); F(a11);
+#undef F
+	}
+	__m256d s = _mm256_add_pd(_mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)),
+	    _mm256_add_pd(_mm256_add_pd(a4, a5), _mm256_add_pd(a6, a7)));
+	s = _mm256_add_pd(s, _mm256_add_pd(_mm256_add_pd(a8, a9), _mm256_add_pd(a10, a11)));
+	double t[4];
+	_mm256_storeu_pd(t, s);
+	return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+/*
+ * The FMA issue rate of each vector width the CPU has (512 and 256 bits),
+ * alternately in the same run, median of 5 each: the bound of each ISA's
+ * kernels (run_bench.py divides it by their FMA-class operations).
+ */
 static int
 fmapeak(void)
 {
-	if (!__builtin_cpu_supports("avx512f")) {
-		printf("{\"fma512_per_s\": null}\n");
-		return 0;
-	}
+	int w512 = __builtin_cpu_supports("avx512f"), w256 = __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("fma");
 	long n = 50000000;
-	double t[5], sink = 0;
+	double t5[5], t2[5], sink = 0;
 	for (int r = 0; r < 5; r++) {
 		double t0 = now();
-		sink += fma512(n);
-		t[r] = now() - t0;
+		if (w512)
+			sink += fma512(n);
+		t5[r] = now() - t0;
+		t0 = now();
+		if (w256)
+			sink += fma256(n);
+		t2[r] = now() - t0;
 	}
-	printf("{\"fma512_per_s\": %.6g, \"check\": %g}\n", 12.0 * (double)n / median(t, 5), sink);
+	char a[32] = "null", b[32] = "null";
+	if (w512)
+		snprintf(a, sizeof(a), "%.6g", 12.0 * (double)n / median(t5, 5));
+	if (w256)
+		snprintf(b, sizeof(b), "%.6g", 12.0 * (double)n / median(t2, 5));
+	printf("{\"fma512_per_s\": %s, \"fma256_per_s\": %s, \"check\": %g}\n", a, b, sink);
 	return 0;
 }
 
@@ -571,6 +608,16 @@ paced(int argc, char **argv)
 	return 0;
 }
 
+/* user + system CPU seconds of the process (RUSAGE_SELF) or this thread */
+static double
+cpu_s(int who)
+{
+	struct rusage ru;
+	getrusage(who, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
 /* A bare subscriber: the most ZeroMQ delivers with no processing. */
 static int
 rawrecv(const char *ep, long count)
@@ -596,7 +643,7 @@ rawrecv(const char *ep, long count)
 	fflush(stdout);
 	long got = 0;
 	size_t bytes = 0;
-	double t0 = 0;
+	double t0 = 0, c0 = 0, m0 = 0;
 	while (got < count) {
 		zmq_msg_t m;
 		int more = 1;
@@ -610,13 +657,23 @@ rawrecv(const char *ep, long count)
 			more = zmq_msg_more(&m);
 			zmq_msg_close(&m);
 		}
-		if (++got == skip + 1)
+		if (++got == skip + 1) {
 			t0 = now();
+			c0 = cpu_s(RUSAGE_SELF);
+			m0 = cpu_s(RUSAGE_THREAD);
+		}
 	}
-out:
-	/* timed: the messages after the one that started the clock */
-	printf("{\"messages\": %ld, \"timed\": %ld, \"bytes\": %zu, \"seconds\": %.6g}\n",
-	    got, got > skip + 1 ? got - skip - 1 : 0, bytes, got > skip + 1 ? now() - t0 : 0.0);
+out:;
+	/*
+	 * timed: the messages after the one that started the clock; the
+	 * process's CPU over them, and this thread's (the rest is ZeroMQ's
+	 * I/O thread: the receive proper, the copy out of the kernel)
+	 */
+	double c1 = cpu_s(RUSAGE_SELF), m1 = cpu_s(RUSAGE_THREAD);
+	printf("{\"messages\": %ld, \"timed\": %ld, \"bytes\": %zu, \"seconds\": %.6g, "
+	    "\"cpu_s\": %.6g, \"main_thread_cpu_s\": %.6g}\n",
+	    got, got > skip + 1 ? got - skip - 1 : 0, bytes, got > skip + 1 ? now() - t0 : 0.0,
+	    got > skip + 1 ? c1 - c0 : 0.0, got > skip + 1 ? m1 - m0 : 0.0);
 	zmq_close(s);
 	zmq_ctx_term(ctx);
 	return 0;
