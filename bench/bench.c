@@ -11,6 +11,8 @@
  *                                        f16 message at default options
  *   bench pairlogs REPS                  the pair kernel with single and double
  *                                        logarithms, side by side
+ *   bench rowlogs f32|f16 REPS           the row kernel with its own and with double
+ *                                        logarithms (probs, probs_exact), side by side
  *   bench flood ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS [zc|copy] [blocking]
  *   bench paced ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS f16|f32 RATE
  *                                        the same, one message every 1/RATE s
@@ -432,6 +434,64 @@ pairlogs_bench(int reps)
 	return 0;
 }
 
+/*
+ * The row kernel of the CPU's instruction set for f32 or f16 probability
+ * rows with its probs[] (single-precision logs where row_logs is "f32")
+ * and probs_exact[] (double logs), alternately on the same 64 rows of 2048
+ * keys (L2-resident): their element rates, their ratio, and the largest
+ * relative difference of the sums P and L.
+ */
+static int
+rowlogs_bench(const char *dts, int reps)
+{
+	enum { N = 2048, ROWS = 64, PASSES = 40 };
+	swm_dtype dt = !strcmp(dts, "f16") ? SWM_F16 : SWM_F32;
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
+	if (!kn || !kn->probs[dt] || !kn->probs_exact[dt]) {
+		printf("{\"isa\": \"%s\", \"ratio\": null}\n", swm_isa());
+		return 0;
+	}
+	uint16_t *h = f16_layer(1, ROWS, N);
+	float *f = malloc(ROWS * N * sizeof(float));
+	for (size_t i = 0; h && f && i < (size_t)ROWS * N; i++) {
+		uint16_t b = h[i];
+		int e = (b >> 10) & 31, m = b & 1023;
+		f[i] = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
+	}
+	const void *x = dt == SWM_F16 ? (const void *)h : (const void *)f;
+	size_t es = dt == SWM_F16 ? 2 : 4;
+	double thr = 1e-10, tf[64], td[64], sink = 0, worst = 0;
+	reps = reps > 64 ? 64 : reps;
+	for (int r = 0; r < reps; r++)
+		for (int v = 0; v < 2; v++) {
+			swm_probs_fn fn = v ? kn->probs_exact[dt] : kn->probs[dt];
+			double t0 = now();
+			for (int p = 0; p < PASSES; p++)
+				for (int q = 0; q < ROWS; q++) {
+					struct swm_psum ps;
+					fn((const char *)x + (size_t)q * N * es, N, 0, thr, thr, thr, &ps);
+					sink += ps.P;
+				}
+			(v ? td : tf)[r] = now() - t0;
+		}
+	for (int q = 0; q < ROWS; q++) {
+		struct swm_psum a, b;
+		kn->probs[dt]((const char *)x + (size_t)q * N * es, N, 0, thr, thr, thr, &a);
+		kn->probs_exact[dt]((const char *)x + (size_t)q * N * es, N, 0, thr, thr, thr, &b);
+		double e1 = fabs(a.P - b.P) / fabs(b.P), e2 = fabs(a.L - b.L) / fabs(b.L);
+		worst = e1 > worst ? e1 : worst;
+		worst = e2 > worst ? e2 : worst;
+	}
+	double sf = median(tf, reps), sd = median(td, reps), n = (double)PASSES * ROWS * N;
+	printf("{\"isa\": \"%s\", \"dtype\": \"%s\", \"row_logs\": \"%s\", \"probs_elems_per_s\": %.6g, "
+	    "\"exact_elems_per_s\": %.6g, \"ratio\": %.4g, \"largest_rel_diff\": %.3g, "
+	    "\"check\": %g}\n", swm_isa(), dts, kn->row_logs ? kn->row_logs : "f64", n / sf, n / sd,
+	    sd / sf, worst, sink);
+	free(h);
+	free(f);
+	return 0;
+}
+
 static void
 noop_release(void *data, void *hint)
 {
@@ -817,6 +877,8 @@ main(int argc, char **argv)
 		return message_bench(atoi(argv[2]));
 	if (!strcmp(argv[1], "pairlogs") && argc > 2)
 		return pairlogs_bench(atoi(argv[2]));
+	if (!strcmp(argv[1], "rowlogs") && argc > 3)
+		return rowlogs_bench(argv[2], atoi(argv[3]));
 	if (!strcmp(argv[1], "flood"))
 		return flood(argc, argv);
 	if (!strcmp(argv[1], "paced"))
