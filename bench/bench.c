@@ -4,23 +4,27 @@
  * subcommand prints one JSON object on stdout.
  *
  *   bench bandwidth MIB                  single-core read bandwidth
- *   bench fma                            single-core peak of 512-bit FMAs
+ *   bench fma                            single-core peak of 512- and 256-bit FMAs
  *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
  *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
  *   bench message REPS                   the daemon's kernels alone on one 4 MiB
  *                                        f16 message at default options
  *   bench pairlogs REPS                  the pair kernel with single and double
  *                                        logarithms, side by side
+ *   bench rowlogs f32|f16 REPS           the row kernel with its own and with double
+ *                                        logarithms (probs, probs_exact), side by side
  *   bench flood ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS [zc|copy] [blocking]
  *   bench paced ENDPOINT RUN STEPS LAYERS HEADS ROWS KEYS f16|f32 RATE
  *                                        the same, one message every 1/RATE s
- *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages
+ *   bench rawrecv ENDPOINT COUNT         a bare SUB socket counting messages, and
+ *                                        its CPU (ZeroMQ's I/O thread apart)
  *   bench sendcost ENDPOINT N BYTES GAP_US   p50/p99 of one non-blocking send,
  *                                        and of a floor operation beside it
  *
  * BENCH_ISA (avx512, avx2, generic) picks the metric kernels instead of the
  * best this CPU has.
  */
+#define _GNU_SOURCE
 #include <malloc.h>
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 
 #include <immintrin.h>
 #include <zmq.h>
@@ -134,21 +139,55 @@ fma512(long n)
 	return _mm512_reduce_add_pd(s);
 }
 
+/* The same with 256-bit FMAs: the bound of the AVX2 kernels. */
+__attribute__((target("avx2,fma"))) static double
+fma256(long n)
+{
+	__m256d m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
+	__m256d a0 = _mm256_set1_pd(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+	__m256d a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+	for (long i = 0; i < n; i++) {
+#define F(a) a = _mm256_fmadd_pd(a, m, c)
+		F(a0); F(a1); F(a2); F(a3); F(a4); F(a5);
+		F(a6); F(a7); F(a8); F(a9); F(a10); F(a11);
+#undef F
+	}
+	__m256d s = _mm256_add_pd(_mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)),
+	    _mm256_add_pd(_mm256_add_pd(a4, a5), _mm256_add_pd(a6, a7)));
+	s = _mm256_add_pd(s, _mm256_add_pd(_mm256_add_pd(a8, a9), _mm256_add_pd(a10, a11)));
+	double t[4];
+	_mm256_storeu_pd(t, s);
+	return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+/*
+ * The FMA issue rate of each vector width the CPU has (512 and 256 bits),
+ * alternately in the same run, median of 5 each: the bound of each ISA's
+ * kernels (run_bench.py divides it by their FMA-class operations).
+ */
 static int
 fmapeak(void)
 {
-	if (!__builtin_cpu_supports("avx512f")) {
-		printf("{\"fma512_per_s\": null}\n");
-		return 0;
-	}
+	int w512 = __builtin_cpu_supports("avx512f"), w256 = __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("fma");
 	long n = 50000000;
-	double t[5], sink = 0;
+	double t5[5], t2[5], sink = 0;
 	for (int r = 0; r < 5; r++) {
 		double t0 = now();
-		sink += fma512(n);
-		t[r] = now() - t0;
+		if (w512)
+			sink += fma512(n);
+		t5[r] = now() - t0;
+		t0 = now();
+		if (w256)
+			sink += fma256(n);
+		t2[r] = now() - t0;
 	}
-	printf("{\"fma512_per_s\": %.6g, \"check\": %g}\n", 12.0 * (double)n / median(t, 5), sink);
+	char a[32] = "null", b[32] = "null";
+	if (w512)
+		snprintf(a, sizeof(a), "%.6g", 12.0 * (double)n / median(t5, 5));
+	if (w256)
+		snprintf(b, sizeof(b), "%.6g", 12.0 * (double)n / median(t2, 5));
+	printf("{\"fma512_per_s\": %s, \"fma256_per_s\": %s, \"check\": %g}\n", a, b, sink);
 	return 0;
 }
 
@@ -395,6 +434,64 @@ pairlogs_bench(int reps)
 	return 0;
 }
 
+/*
+ * The row kernel of the CPU's instruction set for f32 or f16 probability
+ * rows with its probs[] (single-precision logs where row_logs is "f32")
+ * and probs_exact[] (double logs), alternately on the same 64 rows of 2048
+ * keys (L2-resident): their element rates, their ratio, and the largest
+ * relative difference of the sums P and L.
+ */
+static int
+rowlogs_bench(const char *dts, int reps)
+{
+	enum { N = 2048, ROWS = 64, PASSES = 40 };
+	swm_dtype dt = !strcmp(dts, "f16") ? SWM_F16 : SWM_F32;
+	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
+	if (!kn || !kn->probs[dt] || !kn->probs_exact[dt]) {
+		printf("{\"isa\": \"%s\", \"ratio\": null}\n", swm_isa());
+		return 0;
+	}
+	uint16_t *h = f16_layer(1, ROWS, N);
+	float *f = malloc(ROWS * N * sizeof(float));
+	for (size_t i = 0; h && f && i < (size_t)ROWS * N; i++) {
+		uint16_t b = h[i];
+		int e = (b >> 10) & 31, m = b & 1023;
+		f[i] = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
+	}
+	const void *x = dt == SWM_F16 ? (const void *)h : (const void *)f;
+	size_t es = dt == SWM_F16 ? 2 : 4;
+	double thr = 1e-10, tf[64], td[64], sink = 0, worst = 0;
+	reps = reps > 64 ? 64 : reps;
+	for (int r = 0; r < reps; r++)
+		for (int v = 0; v < 2; v++) {
+			swm_probs_fn fn = v ? kn->probs_exact[dt] : kn->probs[dt];
+			double t0 = now();
+			for (int p = 0; p < PASSES; p++)
+				for (int q = 0; q < ROWS; q++) {
+					struct swm_psum ps;
+					fn((const char *)x + (size_t)q * N * es, N, 0, thr, thr, thr, &ps);
+					sink += ps.P;
+				}
+			(v ? td : tf)[r] = now() - t0;
+		}
+	for (int q = 0; q < ROWS; q++) {
+		struct swm_psum a, b;
+		kn->probs[dt]((const char *)x + (size_t)q * N * es, N, 0, thr, thr, thr, &a);
+		kn->probs_exact[dt]((const char *)x + (size_t)q * N * es, N, 0, thr, thr, thr, &b);
+		double e1 = fabs(a.P - b.P) / fabs(b.P), e2 = fabs(a.L - b.L) / fabs(b.L);
+		worst = e1 > worst ? e1 : worst;
+		worst = e2 > worst ? e2 : worst;
+	}
+	double sf = median(tf, reps), sd = median(td, reps), n = (double)PASSES * ROWS * N;
+	printf("{\"isa\": \"%s\", \"dtype\": \"%s\", \"row_logs\": \"%s\", \"probs_elems_per_s\": %.6g, "
+	    "\"exact_elems_per_s\": %.6g, \"ratio\": %.4g, \"largest_rel_diff\": %.3g, "
+	    "\"check\": %g}\n", swm_isa(), dts, kn->row_logs ? kn->row_logs : "f64", n / sf, n / sd,
+	    sd / sf, worst, sink);
+	free(h);
+	free(f);
+	return 0;
+}
+
 static void
 noop_release(void *data, void *hint)
 {
@@ -571,6 +668,16 @@ paced(int argc, char **argv)
 	return 0;
 }
 
+/* user + system CPU seconds of the process (RUSAGE_SELF) or this thread */
+static double
+cpu_s(int who)
+{
+	struct rusage ru;
+	getrusage(who, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
 /* A bare subscriber: the most ZeroMQ delivers with no processing. */
 static int
 rawrecv(const char *ep, long count)
@@ -596,7 +703,7 @@ rawrecv(const char *ep, long count)
 	fflush(stdout);
 	long got = 0;
 	size_t bytes = 0;
-	double t0 = 0;
+	double t0 = 0, c0 = 0, m0 = 0;
 	while (got < count) {
 		zmq_msg_t m;
 		int more = 1;
@@ -610,13 +717,23 @@ rawrecv(const char *ep, long count)
 			more = zmq_msg_more(&m);
 			zmq_msg_close(&m);
 		}
-		if (++got == skip + 1)
+		if (++got == skip + 1) {
 			t0 = now();
+			c0 = cpu_s(RUSAGE_SELF);
+			m0 = cpu_s(RUSAGE_THREAD);
+		}
 	}
-out:
-	/* timed: the messages after the one that started the clock */
-	printf("{\"messages\": %ld, \"timed\": %ld, \"bytes\": %zu, \"seconds\": %.6g}\n",
-	    got, got > skip + 1 ? got - skip - 1 : 0, bytes, got > skip + 1 ? now() - t0 : 0.0);
+out:;
+	/*
+	 * timed: the messages after the one that started the clock; the
+	 * process's CPU over them, and this thread's (the rest is ZeroMQ's
+	 * I/O thread: the receive proper, the copy out of the kernel)
+	 */
+	double c1 = cpu_s(RUSAGE_SELF), m1 = cpu_s(RUSAGE_THREAD);
+	printf("{\"messages\": %ld, \"timed\": %ld, \"bytes\": %zu, \"seconds\": %.6g, "
+	    "\"cpu_s\": %.6g, \"main_thread_cpu_s\": %.6g}\n",
+	    got, got > skip + 1 ? got - skip - 1 : 0, bytes, got > skip + 1 ? now() - t0 : 0.0,
+	    got > skip + 1 ? c1 - c0 : 0.0, got > skip + 1 ? m1 - m0 : 0.0);
 	zmq_close(s);
 	zmq_ctx_term(ctx);
 	return 0;
@@ -760,6 +877,8 @@ main(int argc, char **argv)
 		return message_bench(atoi(argv[2]));
 	if (!strcmp(argv[1], "pairlogs") && argc > 2)
 		return pairlogs_bench(atoi(argv[2]));
+	if (!strcmp(argv[1], "rowlogs") && argc > 3)
+		return rowlogs_bench(argv[2], atoi(argv[3]));
 	if (!strcmp(argv[1], "flood"))
 		return flood(argc, argv);
 	if (!strcmp(argv[1], "paced"))

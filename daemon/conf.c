@@ -11,7 +11,7 @@
 #include "proto/swkeys.h"
 #include "proto/swproto.h"
 
-enum otype { O_STR, O_INT, O_LEVEL, O_OCT, O_LIST };
+enum otype { O_STR, O_INT, O_LEVEL, O_OCT, O_LIST, O_ISA };
 
 struct opt {
 	const char *name;
@@ -59,6 +59,9 @@ static const struct opt opts[] = {
 	  "rows per snapshot kept for drift_content (fixed probes)" },
 	{ "workers", O_INT, S(workers), "2", 1, 64, 0,
 	  "metric worker threads" },
+	{ "isa", O_ISA, S(isa), "auto", 0, 0, 0,
+	  "metric kernels: auto (the best this CPU has), avx512, avx2 or generic; one the CPU "
+	  "lacks refuses the start" },
 	{ "batch", O_INT, S(batch), "64", 1, 100000, 0,
 	  "messages received per event-loop turn" },
 	{ "chunk_steps", O_INT, S(chunk_steps), "64", 1, 1 << 20, 0,
@@ -100,7 +103,7 @@ swd_config_differs(const swd_config *a, const swd_config *b, size_t i)
 		return 0;
 	const struct opt *o = &opts[i];
 	const char *x = (const char *)a + o->off, *y = (const char *)b + o->off;
-	return o->type == O_STR || o->type == O_LIST ? strcmp(x, y) != 0 :
+	return o->type == O_STR || o->type == O_LIST || o->type == O_ISA ? strcmp(x, y) != 0 :
 	    memcmp(x, y, o->size) != 0;
 }
 const char *swd_config_name(size_t i) { return i < NOPTS ? opts[i].name : NULL; }
@@ -169,6 +172,17 @@ set_opt(swd_config *c, const struct opt *o, const char *v, char *err, size_t err
 		memcpy(dst + have, v, vl + 1);
 		return 0;
 	}
+	case O_ISA:
+		/* whether the CPU has it is the start's check (sinkwatchd.c):
+		 * this file does not link the metric core */
+		if (strcmp(v, "auto") && strcmp(v, "avx512") && strcmp(v, "avx2") &&
+		    strcmp(v, "generic")) {
+			snprintf(err, errlen, "%s: '%s' is not auto, avx512, avx2 or generic",
+			    o->name, v);
+			return -1;
+		}
+		memcpy(dst, v, strlen(v) + 1);
+		return 0;
 	case O_LEVEL: {
 		int l = log_level_parse(v);
 		if (l < 0) {
@@ -299,6 +313,7 @@ swd_config_print(const swd_config *c, FILE *f)
 		fprintf(f, "# %s%s\n", o->help, o->runtime ? " (SIGHUP applies it)" : "");
 		switch (o->type) {
 		case O_STR:
+		case O_ISA:
 			fprintf(f, "%s = \"%s\"\n", o->name, p);
 			break;
 		case O_LIST:

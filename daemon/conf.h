@@ -31,6 +31,7 @@ typedef struct swd_config {
 	int64_t cross_layer_pairs;	/* 1: JS between heads of different layers */
 	int64_t drift_rows;	/* rows per snapshot kept for drift_content */
 	int64_t workers;	/* metric worker threads */
+	char isa[16];		/* metric kernels: "auto", "avx512", "avx2", "generic" */
 	int64_t batch;		/* messages drained per loop turn */
 	int64_t chunk_steps;	/* HDF5 chunk length along the step axis */
 	int64_t max_runs;	/* runs tracked at once */

@@ -215,6 +215,12 @@ configure(swd_daemon *d, int argc, char **argv, int check, int print)
 		fprintf(stderr, "sinkwatchd: %s\n", err);
 		return 2;
 	}
+	/* before any kernel runs: the workers and the run files' kernel_isa see it */
+	if (strcmp(d->cfg.isa, "auto") != 0 && swm_set_isa(d->cfg.isa) != 0) {
+		fprintf(stderr, "sinkwatchd: isa %s: this CPU lacks it (auto picks %s)\n",
+		    d->cfg.isa, swm_isa());
+		return 2;
+	}
 	if (print)
 		swd_config_print(&d->cfg, stdout);
 	if (check) {

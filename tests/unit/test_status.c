@@ -320,6 +320,14 @@ START_TEST(test_config)
 	ck_assert_int_eq(swd_config_set(&c, "umask", "999", err, sizeof(err)), -1);
 	ck_assert(strstr(err, "umask: '999' is not an octal integer"));
 	ck_assert_int_eq(swd_config_set(&c, "umask", "1000", err, sizeof(err)), -1);
+	/* isa: a name of the metric core's kernels; the CPU is the start's check */
+	ck_assert_str_eq(c.isa, "auto");
+	ck_assert_int_eq(swd_config_set(&c, "isa", "avx2", err, sizeof(err)), 0);
+	ck_assert_str_eq(c.isa, "avx2");
+	ck_assert_int_eq(swd_config_set(&c, "isa", "sse9", err, sizeof(err)), -1);
+	ck_assert(strstr(err, "isa: 'sse9' is not auto, avx512, avx2 or generic"));
+	ck_assert_str_eq(c.isa, "avx2");
+	ck_assert_int_eq(swd_config_set(&c, "isa", "auto", err, sizeof(err)), 0);
 	ck_assert_int_eq(swd_config_set(&c, "nope", "1", err, sizeof(err)), -1);
 	ck_assert(strstr(err, "unknown option 'nope'"));
 	char big[2000];
@@ -583,6 +591,14 @@ START_TEST(test_read_config)
 	ck_assert_int_eq(swd_read_config(4, argv2, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.workers, 5);
 	ck_assert_int_eq(c.pair_rows, 7);
+	ck_assert_str_eq(c.isa, "auto");
+	char *argvi[] = { "sinkwatchd", "--isa", "generic", NULL };
+	ck_assert_int_eq(swd_read_config(3, argvi, &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.isa, "generic");
+	char *argvj[] = { "sinkwatchd", "--isa=avx1024", NULL };
+	ck_assert_int_eq(swd_read_config(2, argvj, &c, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "'avx1024' is not auto, avx512, avx2 or generic") != NULL, "%s",
+	    err);
 	char *argv3[] = { "sinkwatchd", "--no-such-option", "1", NULL };
 	ck_assert_int_eq(swd_read_config(3, argv3, &c, err, sizeof(err)), -1);
 	ck_assert_msg(strstr(err, "no-such-option") != NULL, "%s", err);
