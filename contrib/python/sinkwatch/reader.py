@@ -78,7 +78,10 @@ def library():
         if os.sep in path and not os.path.exists(path):
             continue
         try:
-            lib = ctypes.CDLL(path)
+            # PyDLL: the GIL is held through every call. The library calls
+            # HDF5, which Debian builds without thread safety: one call at a
+            # time in the process, h5py's (which holds the GIL too) included
+            lib = ctypes.PyDLL(path)
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
@@ -167,7 +170,9 @@ def _file_key(path):
 
 class Run:
     """An open run file (SWMR: a daemon may be writing it). Use as a
-    context manager, or close() it; one Run per file at a time in a process."""
+    context manager, or close() it; one Run per file at a time in a process,
+    used by one thread at a time (each library call holds the GIL, so calls
+    from several threads, h5py's too, never run inside HDF5 at once)."""
 
     def __init__(self, path):
         self._lib = library()
