@@ -34,11 +34,11 @@
  * virtual machine, more than the whole send. So a non-blocking send does
  * not wake the sender: the sender naps in zmq_poll() for NAP_MS and finds
  * the queue itself. The caller writes the eventfd only when the queue is
- * half full (a burst), in blocking mode, and on flush and destroy. A
- * message thus waits at most NAP_MS in the queue, and an idle handle wakes
- * 1000 / NAP_MS times a second. Shorter naps after each message were
- * tried: in that virtual machine the sender's frequent wakeups on the
- * other CPU slowed the caller's sends (p50 1.4 us with 16 ms naps, 11 us
+ * half full (a burst) while a daemon is subscribed, in blocking mode, and
+ * on flush and destroy. A message thus waits at most NAP_MS in the queue,
+ * and an idle handle wakes 1000 / NAP_MS times a second. Shorter naps
+ * after each message were tried: in that virtual machine the sender's
+ * frequent wakeups on the other CPU slowed the caller's sends (p50 1.4 us with 16 ms naps, 11 us
  * with 1 ms naps, `make bench`).
  *
  * Queue discipline (under mu): messages leave the queue in order; the one
@@ -591,7 +591,7 @@ make_msg(sw_client *c, const sw_snapshot *s, const struct part *pt,
 /*
  * The copy of a copying send, made only where the message finds room: a
  * non-blocking send that is dropped does not copy its data first (4 MiB:
- * 0.3-0.4 ms, all of a drop's cost). Only the caller's thread adds to the
+ * 0.3-1.2 ms measured, all of a drop's cost). Only the caller's thread adds to the
  * queue, so the room seen here is still there in dispatch(). 0; or
  * SW_EDROPPED, counted and p ended; or SW_ENOMEM, nothing counted.
  */
