@@ -42,6 +42,7 @@ struct pending {
 	void *hint;
 	struct zc_rel *z;	/* framed zero-copy data: what ZeroMQ calls back with */
 	int framed;		/* msg holds the data frame */
+	int pooled;		/* p is a node of the handle's slab (cl_pending_free) */
 	int nsent;		/* frames ZeroMQ has taken: a retry resumes there */
 	zmq_msg_t msg;
 	size_t hlen;
@@ -62,6 +63,18 @@ struct copybuf {
 	size_t cap;
 };
 #define COPY_HDR 64
+
+/*
+ * The queue's nodes come from a slab of the handle's, touched once in
+ * sw_client_new(): without a daemon the queue grows to its bound, and nodes
+ * malloc()ed then (1.2 KB each: a header bound of 1024 bytes) faulted in a
+ * fresh heap page every third or fourth send, 30-90 us each in a virtual
+ * machine (issue 30). queue_max + 2 nodes (the queue, the message in the
+ * caller's hands, the one the sender is done with), at most NODES_MAX; a
+ * header over NODE_HDR bytes (qpos) or an empty list takes malloc().
+ */
+#define NODE_HDR 1024
+#define NODES_MAX 1024
 
 struct zc_rel {
 	sw_release_cb cb;
@@ -104,6 +117,10 @@ struct sw_client {
 	pthread_mutex_t pool_mu;	/* the copy pool; taken alone, never with mu */
 	struct copybuf *pool;
 	size_t pool_n, pool_bytes;
+
+	pthread_mutex_t node_mu;	/* the free nodes; a leaf: nothing is taken under it */
+	struct pending *nodes;
+	void *slab;
 };
 
 /* client_sender.c, which client.c calls (never the other way) */
@@ -111,6 +128,9 @@ int64_t cl_now_ms(void);
 int cl_seterr(sw_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 void *cl_copy_get(sw_client *c, size_t bytes);
+int cl_nodes_init(sw_client *c);
+struct pending *cl_pending_new(sw_client *c, size_t hcap);
+void cl_pending_free(sw_client *c, struct pending *p);
 void cl_pending_end(sw_client *c, struct pending *p, int give_back);
 int cl_setup_curve(sw_client *c);
 void *cl_sender_main(void *arg);

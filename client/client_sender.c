@@ -79,6 +79,56 @@ cl_copy_get(sw_client *c, size_t bytes)
 	return (char *)b + COPY_HDR;
 }
 
+/* The slab of queue nodes (client_int.h), touched now. 0, or -1. */
+int
+cl_nodes_init(sw_client *c)
+{
+	size_t n = (size_t)c->o.queue_max + 2, sz = sizeof(struct pending) + NODE_HDR;
+	sz = (sz + 63) & ~(size_t)63;
+	if (n > NODES_MAX)
+		n = NODES_MAX;
+	if (!(c->slab = malloc(n * sz)))
+		return -1;
+	memset(c->slab, 0, n * sz);	/* faults the pages in here, not in a send */
+	for (size_t i = n; i-- > 0;) {
+		struct pending *p = (struct pending *)(void *)((char *)c->slab + i * sz);
+		p->pooled = 1;
+		p->next = c->nodes;
+		c->nodes = p;
+	}
+	return 0;
+}
+
+/* A node for a message whose header takes at most hcap bytes, or NULL. */
+struct pending *
+cl_pending_new(sw_client *c, size_t hcap)
+{
+	struct pending *p = NULL;
+	if (hcap <= NODE_HDR) {
+		pthread_mutex_lock(&c->node_mu);
+		if ((p = c->nodes) != NULL)
+			c->nodes = p->next;
+		pthread_mutex_unlock(&c->node_mu);
+	}
+	if (!p && (p = malloc(sizeof(*p) + hcap)) != NULL)
+		p->pooled = 0;
+	return p;
+}
+
+/* A node is done with: back to the free list, or freed. */
+void
+cl_pending_free(sw_client *c, struct pending *p)
+{
+	if (!p->pooled) {
+		free(p);
+		return;
+	}
+	pthread_mutex_lock(&c->node_mu);
+	p->next = c->nodes;
+	c->nodes = p;
+	pthread_mutex_unlock(&c->node_mu);
+}
+
 /* A copy is done with: into the pool if it has room, else freed. */
 static void
 copy_put(sw_client *c, void *data)
@@ -140,7 +190,7 @@ cl_pending_end(sw_client *c, struct pending *p, int give_back)
 	} else if (p->data && !give_back) {
 		p->cb(p->data, p->hint);
 	}
-	free(p);
+	cl_pending_free(c, p);
 }
 
 /* Reads the subscription messages the XPUB has received. */
@@ -310,7 +360,7 @@ send_queued(sw_client *c)
 		if (rc == 0) {
 			c->sent++;
 			c->bytes_sent += bytes;
-			free(p);	/* the frames are ZeroMQ's now */
+			cl_pending_free(c, p);	/* the frames are ZeroMQ's now */
 			pthread_cond_broadcast(&c->cv);
 		} else {
 			c->dropped++;	/* refused for good (ETERM, ENOMEM): accepted, so released */

@@ -21,7 +21,10 @@
  *   (sw_client_get_stats()). So a burst of up to queue_max messages right
  *   after sw_client_new() loses nothing against a daemon that is up, however
  *   late its subscription arrives. ZeroMQ's own queue (ZMQ_SNDHWM) holds up
- *   to min(queue_max, 16) more messages that it has taken over.
+ *   to min(queue_max, 16) more messages that it has taken over. The
+ *   queue's headers take queue_max + 2 (at most 1024) slots of 1.2 KB,
+ *   allocated and touched in sw_client_new(), so that a send never faults
+ *   in memory while the queue grows.
  * - Blocking mode waits up to block_timeout_ms (default
  *   SW_CLIENT_BLOCK_TIMEOUT_MS, 30 s; -1 set explicitly: for ever) until the
  *   message is handed to ZeroMQ, which needs a subscribed daemon; on the

@@ -258,6 +258,20 @@ cap_recv_data(struct capture *cap, swp_msg *m, int timeout_ms, void *data, size_
 	return 0;
 }
 
+/* A capture bound to one port (where a client already connects). */
+static void
+cap_open_at(struct capture *cap, int port)
+{
+	int zero = 0;
+	cap->ctx = zmq_ctx_new();
+	cap->sub = zmq_socket(cap->ctx, ZMQ_SUB);
+	zmq_setsockopt(cap->sub, ZMQ_RCVHWM, &zero, sizeof(zero));
+	zmq_setsockopt(cap->sub, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(cap->sub, ZMQ_SUBSCRIBE, "sw/", 3);
+	snprintf(cap->ep, sizeof(cap->ep), "tcp://127.0.0.1:%d", port);
+	ck_assert_int_eq(zmq_bind(cap->sub, cap->ep), 0);
+}
+
 /* The next message's header in *m (tensor and qpos not kept); 0, or -1 on timeout. */
 static int
 cap_recv(struct capture *cap, swp_msg *m, int timeout_ms)
@@ -1045,6 +1059,76 @@ START_TEST(test_zero_copy)
 END_TEST
 
 /*
+ * Issue 30: drop accounting with the daemon away, over each path of a
+ * message: its node from the handle's slab, or malloc()ed (a header with
+ * qpos is over the slab's nodes); dropped before a copy is made (copying
+ * send) or with its buffer left the caller's (zero-copy, no callback);
+ * then a subscriber, and three times the slab's nodes recycled. Every
+ * sequence number arrives once or was counted dropped once.
+ */
+static int
+send_kind(sw_client *c, int t)
+{
+	static const uint32_t qpos[R] = { 6, 7, 8 };
+	sw_snapshot s = snap(t, 0);
+	if (t % 4 == 3)
+		s.qpos = qpos;
+	return t % 2 ? sw_client_send_zc(c, &s, on_release, &released) : sw_client_send(c, &s);
+}
+
+START_TEST(test_drop_accounting)
+{
+	int port = free_port(), t, nzc = 0;
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
+	sw_client_opts o;
+	sw_client_opts_init(&o);
+	o.endpoint = ep;
+	o.queue_max = 4;	/* a slab of 6 nodes */
+	sw_run_info ri = info("dropacct");
+	sw_client *c;
+	sw_client_stats st;
+	fill();
+	ck_assert_int_eq(sw_client_new(&o, &ri, &c), 0);
+	released = 0;
+	for (t = 0; t < 16; t++) {
+		ck_assert_int_eq(send_kind(c, t), t < 4 ? 0 : SW_EDROPPED);
+		nzc += t < 4 && t % 2;
+		if (t == 14)	/* a copying send, dropped before its copy */
+			ck_assert_str_eq(sw_client_errmsg(c), "dropped message 14: no daemon subscribed");
+	}
+	ck_assert_int_eq(__atomic_load_n(&released, __ATOMIC_SEQ_CST), 0);
+	sw_client_get_stats(c, &st);
+	ck_assert_uint_eq(st.queued, 4);
+	ck_assert_uint_eq(st.dropped, 12);
+	ck_assert_uint_eq(st.sent, 0);
+	ck_assert_uint_eq(st.next_seq, 16);
+	/* a subscriber: the 4 queued go in order, then 18 more one at a time */
+	struct capture cap;
+	cap_open_at(&cap, port);
+	swp_msg m;
+	for (t = 0; t < 4; t++) {
+		ck_assert_int_eq(cap_recv(&cap, &m, 5000), 0);
+		ck_assert_uint_eq(m.seq, (uint64_t)t);
+	}
+	for (t = 16; t < 34; t++) {
+		ck_assert_int_eq(send_kind(c, t), 0);
+		nzc += t % 2;
+		ck_assert_int_eq(cap_recv(&cap, &m, 5000), 0);
+		ck_assert_uint_eq(m.seq, (uint64_t)t);
+	}
+	sw_client_destroy_stats(&c, &st);
+	ck_assert_uint_eq(st.sent, 22);
+	ck_assert_uint_eq(st.dropped, 12);
+	ck_assert_uint_eq(st.sent + st.dropped, st.next_seq);
+	/* each zero-copy buffer taken is released once, none of those dropped */
+	ck_assert_int_eq(__atomic_load_n(&released, __ATOMIC_SEQ_CST), nzc);
+	ck_assert(cap_recv(&cap, &m, 100) != 0);
+	cap_close(&cap);
+}
+END_TEST
+
+/*
  * The sender thread: a queued message leaves with no later call from the
  * caller (the sender finds it after a nap); a burst of queue_max fits; a
  * blocking zero-copy send that times out leaves the buffer the caller's
@@ -1266,6 +1350,7 @@ main(void)
 	tcase_add_test(tc, test_several_senders);
 	tcase_add_test(tc, test_destroy_stats);
 	tcase_add_test(tc, test_zero_copy);
+	tcase_add_test(tc, test_drop_accounting);
 	tcase_add_test(tc, test_blocking_and_invalid);
 	tcase_add_test(tc, test_sender_thread);
 	tcase_add_test(tc, test_destroy_under_signals);
