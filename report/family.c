@@ -365,7 +365,7 @@ rep_majority(sw_rep_list *runs)
 		char *r = a->reason;
 		size_t len = sizeof(a->reason), n = 0;
 		n += (size_t)snprintf(r + n, len - n, "not comparable with the family's majority "
-		    "(%zu runs):", best_n);
+		    "(%zu run%s):", best_n, best_n == 1 ? "" : "s");
 		if (strcmp(a->kind, best->kind) && n < len)
 			n += (size_t)snprintf(r + n, len - n, " kind %s, theirs %s;", a->kind, best->kind);
 		if (a->meta.keys != best->meta.keys && n < len)

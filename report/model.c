@@ -187,9 +187,10 @@ sw_report_of_run(sw_report *m, sw_run *run, const char *file, const sw_rep_opts 
 int
 sw_rep_opts_check(const sw_rep_opts *o, char *err, size_t errlen)
 {
-	if (o->range.last < 0) {
-		snprintf(err, errlen, "--last: %lld is not a positive number of steps",
-		    (long long)o->range.last);
+	if (o->range.last < 0 || (o->range.has_last && o->range.last < 1)) {
+		char v[32];
+		snprintf(v, sizeof(v), "%lld", (long long)o->range.last);
+		snprintf(err, errlen, SW_REP_LAST_BAD, v);
 		return -1;
 	}
 	if (o->range.last > 0 && o->range.has_from) {

@@ -251,8 +251,8 @@ swr_info_json(swr_run *r, char *err, size_t errlen)
 }
 
 static void
-set_opts(sw_rep_opts *o, int has_from, int64_t from, int has_to, int64_t to, int64_t last,
-    int per_layer, int per_head, int series, double eps)
+set_opts(sw_rep_opts *o, int has_from, int64_t from, int has_to, int64_t to, int has_last,
+    int64_t last, int per_layer, int per_head, int series, double eps)
 {
 	memset(o, 0, sizeof(*o));
 	o->fmt = SW_REP_JSON;
@@ -260,7 +260,8 @@ set_opts(sw_rep_opts *o, int has_from, int64_t from, int has_to, int64_t to, int
 	o->range.from = from;
 	o->range.has_to = has_to != 0;
 	o->range.to = to;
-	o->range.last = last;
+	o->range.has_last = has_last != 0;
+	o->range.last = has_last ? last : 0;
 	o->per_layer = per_layer != 0;
 	o->per_head = per_head != 0;
 	o->series = series != 0;
@@ -276,8 +277,8 @@ fill_run(sw_json *j, void *arg)
 }
 
 EXPORT char *
-swr_report_json(swr_run *r, int has_from, int64_t from, int has_to, int64_t to, int64_t last,
-    int per_layer, int per_head, int series, double eps, char *err, size_t errlen)
+swr_report_json(swr_run *r, int has_from, int64_t from, int has_to, int64_t to, int has_last,
+    int64_t last, int per_layer, int per_head, int series, double eps, char *err, size_t errlen)
 {
 	char why[768];
 	sw_rep_opts o;
@@ -285,7 +286,7 @@ swr_report_json(swr_run *r, int has_from, int64_t from, int has_to, int64_t to, 
 	char *s = NULL;
 
 	memset(&m, 0, sizeof(m));
-	set_opts(&o, has_from, from, has_to, to, last, per_layer, per_head, series, eps);
+	set_opts(&o, has_from, from, has_to, to, has_last, last, per_layer, per_head, series, eps);
 	if (sw_rep_opts_check(&o, why, sizeof(why)) != 0 ||
 	    sw_report_of_run(&m, r->run, r->run->path, &o, why, sizeof(why)) != 0) {
 		set_err(err, errlen, why);
@@ -311,7 +312,7 @@ fill_many(sw_json *j, void *arg)
 
 EXPORT char *
 swr_report_many_json(const char *const *paths, size_t np, int has_from, int64_t from,
-    int has_to, int64_t to, int64_t last, int per_layer, int per_head, double eps,
+    int has_to, int64_t to, int has_last, int64_t last, int per_layer, int per_head, double eps,
     const char *group_by, const char *const *exclude, size_t nexclude, char *err,
     size_t errlen)
 {
@@ -320,7 +321,7 @@ swr_report_many_json(const char *const *paths, size_t np, int has_from, int64_t 
 	sw_report_many m;
 	char *s = NULL;
 
-	set_opts(&o, has_from, from, has_to, to, last, per_layer, per_head, 0, eps);
+	set_opts(&o, has_from, from, has_to, to, has_last, last, per_layer, per_head, 0, eps);
 	o.exclude = exclude;
 	o.nexclude = exclude ? nexclude : 0;
 	if ((group_by && sw_rep_group_parse(group_by, &o, why, sizeof(why)) != 0) ||

@@ -85,7 +85,8 @@ int64_t sw_run_find(const sw_run *run, int64_t step);
 typedef struct sw_range_req {
 	int has_from, has_to;
 	int64_t from, to;
-	int64_t last;		/* 0: not asked */
+	int64_t last;		/* 0: not asked (has_last 0) */
+	int has_last;		/* --last given: last must be >= 1 (sw_rep_opts_check) */
 } sw_range_req;
 
 /* A range of the view: view indices k0 .. k1, inclusive. */

@@ -59,6 +59,8 @@ typedef struct sw_rep_opts {
  * --last < 0, eps not a finite number >= 0): -1 with err naming the
  * option, as the command line says it. */
 int sw_rep_opts_check(const sw_rep_opts *o, char *err, size_t errlen);
+/* --last N below 1, as given (its text): the refusal's words. */
+#define SW_REP_LAST_BAD "--last: '%s' is not a positive number of steps"
 /*
  * Parses a --group-by list ("model,params,run") into o (a key named twice
  * counts once). 0, or -1 with err naming the unknown key and the known ones.

@@ -205,7 +205,14 @@ open_file(sw_reader *r, char *err, size_t errlen)
 	r->file = H5Fopen(r->path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
 	H5Pclose(fapl);
 	if (r->file < 0) {
-		sw_h5_fail(err, errlen, "%s: cannot open the run file for SWMR reading", r->path);
+		struct stat sb;
+		if (stat(r->path, &sb) == 0 && S_ISDIR(sb.st_mode))
+			snprintf(err, errlen, "%s: is a directory, not a run file", r->path);
+		else if (stat(r->path, &sb) == 0 && H5Fis_hdf5(r->path) == 0)
+			snprintf(err, errlen, "%s: not a run file (not an HDF5 file)", r->path);
+		else
+			sw_h5_fail(err, errlen, "%s: cannot open the run file for SWMR reading",
+			    r->path);
 		return -1;
 	}
 	return 0;

@@ -917,8 +917,9 @@ sw_audit_main(int argc, char **argv)
 	/* the model's heads: --model-k, else --k's value */
 	au.mk = o.model_k > 0 ? (size_t)o.model_k : au.k;
 	/* --last N: the last N stored steps, or all of them when there are fewer */
-	sw_range_req q = { o.has_from, o.has_to, o.from, o.to,
-	    o.has_last ? (o.last < run->view.n ? o.last : run->view.n) : 0 };
+	sw_range_req q = { .has_from = o.has_from, .has_to = o.has_to, .from = o.from, .to = o.to,
+	    .last = o.has_last ? (o.last < run->view.n ? o.last : run->view.n) : 0,
+	    .has_last = o.has_last };
 	sw_range g;
 	if (sw_run_range(run, &q, &g, err, sizeof(err)) != 0) {
 		sw_tool_fail("audit", "%s", err);

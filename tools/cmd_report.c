@@ -154,11 +154,7 @@ sw_report_main(int argc, char **argv)
 		} else if (!strcmp(a, "--last") && more) {
 			if (parse_step("--last", argv[++i], &o.range.last))
 				goto out;
-			if (o.range.last < 1) {
-				sw_tool_fail("report", "--last: '%s' is not a positive number of steps",
-				    argv[i]);
-				goto out;
-			}
+			o.range.has_last = 1;	/* below 1: refused by sw_rep_opts_check */
 		} else if (!strcmp(a, "--eps") && more) {
 			if (sw_parse_double(argv[++i], &o.eps) || !(o.eps >= 0) || !isfinite(o.eps)) {
 				sw_tool_fail("report", "--eps: '%s' is not a number of nats >= 0", argv[i]);

@@ -78,12 +78,13 @@ double *swr_series(swr_run *r, const char *name, int view, int64_t *count, char 
 /*
  * `sinkwatch report FILE --format json`: the same document, byte for
  * byte, over the range from .. to (has_from, has_to 0: not given), or the
- * last `last` steps (0: not asked), with per_layer, per_head and series
+ * last `last` steps (has_last 0: not asked; below 1 refused as --last is),
+ * with per_layer, per_head and series
  * as their options, eps in nats (NaN: the default). NULL with err where
  * the command line refuses (its message, without "sinkwatch report: ").
  */
 char *swr_report_json(swr_run *r, int has_from, int64_t from, int has_to, int64_t to,
-    int64_t last, int per_layer, int per_head, int series, double eps, char *err,
+    int has_last, int64_t last, int per_layer, int per_head, int series, double eps, char *err,
     size_t errlen);
 
 /*
@@ -95,7 +96,7 @@ char *swr_report_json(swr_run *r, int has_from, int64_t from, int has_to, int64_
  * of memory).
  */
 char *swr_report_many_json(const char *const *paths, size_t np, int has_from, int64_t from,
-    int has_to, int64_t to, int64_t last, int per_layer, int per_head, double eps,
+    int has_to, int64_t to, int has_last, int64_t last, int per_layer, int per_head, double eps,
     const char *group_by, const char *const *exclude, size_t nexclude, char *err,
     size_t errlen);
 

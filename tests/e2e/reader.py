@@ -216,6 +216,7 @@ def check_reports(rng, run, path, steps):
 def check_refusals(run, path, steps):
     missing = steps[-1] + 5
     for kw, args in (({"from_": missing}, ["--from", missing]),
+                     ({"last": 0}, ["--last", 0]),
                      ({"from_": steps[0], "last": 2}, ["--from", steps[0], "--last", 2]),
                      ({"to": steps[0], "from_": steps[-1]}, ["--from", steps[-1], "--to", steps[0]])):
         try:
@@ -259,6 +260,15 @@ def t_schedules():
     except sinkwatch.ReaderError as e:
         rc, _, err = cli_json([data, "--group-by", "model,nope"])
         assert rc == 2 and err.strip() == "sinkwatch report: %s" % e, (err, str(e))
+    df = runs.to_dataframe(group_by="model")
+    groups = runs.report(group_by="model")["groups"]
+    for k, g in enumerate(groups):
+        assert sorted(df[df["group"] == k]["file"]) == sorted(g["files"]), (k, g, df)
+    assert groups and len(groups[0]["files"]) >= 2, groups
+    df = runs.to_dataframe(group_by="model,run")
+    assert df.attrs["group_by"] == ["model", "run"], df.attrs
+    df = runs.to_dataframe(exclude=["rd-1"])
+    assert any("excluded" in r for r in df.attrs["not_compared"].values()), df.attrs
     df = runs.to_dataframe()
     assert list(df["file"]) == [r["file"] for r in want["runs"]]
     assert np.allclose(df["path_sink"], [r["model_attribution"]["path"]["sink"] or np.nan
@@ -338,14 +348,62 @@ def t_refresh():
     rref.same(got, want, "refreshed", rel=0, abs_=1e-12, keys_of_want=False)
 
 
+def refused(fn, *want):
+    try:
+        fn()
+    except sinkwatch.ReaderError as e:
+        for w in want:
+            assert w in str(e), (w, str(e))
+        return e
+    raise AssertionError("no ReaderError (want %r)" % (want,))
+
+
 def t_library():
     lib = sinkwatch.reader.library()
     assert lib.swr_version().decode() == sinkwatch.__version__
-    try:
-        sinkwatch.open_run(os.path.join(DAEMON.tmp, "nothing.h5"))
-        raise AssertionError("no error for a missing file")
-    except sinkwatch.ReaderError as e:
-        assert "nothing.h5" in str(e), e
+    refused(lambda: sinkwatch.open_run(os.path.join(DAEMON.tmp, "nothing.h5")), "nothing.h5")
+    txt = os.path.join(DAEMON.tmp, "text.h5")
+    with open(txt, "w") as f:
+        f.write("not hdf5\n")
+    refused(lambda: sinkwatch.open_run(txt), "not a run file (not an HDF5 file)")
+    refused(lambda: sinkwatch.open_run(DAEMON.tmp), "is a directory")
+    # a directory with no run: the command line's refusal, the document kept
+    e = refused(lambda: sinkwatch.open_runs([os.path.join(DAEMON.tmp, "nodir")]).report(),
+                "no run to compare (1 file not compared, 0 skipped)", "nodir")
+    assert e.report is not None and e.report["runs"] == [], e.report
+    # the library not where SINKWATCH_LIB says: the message names it and what was tried
+    code = ("import sinkwatch\ntry:\n    sinkwatch.reader.library()\nexcept sinkwatch.ReaderError "
+            "as e:\n    print(e)\n")
+    for env, want in (({"SINKWATCH_LIB": "/nonexistent/lib.so"},
+                       ["SINKWATCH_LIB=/nonexistent/lib.so: not the library",
+                        "/nonexistent/lib.so (no such file)"]),
+                      ({"SINKWATCH": "/nonexistent/sinkwatch", "PATH": "/usr/bin:/bin"},
+                       ["was not found", "SINKWATCH", "Looked in:", "/usr/local/lib/" +
+                        sinkwatch.reader.SONAME])):
+        e2 = {k: v for k, v in os.environ.items() if k not in ("SINKWATCH_LIB", "SINKWATCH")}
+        e2.update(env, PYTHONPATH="/nonexistent")    # the package copied where nothing is above it
+        tmp = os.path.join(DAEMON.tmp, "pkgcopy")
+        if not os.path.isdir(tmp):
+            import shutil
+            shutil.copytree(os.path.dirname(sinkwatch.__file__), os.path.join(tmp, "sinkwatch"))
+        e2["PYTHONPATH"] = tmp
+        p = subprocess.run([sys.executable, "-c", code], env=dict(e2, **py_env()), cwd=tmp,
+                           capture_output=True, text=True, timeout=60)
+        for w in want:
+            assert w in p.stdout, (w, p.stdout, p.stderr[-2000:])
+
+
+def t_closed():
+    """A closed Run refuses, it does not crash the interpreter."""
+    path = make_run(SEED0 + 2000)
+    with sinkwatch.open_run(path) as run:
+        ent = run["entropy"]
+    assert ent.shape[0] == len(run.steps)
+    for fn in (run.report, run.refresh, run.series, lambda: run.field("dH", view=False),
+               lambda: run["sink_mass"], run.to_xarray):
+        refused(fn, "the Run is closed")
+    assert run["entropy"] is ent        # read before the close: kept
+    run.close()
 
 
 def py_env():
@@ -411,6 +469,7 @@ def main():
         R.check("random runs: view, series, reports vs the command line and numpy",
                 t_schedules)
         R.check("to_xarray: dims step, layer, head", t_xarray)
+        R.check("a closed Run refuses", t_closed)
         R.check("refresh: a run being written", t_refresh)
         R.check("README: the notebook example as printed", t_readme)
     finally:

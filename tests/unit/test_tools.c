@@ -136,6 +136,10 @@ START_TEST(test_opts_check)
 	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), -1);
 	ck_assert_ptr_nonnull(strstr(err, "--last"));
 	o.range.last = 0;
+	o.range.has_last = 1;	/* --last 0 */
+	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), -1);
+	ck_assert_str_eq(err, "--last: '0' is not a positive number of steps");
+	o.range.has_last = 0;
 	o.eps = -0.5;
 	ck_assert_int_eq(sw_rep_opts_check(&o, err, sizeof(err)), -1);
 	ck_assert_ptr_nonnull(strstr(err, "--eps"));

@@ -41,7 +41,12 @@ _open = {}      # (st_dev, st_ino) of the files a Run holds open in this process
 
 class ReaderError(Exception):
     """A run file that cannot be read, or a report the command line refuses
-    (the message is the command line's)."""
+    (the message is the command line's). report: the document, where the
+    command line prints one and fails (no run to compare), else None."""
+
+    def __init__(self, msg, report=None):
+        super().__init__(msg)
+        self.report = report
 
 
 def _candidates():
@@ -49,7 +54,10 @@ def _candidates():
     if env:
         yield os.path.join(env, SONAME) if os.path.isdir(env) else env
         return
-    tool = shutil.which(os.environ.get("SINKWATCH", "sinkwatch"))
+    tool = os.environ.get("SINKWATCH", "sinkwatch")
+    if os.path.isdir(tool):     # the directory of the tool (a build tree, PREFIX/bin)
+        tool = os.path.join(tool, "sinkwatch")
+    tool = shutil.which(tool)
     if tool:
         d = os.path.dirname(os.path.realpath(tool))
         for rel in ("report/.libs", "../lib", "../lib64", "../lib/x86_64-linux-gnu", ".libs"):
@@ -76,6 +84,7 @@ def library():
     tried = []
     for path in _candidates():
         if os.sep in path and not os.path.exists(path):
+            tried.append("%s (no such file)" % path)
             continue
         try:
             # PyDLL: the GIL is held through every call. The library calls
@@ -91,9 +100,14 @@ def library():
             continue
         _lib = lib
         return lib
-    raise ReaderError("libsinkwatch-report (%s) not found; build sinkwatch and `make install`, "
-                      "or set SINKWATCH_LIB to the library%s" % (
-                          SONAME, ": tried " + "; ".join(tried) if tried else ""))
+    env = os.environ.get("SINKWATCH_LIB")
+    if env:
+        raise ReaderError("SINKWATCH_LIB=%s: not the library %s (or a directory holding it): %s"
+                          % (env, SONAME, "; ".join(tried)))
+    raise ReaderError("the report library %s was not found. It is built with sinkwatch "
+                      "(report/.libs/ of the build tree) and installed by `make install`: put "
+                      "the sinkwatch tool on PATH or name it in SINKWATCH, or set SINKWATCH_LIB "
+                      "to the library or its directory. Looked in: %s" % (SONAME, "; ".join(tried)))
 
 
 def _declare(lib):
@@ -111,10 +125,10 @@ def _declare(lib):
         "swr_view": (c.c_int, (P, P, P, P, I64)),
         "swr_row_inc": (c.c_int, (P, P, I64)),
         "swr_series": (P, (P, c.c_char_p, c.c_int, c.POINTER(I64)) + ERR),
-        "swr_report_json": (P, (P, c.c_int, I64, c.c_int, I64, I64, c.c_int, c.c_int, c.c_int,
-                                c.c_double) + ERR),
+        "swr_report_json": (P, (P, c.c_int, I64, c.c_int, I64, c.c_int, I64, c.c_int, c.c_int,
+                                c.c_int, c.c_double) + ERR),
         "swr_report_many_json": (P, (c.POINTER(c.c_char_p), c.c_size_t, c.c_int, I64, c.c_int,
-                                     I64, I64, c.c_int, c.c_int, c.c_double, c.c_char_p,
+                                     I64, c.c_int, I64, c.c_int, c.c_int, c.c_double, c.c_char_p,
                                      c.POINTER(c.c_char_p), c.c_size_t) + ERR),
         "swr_free": (None, (P,)),
     }
@@ -141,7 +155,8 @@ def _range_args(from_, to, last):
     for name, v in (("from_", from_), ("to", to), ("last", last)):
         if v is not None and (isinstance(v, bool) or int(v) != v):
             raise ValueError("%s: %r is not a step number" % (name, v))
-    return (from_ is not None, int(from_ or 0), to is not None, int(to or 0), int(last or 0))
+    return (from_ is not None, int(from_ or 0), to is not None, int(to or 0), last is not None,
+            int(last or 0))
 
 
 def _eps(eps):
@@ -204,6 +219,11 @@ class Run:
             raise ReaderError("%s: the view changed while read" % self.path)
         self._cache = {}
 
+    def _handle(self):
+        if not self._h:
+            raise ReaderError("%s: the Run is closed" % self.path)
+        return self._h
+
     # ---- the run -----------------------------------------------------------------
     @property
     def fields(self):
@@ -223,7 +243,7 @@ class Run:
         (LAYOUT.md's reader rules). True when rows were added: the view,
         info and every array are read again."""
         err = _err()
-        rc = self._lib.swr_refresh(self._h, err, len(err))
+        rc = self._lib.swr_refresh(self._handle(), err, len(err))
         if rc < 0:
             raise ReaderError(err.value.decode("utf-8", "replace"))
         if rc > 0:
@@ -246,11 +266,11 @@ class Run:
             if view:
                 a = self.inc.copy()
             else:
-                a = np.zeros(self._lib.swr_rows(self._h), np.uint64)
-                self._lib.swr_row_inc(self._h, a.ctypes.data, len(a))
+                a = np.zeros(self._lib.swr_rows(self._handle()), np.uint64)
+                self._lib.swr_row_inc(self._handle(), a.ctypes.data, len(a))
         else:
             err, count = _err(), ctypes.c_int64(0)
-            ptr = self._lib.swr_series(self._h, name.encode(), int(bool(view)),
+            ptr = self._lib.swr_series(self._handle(), name.encode(), int(bool(view)),
                                        ctypes.byref(count), err, len(err))
             if not ptr:
                 raise ReaderError(err.value.decode("utf-8", "replace"))
@@ -260,7 +280,7 @@ class Run:
                     np.zeros(0)
             finally:
                 self._lib.swr_free(ptr)
-            n = len(self.steps) if view else self._lib.swr_rows(self._h)
+            n = len(self.steps) if view else self._lib.swr_rows(self._handle())
             a = a.reshape([n] + list(f["shape"]))
             t = _INT_TYPES.get(f["type"])
             if t is not None:
@@ -281,7 +301,7 @@ class Run:
         """`sinkwatch report FILE --format json` with the same options, as a
         dict (JSON's null is None): the same keys and numbers."""
         err = _err()
-        ptr = self._lib.swr_report_json(self._h, *_range_args(from_, to, last), int(per_layer),
+        ptr = self._lib.swr_report_json(self._handle(), *_range_args(from_, to, last), int(per_layer),
                                         int(per_head), int(series), _eps(eps), err, len(err))
         return json.loads(_text(self._lib, ptr, err))
 
@@ -366,6 +386,13 @@ class Runs:
             key = _file_key(e["file"])
             if key is not None and key in _open:    # the library's reason is HDF5's
                 e["reason"] = "open in this process (%s): close it to compare it" % _open[key]
+        if not rep["runs"]:     # the command line fails here (exit 2), its table printed
+            why = ["%s: %s" % (e["file"], e["reason"]) for e in rep.get("excluded", []) +
+                   rep.get("skipped", [])]
+            raise ReaderError("no run to compare (%d file%s not compared, %d skipped)%s" % (
+                len(rep.get("excluded", [])), "" if len(rep.get("excluded", [])) == 1 else "s",
+                len(rep.get("skipped", [])), (": " + "; ".join(why[:8])) if why else ""),
+                report=rep)
         return rep
 
     def files(self):
@@ -378,20 +405,28 @@ class Runs:
 
     def to_dataframe(self, from_=None, to=None, last=None, group_by=None, exclude=()):
         """The cross-run table as a pandas DataFrame: a row per compared
-        run, its identity and the model's path and endpoint splits."""
+        run, its identity, its group (the index into the report's groups,
+        by group_by's keys; None for a run alone, which the report lists in
+        no group) and the model's path and endpoint splits.
+        df.attrs["not_compared"]: {file: reason} of the runs left out."""
         import pandas as pd
         rows = []
-        for r in self.report(from_=from_, to=to, last=last, group_by=group_by,
-                             exclude=exclude)["runs"]:
+        rep = self.report(from_=from_, to=to, last=last, group_by=group_by, exclude=exclude)
+        group = {f: k for k, g in enumerate(rep["groups"]) for f in g["files"]}
+        for r in rep["runs"]:
             row = {k: r[k] for k in ("file", "run", "model", "params", "layers", "heads", "kind",
                                      "split_form", "first_step", "last_step", "steps_used",
                                      "lost", "incomplete", "ended", "sink_mass_first",
                                      "sink_mass_last") if k in r}
+            row["group"] = group.get(r["file"])
             for form in ("path", "endpoint"):
                 for k, v in r["model_attribution"][form].items():
                     row["%s_%s" % (form, k)] = np.nan if v is None else v
             rows.append(row)
-        return pd.DataFrame(rows)
+        df = pd.DataFrame(rows)
+        df.attrs["group_by"] = rep.get("group_by")
+        df.attrs["not_compared"] = {e["file"]: e["reason"] for e in rep.get("excluded", [])}
+        return df
 
 
 def open_run(path):
