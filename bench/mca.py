@@ -12,6 +12,7 @@ LLVM 14 (Debian 12) models Zen 3 (znver3, for the AVX2 loops) and no Zen
 ("Issue 30: the kernels' static bound") holds what this printed.
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -55,6 +56,7 @@ def main():
     ap.add_argument("--cc", default=os.environ.get("CC", "gcc"))
     ap.add_argument("--srcdir", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ap.add_argument("--builddir", default=".")
+    ap.add_argument("--json", action="store_true", help="one JSON object: {function: cycles}")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         s = os.path.join(tmp, "row_simd.s")
@@ -63,17 +65,24 @@ def main():
                        ["-S", "-o", s, os.path.join(a.srcdir, "metrics", "row_simd.c")],
                        check=True)
         lines = open(s).read().split("\n")
+    found = {}
     for fn, cpu, elems, what in KERNELS:
         fmas, seg = hottest_loop(lines, fn)
         p = subprocess.run(["llvm-mca", "-mcpu=" + cpu, "-iterations=200"],
                            input="\n".join(seg) + "\n", capture_output=True, text=True)
         m = re.search(r"Block RThroughput:\s+([\d.]+)", p.stdout)
         if not m:
-            print("%-10s %s: llvm-mca: %s" % (fn, cpu, p.stderr.strip()[:200]))
+            if not a.json:
+                print("%-10s %s: llvm-mca: %s" % (fn, cpu, p.stderr.strip()[:200]))
             continue
         cyc = float(m.group(1))
+        found[fn] = cyc
+        if a.json:
+            continue
         print("%-10s %-15s %3d instructions, %2d FMAs a loop of %2d elements: %5.1f cycles "
               "(%.2f an element)  %s" % (fn, cpu, len(seg), fmas, elems, cyc, cyc / elems, what))
+    if a.json:
+        print(json.dumps(found))
     return 0
 
 
