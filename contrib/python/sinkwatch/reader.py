@@ -77,7 +77,7 @@ def _candidates():
 
 
 def library():
-    """The loaded libsinkwatch-report (ctypes.CDLL), found once."""
+    """The loaded libsinkwatch-report (a ctypes.PyDLL), found once."""
     global _lib
     if _lib is not None:
         return _lib
