@@ -656,8 +656,12 @@ def bench_memory(tmp, res):
 # The kernels' static bound: the cycles llvm-mca gives each kernel's hottest
 # loop as compiled (bench/mca.py: every operation on the pipes weighed, not
 # the FMAs alone; Zen 3's model for the AVX2 loops, icelake-server's for the
-# AVX-512 ones, LLVM 14 having no Zen 4/5), at this core's clock, taken as
-# the 256-bit FMA rate / 2 (two FMA pipes). (function, cycles, elements a loop)
+# AVX-512 ones, LLVM 14 having no Zen 4/5), each model cycle one issue of its
+# two FMA pipes: converted at the measured 256-bit FMA rate / 2. On this Zen
+# 5 that rate is 1.07e10/s quiet: two pipes would mean a 5.3 GHz clock, and
+# issue 17 measured 3.6 GHz with a dependent chain, so the model's pipes may
+# not be this core's (bench/RESULTS.md: measure the clock next).
+# (function, cycles, elements a loop)
 # as bench/mca.py printed them for this tree; run again when llvm-mca is here.
 # The issue's first count (FMA and multiply operations alone, KERNEL_OPS in
 # 0164abf) left out what shares those pipes: 0.85 of it cannot be met.
@@ -800,11 +804,12 @@ def print_bounds(res):
                                   e["raw_zmq_io_cpu_ms_per_message"], e["raw_zmq_messages_per_s"]))
     for (kernel, isa), (got, bound, what) in sorted(bounds(res).items()):
         fn, _, el = KERNEL_LOOPS[kernel, isa]
-        print("BOUND %s[%s] %.3g elem/s (%s: %s's loop %.1f cycles per %d elements by llvm-mca%s, "
-              "clock %.2f GHz = 256-bit FMA rate / 2%s); measured %.3g = %.2f of it" %
+        print("BOUND %s[%s] %.3g elem/s (%s: %s's loop %.1f cycles per %d elements by llvm-mca%s "
+              "on a model of 2 FMA pipes, at %.3g of them a second = the 256-bit FMA rate / 2%s); "
+              "measured %.3g = %.2f of it" %
               (kernel, isa, bound, what, fn, kernel_cycles(res)[fn], el,
                "" if res.get("mca_live") else " (the recorded figure)",
-               res["fma"]["fma256_per_s"] / 2e9,
+               res["fma"]["fma256_per_s"] / 2,
                ", bandwidth %.3g f32/s" % res["bandwidth"]["f32_per_s"] if kernel == "rows" else "",
                got, got / bound))
 
