@@ -7,8 +7,11 @@
  *   bench fma                            single-core peak of 512- and 256-bit FMAs
  *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
  *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
- *   bench message REPS                   the daemon's kernels alone on one 4 MiB
- *                                        f16 message at default options
+ *   bench message REPS [fresh]           the daemon's kernels alone on one 4 MiB
+ *                                        f16 message at default options; fresh:
+ *                                        each rep's message written just before
+ *                                        by a thread on another CPU, as ZeroMQ's
+ *                                        I/O thread writes what the worker reads
  *   bench pairlogs REPS                  the pair kernel with single and double
  *                                        logarithms, side by side
  *   bench rowlogs f32|f16 REPS           the row kernel with its own and with double
@@ -25,7 +28,11 @@
  * best this CPU has.
  */
 #define _GNU_SOURCE
+#define _GNU_SOURCE	/* sched_getcpu, pthread_setaffinity_np */
 #include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -327,8 +334,53 @@ static uint16_t *f16_layer(size_t H, size_t R, size_t K);
  * stage), timed alone: the figure the daemon's CPU per message is
  * compared with.
  */
+/* A message as the daemon's worker gets it: written by another thread
+ * (ZeroMQ's I/O thread copies it off the socket) on another CPU. */
+struct fresh_copy {
+	void *dst;
+	const void *src;
+	size_t n;
+	int cpu;
+};
+
+static void *
+fresh_copy_run(void *p)
+{
+	struct fresh_copy *a = p;
+	if (a->cpu >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(a->cpu, &set);
+		(void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	memcpy(a->dst, a->src, a->n);
+	return NULL;
+}
+
+/* Writes src into dst from another thread, on another CPU than this one's
+ * when there is one; this thread is kept on its CPU. */
+static void
+fresh_message(void *dst, const void *src, size_t n)
+{
+	int me = sched_getcpu();
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	struct fresh_copy a = { dst, src, n, me >= 0 && ncpu > 1 ? (int)((me + 1) % ncpu) : -1 };
+	if (me >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(me, &set);
+		(void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	pthread_t t;
+	if (pthread_create(&t, NULL, fresh_copy_run, &a) != 0) {
+		memcpy(dst, src, n);
+		return;
+	}
+	pthread_join(t, NULL);
+}
+
 static int
-message_bench(int reps)
+message_bench(int reps, int fresh)
 {
 	enum { H = 16, R = 64, K = 2048, PAIR_ROWS = 8, DRIFT_ROWS = 8 };
 	uint16_t *x = f16_layer(H, R, K);
@@ -357,10 +409,18 @@ message_bench(int reps)
 	for (size_t i = 0; i < (size_t)H * DRIFT_ROWS * K; i++)
 		prev[i] = (float)(-8.0 - (double)(i % 97) / 16);
 	double t[64], tc[64], d2 = 0;
+	size_t bytes = (size_t)H * R * K * sizeof(uint16_t);
+	uint16_t *msg = fresh ? aligned_alloc(64, bytes) : NULL;
+	if (fresh && !msg)
+		return 1;
 	reps = reps > 64 ? 64 : reps;
 	for (int r = 0; r < reps; r++) {
 		memset(acc, 0, H * sizeof(*acc));
 		memset(pairs, 0, H * H * sizeof(*pairs));
+		if (fresh) {
+			fresh_message(msg, x, bytes);
+			b.data = msg;
+		}
 		double t0 = now(), c0 = cpu_now();
 		swm_block_add(&b, &o, scratch, acc, pairs);
 		for (size_t h = 0; h < H; h++)
@@ -371,10 +431,11 @@ message_bench(int reps)
 		t[r] = now() - t0;
 	}
 	free(prev);
+	free(msg);
 	printf("{\"kernels_s\": %.6g, \"kernels_cpu_s\": %.6g, \"bytes\": %d, \"isa\": \"%s\", "
-	    "\"log_precision\": \"%s\", \"js01\": %.17g, \"drift_check\": %.6g}\n", median(t, reps),
-	    median(tc, reps), H * R * K * 2, swm_isa(), swm_precision(),
-	    pairs[1].js_keep / (double)pairs[1].rows, d2);
+	    "\"log_precision\": \"%s\", \"fresh\": %s, \"js01\": %.17g, \"drift_check\": %.6g}\n",
+	    median(t, reps), median(tc, reps), H * R * K * 2, swm_isa(), swm_precision(),
+	    fresh ? "true" : "false", pairs[1].js_keep / (double)pairs[1].rows, d2);
 	free(x);
 	free(scratch);
 	free(acc);
@@ -886,7 +947,7 @@ main(int argc, char **argv)
 		return pairs_bench((size_t)atol(argv[2]), (size_t)atol(argv[3]),
 		    (size_t)atol(argv[4]), atoi(argv[5]));
 	if (!strcmp(argv[1], "message") && argc > 2)
-		return message_bench(atoi(argv[2]));
+		return message_bench(atoi(argv[2]), argc > 3 && !strcmp(argv[3], "fresh"));
 	if (!strcmp(argv[1], "pairlogs") && argc > 2)
 		return pairlogs_bench(atoi(argv[2]));
 	if (!strcmp(argv[1], "rowlogs") && argc > 3)
