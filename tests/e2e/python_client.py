@@ -1065,9 +1065,13 @@ def t_daemon_restart():
                 break
             time.sleep(0.02)
         assert not c.stats["subscribed"], c.stats
+        # queued at once, not waited on: a send that waited for the daemon
+        # would take the linger or the block timeout (seconds); the bound is
+        # loose enough for a loaded machine (10 ms failed once under make
+        # distcheck), the bench measures the real cost (client p99)
         t0 = time.perf_counter()
         assert c.send(1, 0, x) is True and c.stats["queued"] == 1
-        assert time.perf_counter() - t0 < 0.010
+        assert time.perf_counter() - t0 < 0.5, time.perf_counter() - t0
         d.start()
         assert c.flush(5.0) == 0, c.stats
         assert c.send(2, 0, x) is True and c.flush(3.0) == 0
