@@ -4,14 +4,17 @@
  * subcommand prints one JSON object on stdout.
  *
  *   bench bandwidth MIB                  single-core read bandwidth
- *   bench fma                            single-core peak of 512- and 256-bit FMAs
+ *   bench fma                            the core's clock, and its issue rate of
+ *                                        512- and 256-bit FMAs, and of FMAs and adds
  *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
  *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
- *   bench message REPS [fresh]           the daemon's kernels alone on one 4 MiB
- *                                        f16 message at default options; fresh:
- *                                        each rep's message written just before
- *                                        by a thread on another CPU, as ZeroMQ's
- *                                        I/O thread writes what the worker reads
+ *   bench message REPS [hot|fresh|cold]  the daemon's kernels alone on one 4 MiB
+ *                                        f16 message at default options; hot: one
+ *                                        buffer again and again; fresh: each rep's
+ *                                        message written just before by a thread
+ *                                        on another CPU, as ZeroMQ's I/O thread
+ *                                        writes what the worker reads; cold: 12
+ *                                        messages in turn, each out of every cache
  *   bench pairlogs REPS                  the pair kernel with single and double
  *                                        logarithms, side by side
  *   bench rowlogs f32|f16 REPS           the row kernel with its own and with double
@@ -134,26 +137,43 @@ sum_scalar(const double *b, size_t n)
 }
 
 /*
- * Peak rate of 512-bit double FMAs on one core: 12 independent chains,
- * enough to cover the latency. What the row kernel would reach if its
- * FMAs (22 per 16 elements in its fast loop) were the bound.
+ * The core's issue rates, each loop in assembly: the compiler must not
+ * merge chains that compute the same values. gcc did with the C loops
+ * this replaced: 12 identical chains became one, and the "peak" was 12
+ * FMAs per FMA latency, 1.5x the machine's real rate (issue 30).
  */
+#if defined(__x86_64__)
+/* Dependent integer adds, one a cycle: iterations a second x 16 = the clock. */
+static double
+clock_hz(long n)
+{
+	long x = 0;
+	double t0 = now();
+	__asm__ volatile("1:\n\t"
+	    "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+	    "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+	    "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+	    "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+	    "dec %1\n\tjnz 1b" : "+r"(x), "+r"(n) : : "cc");
+	return 16.0 / (now() - t0);
+}
+
+#define FMA_(r) "vfmadd213pd %[c], %[m], %%" r "\n\t"
+#define ADD_(r) "vaddpd %[c], %%" r ", %%" r "\n\t"
+#define REGS12(p) p "0", p "1", p "2", p "3", p "4", p "5", p "6", p "7", p "8", p "9", \
+	p "10", p "11"
+
+/* 12 independent chains of 512-bit FMAs (latency 4 on Zen, 2 pipes: 8 cover it). */
 __attribute__((target("avx512f"))) static double
 fma512(long n)
 {
 	__m512d m = _mm512_set1_pd(0.999999), c = _mm512_set1_pd(1e-7);
-	__m512d a0 = _mm512_set1_pd(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-	__m512d a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-	for (long i = 0; i < n; i++) {
-#define F(a) a = _mm512_fmadd_pd(a, m, c)
-		F(a0); F(a1); F(a2); F(a3); F(a4); F(a5);
-		F(a6); F(a7); F(a8); F(a9); F(a10); F(a11);
-#undef F
-	}
-	__m512d s = _mm512_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)),
-	    _mm512_add_pd(_mm512_add_pd(a4, a5), _mm512_add_pd(a6, a7)));
-	s = _mm512_add_pd(s, _mm512_add_pd(_mm512_add_pd(a8, a9), _mm512_add_pd(a10, a11)));
-	return _mm512_reduce_add_pd(s);
+	double t0 = now();
+	__asm__ volatile("1:\n\t"
+	    FMA_("zmm0") FMA_("zmm1") FMA_("zmm2") FMA_("zmm3") FMA_("zmm4") FMA_("zmm5")
+	    FMA_("zmm6") FMA_("zmm7") FMA_("zmm8") FMA_("zmm9") FMA_("zmm10") FMA_("zmm11")
+	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "v"(m), [c] "v"(c) : REGS12("xmm"), "cc");
+	return 12.0 / (now() - t0);
 }
 
 /* The same with 256-bit FMAs: the bound of the AVX2 kernels. */
@@ -161,50 +181,85 @@ __attribute__((target("avx2,fma"))) static double
 fma256(long n)
 {
 	__m256d m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
-	__m256d a0 = _mm256_set1_pd(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-	__m256d a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-	for (long i = 0; i < n; i++) {
-#define F(a) a = _mm256_fmadd_pd(a, m, c)
-		F(a0); F(a1); F(a2); F(a3); F(a4); F(a5);
-		F(a6); F(a7); F(a8); F(a9); F(a10); F(a11);
-#undef F
-	}
-	__m256d s = _mm256_add_pd(_mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)),
-	    _mm256_add_pd(_mm256_add_pd(a4, a5), _mm256_add_pd(a6, a7)));
-	s = _mm256_add_pd(s, _mm256_add_pd(_mm256_add_pd(a8, a9), _mm256_add_pd(a10, a11)));
-	double t[4];
-	_mm256_storeu_pd(t, s);
-	return (t[0] + t[1]) + (t[2] + t[3]);
+	double t0 = now();
+	__asm__ volatile("1:\n\t"
+	    FMA_("ymm0") FMA_("ymm1") FMA_("ymm2") FMA_("ymm3") FMA_("ymm4") FMA_("ymm5")
+	    FMA_("ymm6") FMA_("ymm7") FMA_("ymm8") FMA_("ymm9") FMA_("ymm10") FMA_("ymm11")
+	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "x"(m), [c] "x"(c) : REGS12("xmm"), "cc");
+	return 12.0 / (now() - t0);
 }
 
 /*
- * The FMA issue rate of each vector width the CPU has (512 and 256 bits),
- * alternately in the same run, median of 5 each: the bound of each ISA's
- * kernels (run_bench.py divides it by their FMA-class operations).
+ * FMA chains beside add chains, enough of each to cover their latencies:
+ * the vector operations a cycle when the two kinds share the core (Zen 5:
+ * about 3, where each kind alone issues 2). 256-bit: 8 and 6 (16 ymm
+ * registers with m and c); 512-bit: 8 and 8.
+ */
+__attribute__((target("avx2,fma"))) static double
+mix256(long n)
+{
+	__m256d m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
+	double t0 = now();
+	__asm__ volatile("1:\n\t"
+	    FMA_("ymm0") FMA_("ymm1") ADD_("ymm8") FMA_("ymm2") FMA_("ymm3") ADD_("ymm9")
+	    FMA_("ymm4") FMA_("ymm5") ADD_("ymm10") FMA_("ymm6") FMA_("ymm7") ADD_("ymm11")
+	    ADD_("ymm12") ADD_("ymm13")
+	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "x"(m), [c] "x"(c)
+	    : REGS12("xmm"), "xmm12", "xmm13", "cc");
+	return 14.0 / (now() - t0);
+}
+
+__attribute__((target("avx512f"))) static double
+mix512(long n)
+{
+	__m512d m = _mm512_set1_pd(0.999999), c = _mm512_set1_pd(1e-7);
+	double t0 = now();
+	__asm__ volatile("1:\n\t"
+	    FMA_("zmm0") FMA_("zmm1") ADD_("zmm8") FMA_("zmm2") FMA_("zmm3") ADD_("zmm9")
+	    FMA_("zmm4") FMA_("zmm5") ADD_("zmm10") FMA_("zmm6") FMA_("zmm7") ADD_("zmm11")
+	    ADD_("zmm12") ADD_("zmm13") ADD_("zmm14") ADD_("zmm15")
+	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "v"(m), [c] "v"(c)
+	    : REGS12("xmm"), "xmm12", "xmm13", "xmm14", "xmm15", "cc");
+	return 16.0 / (now() - t0);
+}
+
+/* The median of 5 timed calls of f(n) (operations a second / n): operations a second. */
+static double
+rate_of(double (*f)(long), long n)
+{
+	double r[5];
+	for (int i = 0; i < 5; i++)
+		r[i] = f(n) * (double)n;
+	return median(r, 5);
+}
+#endif
+
+/*
+ * The core's clock and the vector operations it issues a second, measured
+ * together in this run (the clock before and after, averaged): the bounds
+ * of each ISA's kernels (run_bench.py). null where the CPU lacks them.
  */
 static int
 fmapeak(void)
 {
+	char hz[32] = "null", a[32] = "null", b[32] = "null", ma[32] = "null", mb[32] = "null";
+#if defined(__x86_64__)
 	int w512 = __builtin_cpu_supports("avx512f"), w256 = __builtin_cpu_supports("avx2") &&
 	    __builtin_cpu_supports("fma");
-	long n = 50000000;
-	double t5[5], t2[5], sink = 0;
-	for (int r = 0; r < 5; r++) {
-		double t0 = now();
-		if (w512)
-			sink += fma512(n);
-		t5[r] = now() - t0;
-		t0 = now();
-		if (w256)
-			sink += fma256(n);
-		t2[r] = now() - t0;
+	long n = 20000000;
+	double hz0 = rate_of(clock_hz, n);
+	if (w512) {
+		snprintf(a, sizeof(a), "%.6g", rate_of(fma512, n));
+		snprintf(ma, sizeof(ma), "%.6g", rate_of(mix512, n));
 	}
-	char a[32] = "null", b[32] = "null";
-	if (w512)
-		snprintf(a, sizeof(a), "%.6g", 12.0 * (double)n / median(t5, 5));
-	if (w256)
-		snprintf(b, sizeof(b), "%.6g", 12.0 * (double)n / median(t2, 5));
-	printf("{\"fma512_per_s\": %s, \"fma256_per_s\": %s, \"check\": %g}\n", a, b, sink);
+	if (w256) {
+		snprintf(b, sizeof(b), "%.6g", rate_of(fma256, n));
+		snprintf(mb, sizeof(mb), "%.6g", rate_of(mix256, n));
+	}
+	snprintf(hz, sizeof(hz), "%.6g", (hz0 + rate_of(clock_hz, n)) / 2);
+#endif
+	printf("{\"clock_hz\": %s, \"fma512_per_s\": %s, \"fma256_per_s\": %s, "
+	    "\"vec512_per_s\": %s, \"vec256_per_s\": %s}\n", hz, a, b, ma, mb);
 	return 0;
 }
 
@@ -379,8 +434,12 @@ fresh_message(void *dst, const void *src, size_t n)
 	pthread_join(t, NULL);
 }
 
+/* bench message's modes: the message as it lies when the worker reads it */
+enum msg_mode { MSG_HOT, MSG_FRESH, MSG_COLD };
+enum { COLD_BUFS = 12 };	/* 48 MiB in turn: more than this machine's 32 MiB L3 */
+
 static int
-message_bench(int reps, int fresh)
+message_bench(int reps, enum msg_mode mode)
 {
 	enum { H = 16, R = 64, K = 2048, PAIR_ROWS = 8, DRIFT_ROWS = 8 };
 	uint16_t *x = f16_layer(H, R, K);
@@ -410,17 +469,21 @@ message_bench(int reps, int fresh)
 		prev[i] = (float)(-8.0 - (double)(i % 97) / 16);
 	double t[64], tc[64], d2 = 0;
 	size_t bytes = (size_t)H * R * K * sizeof(uint16_t);
-	uint16_t *msg = fresh ? aligned_alloc(64, bytes) : NULL;
-	if (fresh && !msg)
-		return 1;
+	int nbuf = mode == MSG_COLD ? COLD_BUFS : mode == MSG_FRESH;
+	uint16_t *msg[COLD_BUFS] = { 0 };
+	for (int i = 0; i < nbuf; i++) {
+		if (!(msg[i] = aligned_alloc(64, bytes)))
+			return 1;
+		memcpy(msg[i], x, bytes);
+	}
 	reps = reps > 64 ? 64 : reps;
 	for (int r = 0; r < reps; r++) {
 		memset(acc, 0, H * sizeof(*acc));
 		memset(pairs, 0, H * H * sizeof(*pairs));
-		if (fresh) {
-			fresh_message(msg, x, bytes);
-			b.data = msg;
-		}
+		if (mode == MSG_FRESH)
+			fresh_message(msg[0], x, bytes);
+		if (nbuf)
+			b.data = msg[r % nbuf];
 		double t0 = now(), c0 = cpu_now();
 		swm_block_add(&b, &o, scratch, acc, pairs);
 		for (size_t h = 0; h < H; h++)
@@ -431,11 +494,14 @@ message_bench(int reps, int fresh)
 		t[r] = now() - t0;
 	}
 	free(prev);
-	free(msg);
+	for (int i = 0; i < nbuf; i++)
+		free(msg[i]);
+	static const char *const mname[] = { "hot", "fresh", "cold" };
 	printf("{\"kernels_s\": %.6g, \"kernels_cpu_s\": %.6g, \"bytes\": %d, \"isa\": \"%s\", "
-	    "\"log_precision\": \"%s\", \"fresh\": %s, \"js01\": %.17g, \"drift_check\": %.6g}\n",
+	    "\"log_precision\": \"%s\", \"message\": \"%s\", \"js01\": %.17g, "
+	    "\"drift_check\": %.6g}\n",
 	    median(t, reps), median(tc, reps), H * R * K * 2, swm_isa(), swm_precision(),
-	    fresh ? "true" : "false", pairs[1].js_keep / (double)pairs[1].rows, d2);
+	    mname[mode], pairs[1].js_keep / (double)pairs[1].rows, d2);
 	free(x);
 	free(scratch);
 	free(acc);
@@ -947,7 +1013,18 @@ main(int argc, char **argv)
 		return pairs_bench((size_t)atol(argv[2]), (size_t)atol(argv[3]),
 		    (size_t)atol(argv[4]), atoi(argv[5]));
 	if (!strcmp(argv[1], "message") && argc > 2)
-		return message_bench(atoi(argv[2]), argc > 3 && !strcmp(argv[3], "fresh"));
+	{
+		enum msg_mode mode = MSG_HOT;
+		if (argc > 3 && !strcmp(argv[3], "fresh"))
+			mode = MSG_FRESH;
+		else if (argc > 3 && !strcmp(argv[3], "cold"))
+			mode = MSG_COLD;
+		else if (argc > 3 && strcmp(argv[3], "hot")) {
+			fprintf(stderr, "bench message: mode '%s': hot (default), fresh or cold\n", argv[3]);
+			return 2;
+		}
+		return message_bench(atoi(argv[2]), mode);
+	}
 	if (!strcmp(argv[1], "pairlogs") && argc > 2)
 		return pairlogs_bench(atoi(argv[2]));
 	if (!strcmp(argv[1], "rowlogs") && argc > 3)

@@ -653,51 +653,54 @@ def bench_memory(tmp, res):
                      "accounted": received == sent and sent + client_dropped == attempted}
 
 
-# The kernels' static bound: the cycles llvm-mca gives each kernel's hottest
-# loop as compiled (bench/mca.py: every operation on the pipes weighed, not
-# the FMAs alone; Zen 3's model for the AVX2 loops, icelake-server's for the
-# AVX-512 ones, LLVM 14 having no Zen 4/5), each model cycle one issue of its
-# two FMA pipes: converted at the measured 256-bit FMA rate / 2. On this Zen
-# 5 that rate is 1.07e10/s quiet: two pipes would mean a 5.3 GHz clock, and
-# issue 17 measured 3.6 GHz with a dependent chain, so the model's pipes may
-# not be this core's (bench/RESULTS.md: measure the clock next).
-# (function, cycles, elements a loop)
-# as bench/mca.py printed them for this tree; run again when llvm-mca is here.
-# The issue's first count (FMA and multiply operations alone, KERNEL_OPS in
-# 0164abf) left out what shares those pipes: 0.85 of it cannot be met.
-KERNEL_LOOPS = {("rows", "avx512"): ("p512_f32", 20.0, 16), ("rows", "avx2"): ("p256_f32", 17.5, 8),
-                ("pairs", "avx512"): ("pair512", 19.0, 8), ("pairs", "avx2"): ("pair256", 33.0, 8)}
+# The kernels' bound: each kernel's hottest loop as compiled (bench/mca.py
+# counts its FMA-class and its vector operations) at the issue rates this
+# core gives in the same run (`bench fma`: FMAs alone, and FMAs mixed with
+# adds, each with enough independent chains): a loop can go no faster than
+# its FMAs on the FMA pipes nor than all its vector operations on all the
+# vector pipes. Measured, not modelled: LLVM 14's llvm-mca has no model of
+# Zen 4/5 (its Ice Lake figures for the AVX-512 loops were slower than
+# this core runs them); its cycles are printed beside as information.
+# Until 2026-12-05 `bench fma` measured 1.5x this core's FMA rate (gcc
+# merged its 12 identical chains into one), and the bounds built on it
+# could not be met. (function, elements a loop, recorded counts for a
+# tree without gcc -S: FMA-class, vector operations)
+KERNEL_LOOPS = {("rows", "avx512"): ("p512_f32", 16, 22, 52), ("rows", "avx2"): ("p256_f32", 8, 18, 44),
+                ("pairs", "avx512"): ("pair512", 8, 24, 43), ("pairs", "avx2"): ("pair256", 8, 36, 86)}
 KERNEL_TARGET = 0.85
 OVERHEAD_TARGET = 1.3
 
 
-def kernel_cycles(res):
-    """{function: cycles a loop}: bench/mca.py on this tree when llvm-mca is
-    installed, else the figures above."""
-    if "mca" not in res:
+def kernel_loops(res):
+    """{function: {fma, vec, elements, mca_cycles, ...}}: bench/mca.py on
+    this tree, else the recorded counts."""
+    if "loops" not in res:
         got = {}
-        if shutil.which("llvm-mca"):
-            try:
-                got = json.loads(subprocess.run(
-                    [sys.executable, os.path.join(HERE, "mca.py"), "--json", "--builddir",
-                     os.path.dirname(os.path.dirname(os.path.abspath(BENCH)))], capture_output=True, text=True,
-                    timeout=120, check=True).stdout.strip().split("\n")[-1])
-            except (subprocess.SubprocessError, ValueError, OSError):
-                got = {}
-        res["mca"] = {fn: got.get(fn, cyc) for fn, cyc, _ in KERNEL_LOOPS.values()}
-        res["mca_live"] = bool(got)
-    return res["mca"]
+        try:
+            got = json.loads(subprocess.run(
+                [sys.executable, os.path.join(HERE, "mca.py"), "--json", "--builddir",
+                 os.path.dirname(os.path.dirname(os.path.abspath(BENCH)))], capture_output=True,
+                text=True, timeout=120, check=True).stdout.strip().split("\n")[-1])
+        except (subprocess.SubprocessError, ValueError, OSError):
+            got = {}
+        res["loops"] = {fn: got.get(fn, {"elements": el, "fma": f, "vec": v, "mca_cycles": None})
+                        for fn, el, f, v in KERNEL_LOOPS.values()}
+        res["loops_live"] = bool(got)
+    return res["loops"]
 
 
-def fma_bound(res, kernel, isa):
-    """Elements a second the pipes allow kernel of isa (llvm-mca's cycles a
-    loop at this core's clock), or None."""
+def pipes_bound(res, kernel, isa):
+    """(elements a second the core's pipes allow kernel's loop on isa, which
+    pipes bind: "fma" or "vector"), or None."""
     loop = KERNEL_LOOPS.get((kernel, isa))
-    rate = (res.get("fma") or {}).get("fma256_per_s")
-    if not loop or not rate:
+    w = "512" if isa == "avx512" else "256"
+    f = res.get("fma") or {}
+    fma, vec = f.get("fma%s_per_s" % w), f.get("vec%s_per_s" % w)
+    if not loop or not fma or not vec:
         return None
-    cyc = kernel_cycles(res)[loop[0]]
-    return rate / 2 * loop[2] / cyc
+    c = kernel_loops(res)[loop[0]]
+    t_fma, t_vec = c["fma"] / fma, c["vec"] / vec
+    return c["elements"] / max(t_fma, t_vec), "fma" if t_fma >= t_vec else "vector"
 
 
 def kernel_figures(res):
@@ -719,14 +722,12 @@ def bounds(res):
     out = {}
     bw = (res.get("bandwidth") or {}).get("f32_per_s")
     for isa, k in kernel_figures(res).items():
-        if "rows" in k:
-            fb = fma_bound(res, "rows", isa)
-            if fb and bw:
-                out["rows", isa] = (k["rows"], min(fb, bw), "pipes" if fb <= bw else "bandwidth")
-        if "pairs" in k:
-            fb = fma_bound(res, "pairs", isa)
-            if fb:
-                out["pairs", isa] = (k["pairs"], fb, "pipes")
+        pb = pipes_bound(res, "rows", isa)
+        if "rows" in k and pb and bw:
+            out["rows", isa] = (k["rows"], min(pb[0], bw), "pipes" if pb[0] <= bw else "bandwidth")
+        pb = pipes_bound(res, "pairs", isa)
+        if "pairs" in k and pb:
+            out["pairs", isa] = (k["pairs"], pb[0], "pipes")
     return out
 
 
@@ -793,25 +794,34 @@ def print_bounds(res):
     if "bandwidth" in res:
         print("BOUND read_bandwidth_one_core %.3g GB/s = %.3g f32/s" %
               (res["bandwidth"]["bytes_per_s"] / 1e9, res["bandwidth"]["f32_per_s"]))
+    f = res.get("fma") or {}
+    if f.get("clock_hz"):
+        print("BOUND clock_one_core %.3g GHz (dependent integer adds, before and after)" %
+              (f["clock_hz"] / 1e9))
     for w in (512, 256):
-        r = (res.get("fma") or {}).get("fma%d_per_s" % w)
-        if r:
-            print("BOUND fma%d_issue_rate_one_core %.3g /s" % (w, r))
+        if f.get("fma%d_per_s" % w):
+            print("BOUND issue_%d_one_core %.3g FMAs/s (%.2f a cycle), %.3g vector operations/s "
+                  "with FMAs and adds mixed (%.2f a cycle)" %
+                  (w, f["fma%d_per_s" % w], f["fma%d_per_s" % w] / f["clock_hz"],
+                   f["vec%d_per_s" % w], f["vec%d_per_s" % w] / f["clock_hz"]))
     for tr, e in res.get("e2e", {}).items():
         if e.get("raw_zmq_cpu_ms_per_message") is not None:
             print("BOUND raw_zmq_receive_%s %.3f ms CPU per 4 MiB message (I/O thread %.3f ms), "
                   "%.3g msg/s" % (tr, e["raw_zmq_cpu_ms_per_message"],
                                   e["raw_zmq_io_cpu_ms_per_message"], e["raw_zmq_messages_per_s"]))
     for (kernel, isa), (got, bound, what) in sorted(bounds(res).items()):
-        fn, _, el = KERNEL_LOOPS[kernel, isa]
-        print("BOUND %s[%s] %.3g elem/s (%s: %s's loop %.1f cycles per %d elements by llvm-mca%s "
-              "on a model of 2 FMA pipes, at %.3g of them a second = the 256-bit FMA rate / 2%s); "
-              "measured %.3g = %.2f of it" %
-              (kernel, isa, bound, what, fn, kernel_cycles(res)[fn], el,
-               "" if res.get("mca_live") else " (the recorded figure)",
-               res["fma"]["fma256_per_s"] / 2,
+        fn = KERNEL_LOOPS[kernel, isa][0]
+        c = kernel_loops(res)[fn]
+        _, binds = pipes_bound(res, kernel, isa)
+        mc = c.get("mca_cycles")
+        print("BOUND %s[%s] %.3g elem/s (%s: %s's loop, %d FMA-class and %d vector operations per "
+              "%d elements%s, at this core's issue rates: the %s pipes bind%s; llvm-mca's %s "
+              "model: %s); measured %.3g = %.2f of it" %
+              (kernel, isa, bound, what, fn, c["fma"], c["vec"], c["elements"],
+               "" if res.get("loops_live") else " (the recorded counts)", binds,
                ", bandwidth %.3g f32/s" % res["bandwidth"]["f32_per_s"] if kernel == "rows" else "",
-               got, got / bound))
+               c.get("mca_model", "-"),
+               "%.1f cycles a loop" % mc if mc is not None else "not installed", got, got / bound))
 
 
 def print_capacity(res):
