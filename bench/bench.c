@@ -450,7 +450,8 @@ message_bench(int reps, enum msg_mode mode)
 	swm_head_acc *acc = calloc(H, sizeof(*acc));
 	swm_pair_acc *pairs = calloc(H * H, sizeof(*pairs));
 	swm_row *rows = calloc(H * R, sizeof(*rows));
-	float *ln = malloc(H * DRIFT_ROWS * K * sizeof(float));
+	/* aligned as the daemon's (work.c): the row kernels stream them in */
+	float *ln = aligned_alloc(64, H * DRIFT_ROWS * K * sizeof(float));
 	uint32_t pick[R], lpick[R];
 	if (!x || !scratch || !acc || !pairs || !rows || !ln)
 		return 1;

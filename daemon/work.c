@@ -27,7 +27,8 @@ swd_result_bytes(const swd_work_conf *c, const swp_msg *m, int fixed)
 	size_t b = sizeof(swd_layer) + H * sizeof(swm_head_acc) + H * H * sizeof(swm_pair_acc);
 	if (fixed) {
 		size_t nln = (size_t)c->drift_rows < R ? (size_t)c->drift_rows : R;
-		b += H * R * sizeof(swm_row) + H * nln * K * sizeof(float) + nln * sizeof(uint32_t);
+		/* the ln rows: 64-byte aligned (layer_new) */
+		b += H * R * sizeof(swm_row) + H * nln * K * sizeof(float) + nln * sizeof(uint32_t) + 64;
 	}
 	if (c->cross_layer_pairs && m->kind != SWP_ROWSTATS) {
 		size_t nx = c->pair_rows > 0 && (size_t)c->pair_rows < R ?
@@ -100,7 +101,10 @@ layer_new(const swd_job *j)
 	size_t nln = 0;
 	if (fixed && m->kind != SWP_ROWSTATS && drift_rows > 0 && !j->t.copy) {
 		nln = (size_t)drift_rows < R ? (size_t)drift_rows : R;
-		ly->ln = malloc((size_t)H * nln * K * sizeof(float) + nln * sizeof(uint32_t));
+		/* 64-byte aligned: the row kernels stream the ln parts in (prep_raw) */
+		size_t lb = ((size_t)H * nln * K * sizeof(float) + nln * sizeof(uint32_t) + 63) &
+		    ~(size_t)63;
+		ly->ln = aligned_alloc(64, lb);
 		if (ly->ln) {
 			/* storage/LAYOUT.md (row_use): which rows, from qpos; fewer when rows are short */
 			ly->ln_rows = (uint32_t *)(ly->ln + (size_t)H * nln * K);

@@ -801,6 +801,21 @@ prep512(double *a, double *c, double *l, size_t n, size_t k, size_t keys8, doubl
 }
 
 /*
+ * Whether the prep_raw kernels write a row's ln parts (ln_out) with
+ * non-temporal stores: where ln_out is aligned to the store's width. The
+ * daemon's ln rows go to a fresh buffer that only the writer reads, a
+ * step later, when they have left every cache anyway: ordinary stores
+ * first read each line from memory (1 MiB a 4 MiB message), and that
+ * cost prep_raw 2.7x its time in the bench (issue 30). The sfence at the
+ * end orders them before the job is handed on.
+ */
+static inline int
+ln_stream(const float *ln_out, uintptr_t align)
+{
+	return ln_out && ((uintptr_t)ln_out & (align - 1)) == 0;
+}
+
+/*
  * swm_simd.h, prep_raw: a and l hold a row's values x and their 16 log2 as
  * p512_row left them (probs_out). Puts p = x invS and l = ln x + lnscale,
  * or lndelta where x < thr (the operations of e512_row), l to ln_out as
@@ -812,6 +827,7 @@ prep512_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 {
 	__m512d vis = _mm512_set1_pd(fx->invS), vthr = _mm512_set1_pd(fx->thr);
 	__m512d vsc = _mm512_set1_pd(fx->lnscale), vld = _mm512_set1_pd(fx->lndelta);
+	int nt = ln_stream(ln_out, 32);
 	for (size_t i = 0; i < n; i += 8) {
 		__mmask8 m = i + 8 <= n ? 0xff : (__mmask8)((1u << (n - i)) - 1);
 		__m512d v = _mm512_maskz_loadu_pd(m, a + i);
@@ -821,10 +837,14 @@ prep512_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 		lv = _mm512_mask_blend_pd(small, lv, vld);
 		_mm512_mask_storeu_pd(a + i, m, _mm512_mul_pd(v, vis));
 		_mm512_mask_storeu_pd(l + i, m, lv);
-		if (ln_out)
+		if (nt && m == 0xff)
+			_mm256_stream_ps(ln_out + i, _mm512_cvtpd_ps(lv));
+		else if (ln_out)
 			_mm512_mask_storeu_ps(ln_out + i, (__mmask16)m,
 			    _mm512_castps256_ps512(_mm512_cvtpd_ps(lv)));
 	}
+	if (nt)
+		_mm_sfence();
 	return prep512(a, c, l, n, k, keys8, fx->iw, nx);
 }
 
@@ -1583,6 +1603,7 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 	__m256d vis = S1(fx->invS), vthr = S1(fx->thr), vsc = S1(fx->lnscale);
 	__m256d vld = S1(fx->lndelta);
 	size_t i = 0;
+	int nt = ln_stream(ln_out, 16);
 	for (size_t j = n; j < keys8; j++)
 		a[j] = l[j] = 0;
 	for (; i < n; i += 4) {
@@ -1592,7 +1613,9 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 		lv = _mm256_blendv_pd(lv, vld, small);
 		_mm256_storeu_pd(a + i, _mm256_mul_pd(v, vis));
 		_mm256_storeu_pd(l + i, lv);
-		if (ln_out && i + 4 <= n) {
+		if (nt && i + 4 <= n) {
+			_mm_stream_ps(ln_out + i, _mm256_cvtpd_ps(lv));
+		} else if (ln_out && i + 4 <= n) {
 			_mm_storeu_ps(ln_out + i, _mm256_cvtpd_ps(lv));
 		} else if (ln_out) {
 			float fb[4];
@@ -1600,6 +1623,8 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
 			memcpy(ln_out + i, fb, (n - i) * sizeof(float));
 		}
 	}
+	if (nt)
+		_mm_sfence();
 	/* i may pass n by up to 3 (within keys8): those lanes are zeroed below */
 	return prep256(a, c, l, n, k, keys8, fx->iw, nx);
 }

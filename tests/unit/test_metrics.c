@@ -1621,32 +1621,42 @@ START_TEST(test_block_and_pairs)
 	/*
 	 * ln parts of row 1 only: rows 2 to 4, past the last pick, write
 	 * nothing (a guard after ln_out), and each head's slot keeps row 1.
+	 * Then row 4's, all 8 keys valid: whole vectors, which the vector
+	 * kernels stream out (prep_raw) where the ln rows are aligned. Each
+	 * with ln rows 64-byte aligned and one float off (ordinary stores).
 	 */
-	static const uint32_t lone[] = { 1 };
-	float ln1[H * K + 64];
-	for (int i = 0; i < H * K + 64; i++)
-		ln1[i] = -12345.0f;
-	blk.ln_pick = lone;
-	blk.nln = 1;
-	blk.ln_out = ln1;
-	memset(acc2, 0, sizeof(acc2));
-	memset(p2, 0, sizeof(p2));
-	swm_block_add(&blk, &o, scratch, acc2, p2);
-	ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
-	for (int h = 0; h < H; h++) {
-		swm_row want;
-		double lw[K];
-		ck_assert_int_eq(swm_row_stats(data[h][1], SWM_F32, SWM_PROBS, nvalid[1], 0, &o,
-		    &want), SWM_OK);
-		swm_row_expand(data[h][1], SWM_F32, SWM_PROBS, &want, NULL, lw);
-		for (uint32_t i = 0; i < nvalid[1]; i++)
-			ck_assert_msg(ln1[h * K + i] == (float)lw[i], "head %d key %u: %g, want %g",
-			    h, i, (double)ln1[h * K + i], (double)(float)lw[i]);
-		for (int i = nvalid[1]; i < K; i++)
-			ck_assert(ln1[h * K + i] == -12345.0f);
+	float *lnbuf = aligned_alloc(64, (H * K + 64 + 16) * sizeof(float));
+	ck_assert_ptr_nonnull(lnbuf);
+	for (int t = 0; t < 4; t++) {
+		int off = t & 1, r1 = t < 2 ? 1 : 4;
+		const uint32_t lone[] = { (uint32_t)r1 };
+		float *ln1 = lnbuf + off;
+		for (int i = 0; i < H * K + 64; i++)
+			ln1[i] = -12345.0f;
+		blk.ln_pick = lone;
+		blk.nln = 1;
+		blk.ln_out = ln1;
+		memset(acc2, 0, sizeof(acc2));
+		memset(p2, 0, sizeof(p2));
+		swm_block_add(&blk, &o, scratch, acc2, p2);
+		ck_assert(memcmp(acc, acc2, sizeof(acc)) == 0);
+		for (int h = 0; h < H; h++) {
+			swm_row want;
+			double lw[K];
+			ck_assert_int_eq(swm_row_stats(data[h][r1], SWM_F32, SWM_PROBS, nvalid[r1], 0,
+			    &o, &want), SWM_OK);
+			swm_row_expand(data[h][r1], SWM_F32, SWM_PROBS, &want, NULL, lw);
+			for (uint32_t i = 0; i < nvalid[r1]; i++)
+				ck_assert_msg(ln1[h * K + i] == (float)lw[i],
+				    "row %d offset %d head %d key %u: %g, want %g", r1, off, h, i,
+				    (double)ln1[h * K + i], (double)(float)lw[i]);
+			for (int i = (int)nvalid[r1]; i < K; i++)
+				ck_assert(ln1[h * K + i] == -12345.0f);
+		}
+		for (int i = H * K; i < H * K + 64; i++)
+			ck_assert_msg(ln1[i] == -12345.0f, "ln_out guard %d written", i - H * K);
 	}
-	for (int i = H * K; i < H * K + 64; i++)
-		ck_assert_msg(ln1[i] == -12345.0f, "ln_out guard %d written", i - H * K);
+	free(lnbuf);
 	free(scratch);
 }
 END_TEST
