@@ -162,32 +162,33 @@ clock_hz(long n)
 #define ADD_(r) "vaddpd %[c], %%" r ", %%" r "\n\t"
 #define REGS12(p) p "0", p "1", p "2", p "3", p "4", p "5", p "6", p "7", p "8", p "9", \
 	p "10", p "11"
+#define CHAINS8(OP, p) OP(p "0") OP(p "1") OP(p "2") OP(p "3") OP(p "4") OP(p "5") \
+	OP(p "6") OP(p "7")
 
-/* 12 independent chains of 512-bit FMAs (latency 4 on Zen, 2 pipes: 8 cover it). */
-__attribute__((target("avx512f"))) static double
-fma512(long n)
-{
-	__m512d m = _mm512_set1_pd(0.999999), c = _mm512_set1_pd(1e-7);
-	double t0 = now();
-	__asm__ volatile("1:\n\t"
-	    FMA_("zmm0") FMA_("zmm1") FMA_("zmm2") FMA_("zmm3") FMA_("zmm4") FMA_("zmm5")
-	    FMA_("zmm6") FMA_("zmm7") FMA_("zmm8") FMA_("zmm9") FMA_("zmm10") FMA_("zmm11")
-	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "v"(m), [c] "v"(c) : REGS12("xmm"), "cc");
-	return 12.0 / (now() - t0);
-}
+/*
+ * fn(n): n turns of body, a second (each turn's `ops` operations over the
+ * time): body's chains on registers the compiler gives up (the clobbers),
+ * m and c in registers of constraint `cons`.
+ */
+#define ISSUE_LOOP(fn, tgt, T, set1, cons, ops, body, ...) \
+	__attribute__((target(tgt))) static double \
+	fn(long n) \
+	{ \
+		T m = set1(0.999999), c = set1(1e-7); \
+		double t0 = now(); \
+		__asm__ volatile("1:\n\t" body "dec %[n]\n\tjnz 1b" : [n] "+r"(n) \
+		    : [m] cons(m), [c] cons(c) : __VA_ARGS__); \
+		return (ops) / (now() - t0); \
+	}
 
-/* The same with 256-bit FMAs: the bound of the AVX2 kernels. */
-__attribute__((target("avx2,fma"))) static double
-fma256(long n)
-{
-	__m256d m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
-	double t0 = now();
-	__asm__ volatile("1:\n\t"
-	    FMA_("ymm0") FMA_("ymm1") FMA_("ymm2") FMA_("ymm3") FMA_("ymm4") FMA_("ymm5")
-	    FMA_("ymm6") FMA_("ymm7") FMA_("ymm8") FMA_("ymm9") FMA_("ymm10") FMA_("ymm11")
-	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "x"(m), [c] "x"(c) : REGS12("xmm"), "cc");
-	return 12.0 / (now() - t0);
-}
+/* 12 independent chains of FMAs (latency 4 on Zen, 2 pipes: 8 cover it),
+ * 512 bits and 256 (the bound of the AVX2 kernels) */
+ISSUE_LOOP(fma512, "avx512f", __m512d, _mm512_set1_pd, "v", 12.0,
+    CHAINS8(FMA_, "zmm") FMA_("zmm8") FMA_("zmm9") FMA_("zmm10") FMA_("zmm11"),
+    REGS12("xmm"), "cc")
+ISSUE_LOOP(fma256, "avx2,fma", __m256d, _mm256_set1_pd, "x", 12.0,
+    CHAINS8(FMA_, "ymm") FMA_("ymm8") FMA_("ymm9") FMA_("ymm10") FMA_("ymm11"),
+    REGS12("xmm"), "cc")
 
 /*
  * FMA chains beside add chains, enough of each to cover their latencies:
@@ -195,33 +196,14 @@ fma256(long n)
  * about 3, where each kind alone issues 2). 256-bit: 8 and 6 (16 ymm
  * registers with m and c); 512-bit: 8 and 8.
  */
-__attribute__((target("avx2,fma"))) static double
-mix256(long n)
-{
-	__m256d m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
-	double t0 = now();
-	__asm__ volatile("1:\n\t"
-	    FMA_("ymm0") FMA_("ymm1") ADD_("ymm8") FMA_("ymm2") FMA_("ymm3") ADD_("ymm9")
-	    FMA_("ymm4") FMA_("ymm5") ADD_("ymm10") FMA_("ymm6") FMA_("ymm7") ADD_("ymm11")
-	    ADD_("ymm12") ADD_("ymm13")
-	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "x"(m), [c] "x"(c)
-	    : REGS12("xmm"), "xmm12", "xmm13", "cc");
-	return 14.0 / (now() - t0);
-}
-
-__attribute__((target("avx512f"))) static double
-mix512(long n)
-{
-	__m512d m = _mm512_set1_pd(0.999999), c = _mm512_set1_pd(1e-7);
-	double t0 = now();
-	__asm__ volatile("1:\n\t"
-	    FMA_("zmm0") FMA_("zmm1") ADD_("zmm8") FMA_("zmm2") FMA_("zmm3") ADD_("zmm9")
-	    FMA_("zmm4") FMA_("zmm5") ADD_("zmm10") FMA_("zmm6") FMA_("zmm7") ADD_("zmm11")
-	    ADD_("zmm12") ADD_("zmm13") ADD_("zmm14") ADD_("zmm15")
-	    "dec %[n]\n\tjnz 1b" : [n] "+r"(n) : [m] "v"(m), [c] "v"(c)
-	    : REGS12("xmm"), "xmm12", "xmm13", "xmm14", "xmm15", "cc");
-	return 16.0 / (now() - t0);
-}
+ISSUE_LOOP(mix256, "avx2,fma", __m256d, _mm256_set1_pd, "x", 14.0,
+    CHAINS8(FMA_, "ymm") ADD_("ymm8") ADD_("ymm9") ADD_("ymm10") ADD_("ymm11")
+    ADD_("ymm12") ADD_("ymm13"),
+    REGS12("xmm"), "xmm12", "xmm13", "cc")
+ISSUE_LOOP(mix512, "avx512f", __m512d, _mm512_set1_pd, "v", 16.0,
+    CHAINS8(FMA_, "zmm") ADD_("zmm8") ADD_("zmm9") ADD_("zmm10") ADD_("zmm11")
+    ADD_("zmm12") ADD_("zmm13") ADD_("zmm14") ADD_("zmm15"),
+    REGS12("xmm"), "xmm12", "xmm13", "xmm14", "xmm15", "cc")
 
 /* The median of 5 timed calls of f(n) (operations a second / n): operations a second. */
 static double
