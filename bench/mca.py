@@ -62,12 +62,14 @@ def hottest_loop(lines, fn):
 
 def is_vec_op(line):
     """A vector operation that takes an execution pipe: v*, except moves
-    (register to register, loads, stores), broadcasts from memory and
-    vzeroupper."""
+    (register to register, loads, stores; vmovmsk* counts), broadcasts from
+    memory and vzeroupper. Mask-register (k*) instructions are not counted."""
     parts = line.split(None, 1)
     op = parts[0]
     if not op.startswith("v") or op == "vzeroupper":
         return False
+    if op.startswith("vmovmsk"):
+        return True             # to a general register: a vector pipe's work
     if op.startswith("vmov"):
         return False
     if op.startswith("vbroadcast") or op.startswith("vpbroadcast"):

@@ -1625,7 +1625,7 @@ START_TEST(test_block_and_pairs)
 	 * kernels stream out (prep_raw) where the ln rows are aligned. Each
 	 * with ln rows 64-byte aligned and one float off (ordinary stores).
 	 */
-	float *lnbuf = aligned_alloc(64, (H * K + 64 + 16) * sizeof(float));
+	float *lnbuf = aligned_alloc(64, (H * K + 64 + 16 + 15) / 16 * 16 * sizeof(float));
 	ck_assert_ptr_nonnull(lnbuf);
 	for (int t = 0; t < 4; t++) {
 		int off = t & 1, r1 = t < 2 ? 1 : 4;
@@ -1891,6 +1891,53 @@ START_TEST(test_half_table)
 	free(f);
 	free(xo);
 	free(vo);
+}
+END_TEST
+
+/*
+ * prep_raw's ln parts (ln_out): streamed (non-temporal stores, where
+ * ln_out is aligned to the store) and ordinary stores write the same
+ * floats, the row's l as float, full vectors and then a tail in one row,
+ * and nothing past n. For each ISA this CPU runs.
+ */
+START_TEST(test_prep_raw_ln_out)
+{
+	enum { N = 21, K8 = 24, GUARD = 16 };
+	const struct swm_kernels *kn = swm_kernels_get(isa_names[_i]);
+	if (!use_isa(_i) || !kn || !kn->prep_raw)
+		return;
+	double *buf = aligned_alloc(64, 6 * K8 * sizeof(double));
+	float *lnbuf = aligned_alloc(64, 2 * 64 * sizeof(float));
+	ck_assert(buf && lnbuf);
+	float want[N];
+	for (int off = 0; off < 2; off++) {
+		double *a = buf, *c = buf + K8, *l = buf + 2 * K8;
+		for (int i = 0; i < K8; i++) {
+			a[i] = i < N ? 0.01 + 0.002 * i : 0;
+			l[i] = i < N ? 16 * log2(a[i]) : 0;
+		}
+		float *ln = lnbuf + off;	/* off 0: 64-byte aligned, streamed */
+		for (int i = 0; i < N + GUARD; i++)
+			ln[i] = -12345.0f;
+		struct swm_fix fx = { 1.0, 0.0, 0.0, -30.0, 2.0 };
+		double nx;
+		kn->prep_raw(a, c, l, N, 0, K8, &fx, &nx, ln);
+		for (int i = 0; i < N; i++) {
+			double lv = log(0.01 + 0.002 * i);
+			ck_assert_msg(fabs(ln[i] - lv) <= 1e-6 * fabs(lv), "%s off %d key %d: %g, want %g",
+			    isa_names[_i], off, i, (double)ln[i], lv);
+			if (off == 0)
+				want[i] = ln[i];
+			else
+				ck_assert_msg(ln[i] == want[i], "%s key %d: streamed %g, stored %g",
+				    isa_names[_i], i, (double)want[i], (double)ln[i]);
+		}
+		for (int i = N; i < N + GUARD; i++)
+			ck_assert_msg(ln[i] == -12345.0f, "%s off %d: written past n at %d",
+			    isa_names[_i], off, i);
+	}
+	free(buf);
+	free(lnbuf);
 }
 END_TEST
 
@@ -2776,6 +2823,7 @@ metrics_suite(void)
 	tcase_add_loop_test(tc, test_row_pair, 0, NISA);
 	tcase_add_test(tc, test_layer_finish);
 	tcase_add_loop_test(tc, test_block_and_pairs, 0, NISA);
+	tcase_add_loop_test(tc, test_prep_raw_ln_out, 0, NISA);
 	tcase_add_test(tc, test_pick_rows);
 	tcase_add_loop_test(tc, test_block_pick, 0, NISA);
 	tcase_add_test(tc, test_flip_rate);
