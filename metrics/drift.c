@@ -7,27 +7,6 @@
 
 #include "swm.h"
 
-/*
- * Asks for the ln parts of the next row of each side (ia + 1, ib + 1) to
- * be fetched while this one is computed. In the daemon both steps' rows
- * are out of every cache by the time the writer compares them (a whole
- * step of other layers went through the workers in between): without
- * this, the distance waited on memory a row at a time (issue 30).
- */
-static void
-prefetch_next(const swm_drift_side *a, const swm_drift_side *b, ptrdiff_t ia,
-    ptrdiff_t ib, size_t keys)
-{
-	if ((size_t)ia + 1 >= a->nln || (size_t)ib + 1 >= b->nln)
-		return;
-	const char *pa = (const char *)(a->ln + (size_t)(ia + 1) * keys);
-	const char *pb = (const char *)(b->ln + (size_t)(ib + 1) * keys);
-	for (size_t o = 0; o < keys * sizeof(float); o += 64) {
-		__builtin_prefetch(pa + o, 0, 3);
-		__builtin_prefetch(pb + o, 0, 3);
-	}
-}
-
 void
 swm_drift(const swm_drift_side *a, const swm_drift_side *b, size_t rows, size_t keys,
     size_t sink, double *dsink, double *dcontent)
@@ -45,7 +24,6 @@ swm_drift(const swm_drift_side *a, const swm_drift_side *b, size_t rows, size_t 
 		ptrdiff_t ia = a->ln ? swm_pick_find(a->ln_rows, a->nln, r) : -1;
 		ptrdiff_t ib = b->ln ? swm_pick_find(b->ln_rows, b->nln, r) : -1;
 		if (ia >= 0 && ib >= 0 && x->n == y->n) {
-			prefetch_next(a, b, ia, ib, keys);
 			c2 += swm_content_dist2_f32(a->ln + (size_t)ia * keys,
 			    b->ln + (size_t)ib * keys, x->n, sink);
 			nc++;
