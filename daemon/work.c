@@ -19,6 +19,17 @@ swd_thread_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/*
+ * The drift rows' buffer: H x nln rows of K floats, then the nln row
+ * indices, rounded up to 64 bytes: it is 64-byte aligned (the row kernels
+ * stream the ln parts into it, prep_raw).
+ */
+static size_t
+ln_bytes(size_t H, size_t nln, size_t K)
+{
+	return (H * nln * K * sizeof(float) + nln * sizeof(uint32_t) + 63) & ~(size_t)63;
+}
+
 /* Bytes a layer's result holds until the writer is done with it. */
 size_t
 swd_result_bytes(const swd_work_conf *c, const swp_msg *m, int fixed)
@@ -27,8 +38,7 @@ swd_result_bytes(const swd_work_conf *c, const swp_msg *m, int fixed)
 	size_t b = sizeof(swd_layer) + H * sizeof(swm_head_acc) + H * H * sizeof(swm_pair_acc);
 	if (fixed) {
 		size_t nln = (size_t)c->drift_rows < R ? (size_t)c->drift_rows : R;
-		/* the ln rows: 64-byte aligned (layer_new) */
-		b += H * R * sizeof(swm_row) + H * nln * K * sizeof(float) + nln * sizeof(uint32_t) + 64;
+		b += H * R * sizeof(swm_row) + ln_bytes(H, nln, K);
 	}
 	if (c->cross_layer_pairs && m->kind != SWP_ROWSTATS) {
 		size_t nx = c->pair_rows > 0 && (size_t)c->pair_rows < R ?
@@ -101,10 +111,7 @@ layer_new(const swd_job *j)
 	size_t nln = 0;
 	if (fixed && m->kind != SWP_ROWSTATS && drift_rows > 0 && !j->t.copy) {
 		nln = (size_t)drift_rows < R ? (size_t)drift_rows : R;
-		/* 64-byte aligned: the row kernels stream the ln parts in (prep_raw) */
-		size_t lb = ((size_t)H * nln * K * sizeof(float) + nln * sizeof(uint32_t) + 63) &
-		    ~(size_t)63;
-		ly->ln = aligned_alloc(64, lb);
+		ly->ln = aligned_alloc(64, ln_bytes(H, nln, K));
 		if (ly->ln) {
 			/* storage/LAYOUT.md (row_use): which rows, from qpos; fewer when rows are short */
 			ly->ln_rows = (uint32_t *)(ly->ln + (size_t)H * nln * K);
