@@ -16,7 +16,19 @@ installed its block throughput is given beside them (LLVM 14: a model of
 Zen 3 for the AVX2 loops and of Ice Lake for the AVX-512 ones, not of this
 core: information, not the bound).
 
-    /usr/bin/python3 bench/mca.py [--cc gcc] [--srcdir .] [--json]
+With --probes DIR it also builds, for each loop, a probe: the loop's own
+vector and mask instructions in a loop of their own, with every data
+dependence removed (each result to the next of a ring of registers, every
+register operand read from 4 that nothing writes, every memory operand one
+cache line, stores to another) and the flush-to-zero modes set. What the
+core issues of it a second is what it allows this loop's instructions,
+each on the pipes it takes, whatever they are: no model and no rate of a
+class of operations. The scalar bookkeeping and the branches are left out
+(integer pipes, which the vector loops do not fill): the probe's rate is
+an upper bound of the loop's. `DIR/FN N` runs FN's probe N turns and
+prints its loops a second (the best of 5).
+
+    /usr/bin/python3 bench/mca.py [--cc gcc] [--srcdir .] [--json] [--probes DIR]
 """
 import argparse
 import json
@@ -30,9 +42,10 @@ import tempfile
 # (function, llvm-mca model, elements per iteration, what it is)
 KERNELS = [("pair256", "znver3", 8, "pairs avx2 (float logs)"),
            ("pair512", "icelake-server", 8, "pairs avx512 (double logs)"),
-           ("p256_f32", "znver3", 8, "rows f32 avx2"),
-           ("p256_f32x", "znver3", 8, "rows f32 avx2, single-precision logs"),
-           ("p512_f32", "icelake-server", 16, "rows f32 avx512"),
+           ("p256_f32", "znver3", 8, "rows f32 avx2, single-precision logs"),
+           ("p256_f32x", "znver3", 8, "rows f32 avx2, double logs (probs_exact)"),
+           ("p512_f32s", "icelake-server", 16, "rows f32 avx512, single-precision logs"),
+           ("p512_f32", "icelake-server", 16, "rows f32 avx512, double logs (probs_exact)"),
            ("p512_f16", "icelake-server", 16, "rows f16 avx512")]
 FLAGS = ["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE", "-ftree-vectorize",
          "-fno-math-errno", "-fno-trapping-math", "-O2"]
@@ -55,7 +68,9 @@ def hottest_loop(lines, fn):
         if any("call" in x or x.strip() == "ret" for x in seg):
             continue
         fmas = sum(bool(FMA_RE.match(x.split()[0])) for x in seg)
-        if best is None or (fmas, -len(seg)) > (best[0], -len(best[1])):
+        # ties: the first in the function (the main loop; gcc places the
+        # rarer paths' copies after it)
+        if best is None or fmas > best[0]:
             best = (fmas, seg)
     return best
 
@@ -83,6 +98,120 @@ def counts(seg):
             "vec": sum(is_vec_op(x.strip()) for x in seg)}
 
 
+VREG = re.compile(r"%([xyz])mm(\d+)")
+MEM = re.compile(r"-?[\w.$+-]*\((%r\w+)?(,%r\w+)?(,\d)?\)")
+
+
+def split_operands(args):
+    """AT&T operands, split at the commas outside () and {}."""
+    out, depth, cur = [], 0, ""
+    for ch in args:
+        if ch in "({":
+            depth += 1
+        elif ch in ")}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur.strip()] if cur.strip() else out
+
+
+def is_evex(lines):
+    return any("zmm" in x or "{" in x or re.search(r"mm(1[6-9]|2\d|3[01])\b", x) for x in lines)
+
+
+def probe_body(seg):
+    """The loop's vector and mask instructions, AT&T, every data dependence
+    removed (see the module's comment)."""
+    # results to a ring of registers: zmm to 8-31, xmm and ymm to 4-15 (the
+    # VEX forms encode registers 0-15 only)
+    rings = {"z": [8, 8, 31], "y": [4, 4, 15], "x": [4, 4, 15]}
+    out = []
+    src = lambda o: VREG.sub(lambda r: "%%%smm%d" % (r.group(1), int(r.group(2)) % 4), o)
+    for line in seg:
+        parts = line.strip().split(None, 1)
+        op, args = parts[0], parts[1] if len(parts) > 1 else ""
+        if not op.startswith(("v", "k")) or (op.startswith("k") and re.search(r"%[er]", args)):
+            continue            # scalar work, branches, masks to or from general registers
+        ops = split_operands(args)
+        dst = ops[-1] if ops else ""
+        gpr = re.match(r"%[er]\w+$", dst) is not None
+        if gpr and not op.startswith("vmovmsk"):
+            continue            # vmovd, vpextr to a general register: bookkeeping
+        store = MEM.search(dst) is not None
+        new = []
+        for i, o in enumerate(ops):
+            last = i == len(ops) - 1
+            o = MEM.sub("128(%rsi)" if store and last else "(%rsi)", o)
+            m = VREG.match(o)
+            if last and gpr:
+                o = "%eax"
+            elif last and m and not op.startswith(("vcomis", "vucomis")):
+                r = rings["y" if m.group(1) == "x" else m.group(1)]
+                o = VREG.sub("%%%smm%d" % (m.group(1), r[0]), o, count=1)
+                r[0] = r[0] + 1 if r[0] < r[2] else r[1]
+            else:
+                o = src(o)
+            new.append(o)
+        out.append(op + (" " + ", ".join(new) if new else ""))
+    return out
+
+
+PROBE_C = r"""#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec; }
+int main(int argc, char **argv) {
+	long n = argc > 1 ? atol(argv[1]) : 2000000;
+	static double buf[64] __attribute__((aligned(64)));
+	unsigned csr = 0x9fc0, old;	/* flush to zero, denormals are zero */
+	double best = 0;
+	for (int i = 0; i < 64; i++) buf[i] = 1.5;
+	__asm__ volatile("stmxcsr %0\n\tldmxcsr %1" : "=m"(old) : "m"(csr));
+	for (int r = 0; r < 5; r++) {
+		long k = n;
+		double t0 = now();
+		__asm__ volatile(INIT "1:\n\t" BODY "\n\tdec %[k]\n\tjnz 1b" : [k] "+r"(k) : "S"(buf)
+		    : "memory", "cc", "rax", CLOBBERS);
+		double v = (double)n / (now() - t0);
+		best = v > best ? v : best;
+	}
+	__asm__ volatile("ldmxcsr %0" : : "m"(old));
+	printf("%.6g\n", best);
+	return 0;
+}
+"""
+
+
+def build_probe(seg, path, cc="gcc"):
+    """Compiles the probe of loop seg to path; False where it fails."""
+    body = probe_body(seg)
+    evex = is_evex(body)
+    nreg = 32 if evex else 16
+    init = ("vbroadcastsd (%%rsi), %%ymm0\\n\\tvmovapd %%ymm0, %%ymm1\\n\\t"
+            "vmovapd %%ymm0, %%ymm2\\n\\tvmovapd %%ymm0, %%ymm3\\n\\t")
+    if evex:
+        init = init.replace("ymm", "zmm") + "kxnorw %%k0, %%k0, %%k1\\n\\t"
+    asm = "\\n\\t".join(x.replace("%", "%%").replace("{", "%{").replace("}", "%}")
+                          for x in body)
+    clob = ", ".join('"xmm%d"' % i for i in range(nreg))
+    if evex:
+        clob += ", " + ", ".join('"k%d"' % i for i in range(8))
+    src = PROBE_C.replace("INIT", '"%s"' % init).replace("BODY", '"%s"' % asm) \
+        .replace("CLOBBERS", clob)
+    flags = ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl"] if evex else ["-mavx2", "-mfma"]
+    with tempfile.TemporaryDirectory() as tmp:
+        c = os.path.join(tmp, "probe.c")
+        with open(c, "w") as f:
+            f.write(src)
+        r = subprocess.run([cc, "-O1"] + flags + ["-mf16c", "-o", path, c],
+                           capture_output=True, text=True)
+    return r.returncode == 0
+
+
 def mca_cycles(seg, cpu):
     if not shutil.which("llvm-mca"):
         return None
@@ -99,6 +228,9 @@ def main():
     ap.add_argument("--builddir", default=".")
     ap.add_argument("--json", action="store_true",
                     help="one JSON object: {function: {elements, instructions, fma, vec, mca_cycles}}")
+    ap.add_argument("--probes", metavar="DIR",
+                    help="build each loop's probe as DIR/FUNCTION (its path as probe in the JSON) "
+                    "and, without --json, run it")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         s = os.path.join(tmp, "row_simd.s")
@@ -108,10 +240,15 @@ def main():
                        check=True)
         lines = open(s).read().split("\n")
     found = {}
+    if a.probes:
+        os.makedirs(a.probes, exist_ok=True)
     for fn, cpu, elems, what in KERNELS:
         _, seg = hottest_loop(lines, fn)
         c = counts(seg)
         c.update(elements=elems, mca_cycles=mca_cycles(seg, cpu), mca_model=cpu)
+        if a.probes:
+            path = os.path.join(os.path.abspath(a.probes), fn)
+            c["probe"] = path if build_probe(seg, path, a.cc) else None
         found[fn] = c
         if a.json:
             continue
@@ -120,6 +257,13 @@ def main():
               "elements; llvm-mca %s: %s  %s" %
               (fn, c["instructions"], c["fma"], c["vec"], elems, cpu,
                "%.1f cycles" % mc if mc is not None else "not installed", what))
+        if c.get("probe"):
+            try:
+                lps = float(subprocess.run([c["probe"], "2000000"], capture_output=True,
+                                           text=True, timeout=60, check=True).stdout)
+                print("%-10s probe: %.4g loops/s, %.4g elements/s" % ("", lps, lps * elems))
+            except (subprocess.SubprocessError, ValueError, OSError):
+                print("%-10s probe: does not run on this CPU" % "")
     if a.json:
         print(json.dumps(found))
     return 0

@@ -37,10 +37,13 @@
  * another order than the generic loop: results agree with it to about
  * 1e-15 of the terms summed (tests/unit/test_metrics.c).
  *
- * Cost on AMD Zen 4, which executes one 512-bit FMA per cycle: the f32
- * probability loop is bound by its 11 FMAs per 8 elements and by the
- * table permutes, conversions and compares, which use the same two pipes
- * (about 16.5 cycles per 8 elements, 1.7e9 elements/s at 3.5 GHz).
+ * f32 rows without outputs take single-precision logarithms where their
+ * error bound allows (p256_f32, p512_f32s), as the AVX2 pair kernel does.
+ *
+ * Cost (bench/RESULTS.md, issue 30): on AMD Zen 5 the loops run at 0.5 to
+ * 0.86 of the rate at which the core issues their own instructions with
+ * the dependences removed (bench/mca.py's probe): their chains and the
+ * core's window, not its pipes, set the pace.
  */
 #include <float.h>
 #include <immintrin.h>
@@ -84,6 +87,13 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
 #define LNQ5 (16 * 0x1.a61b4fc81cfd6p-3)
 #define LNQ6 (16 * -0x1.71d5f76086458p-3)
 #define LNQ7 (16 * 0x1.3ff2e2d95bef1p-3)
+
+/*
+ * The rows' single-precision logarithms (p256_f32, p512_f32s): the relative
+ * error of yf8 and yf16, below 1.73e-7 at every float of their range
+ * (exhaustive, test_row_log_error), with a margin.
+ */
+#define Y_KAPPA 2e-7
 
 /* 2^(j/16), rounded to nearest */
 static const double ex_t[16] __attribute__((aligned(64))) = {
@@ -500,6 +510,176 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 #undef XO
 #undef VO
 
+
+/*
+ * f32 rows without outputs (probs[SWM_F32]; probs_exact and probs_out
+ * keep p512_row's double logarithms), as p256_f32 on AVX2: a
+ * block of 16 elements that are all >= max(hi, FLT_MIN) and below 1/8 of
+ * the content (the sink's lane apart, whatever it holds) takes
+ * single-precision logarithms, x = 2^e z, z in [sqrt(1/2), sqrt(2)),
+ * ln x = e ln2 + f + y, f = z - 1 exact, y = ln(1 + f) - f by yf16 (yf8's
+ * series, the same float operations lane by lane), every sum in double;
+ * eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| bound what that leaves
+ * in P and L, and row.c takes the row again with probs_exact where that
+ * could move a statistic by more than the budget. Any other block, the
+ * tail and rows with an infinity or NaN go through p512_blk16 (f512_slow)
+ * as in p512_row.
+ *
+ * The sink's lane of a fast block takes 1.0 for its logarithm (e = f = y
+ * = 0: nothing added to L) and 0 for its weight. Two accumulators for P
+ * and Y (one FMA a loop on each chain), one for the rest.
+ */
+A512 __m512
+ynf16(__m512 f)
+{
+	__m512 f2 = _mm512_mul_ps(f, f), f4 = _mm512_mul_ps(f2, f2);
+	__m512 e23 = _mm512_fmadd_ps(_mm512_set1_ps(2.0000714765e-1f), f, _mm512_set1_ps(-2.4999993993e-1f));
+	__m512 e45 = _mm512_fmadd_ps(_mm512_set1_ps(1.4249322787e-1f), f, _mm512_set1_ps(-1.6668057665e-1f));
+	__m512 e67 = _mm512_fmadd_ps(_mm512_set1_ps(1.1676998740e-1f), f, _mm512_set1_ps(-1.2420140846e-1f));
+	__m512 e89 = _mm512_fmadd_ps(_mm512_set1_ps(7.0376836292e-2f), f, _mm512_set1_ps(-1.1514610310e-1f));
+	__m512 e25 = _mm512_fmadd_ps(e45, f2, e23), e69 = _mm512_fmadd_ps(e89, f2, e67);
+	__m512 r = _mm512_fmadd_ps(e69, f4, e25);
+	/* -Q = 1/2 - f (q1 + f R): yf8's operations, the sign of the last one flipped */
+	__m512 q = _mm512_fnmadd_ps(_mm512_fmadd_ps(r, f, _mm512_set1_ps(3.3333331174e-1f)), f,
+	    _mm512_set1_ps(0.5f));
+	return _mm512_mul_ps(q, f2);
+}
+
+struct f512acc {
+	__m512d W, P0, P1, Y0, Y1, L, LY;
+};
+
+/* f512_fast's constants, broadcast from memory: K points to f512k through
+ * an empty asm, so the compiler neither holds them in registers, which the
+ * loop lacks, nor rebuilds them from general registers in every turn */
+struct f512k {
+	double ln2;
+	int32_t off, mant;
+};
+static const struct f512k f512k = { M_LN2, 0x3f3504f3, 0x007fffff };
+#define K32(f) _mm512_set1_epi32(K->f)
+#define KPD(f) _mm512_set1_pd(K->f)
+
+/* xl: 16 floats whose logarithms are taken, xw: their weights */
+A512 void
+f512_fast(__m512 xl, __m512 xw, struct f512acc *a)
+{
+	const struct f512k *K = &f512k;
+	__asm__("" : "+r"(K));
+	__m512i u = _mm512_sub_epi32(_mm512_castps_si512(xl), K32(off));
+	__m512i e = _mm512_srai_epi32(u, 23);
+	__m512 f = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(_mm512_and_si512(u,
+	    K32(mant)), K32(off))), _mm512_set1_ps(1.0f));
+	__m512 y = ynf16(f);
+	__m512d x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(xw));
+	__m512d x1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xw, 1));
+	__m512d t0 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(e)),
+	    KPD(ln2), _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
+	__m512d t1 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti32x8_epi32(e, 1)),
+	    KPD(ln2), _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1)));
+	__m512d y0 = _mm512_cvtps_pd(_mm512_castps512_ps256(y));
+	__m512d y1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(y, 1));
+	a->W = _mm512_add_pd(a->W, _mm512_add_pd(x0, x1));
+	a->P0 = _mm512_fmadd_pd(x0, t0, a->P0);
+	a->P1 = _mm512_fmadd_pd(x1, t1, a->P1);
+	a->Y0 = _mm512_fmadd_pd(x0, y0, a->Y0);
+	a->Y1 = _mm512_fmadd_pd(x1, y1, a->Y1);
+	a->L = _mm512_add_pd(a->L, _mm512_add_pd(t0, t1));
+	a->LY = _mm512_add_pd(a->LY, _mm512_add_pd(y0, y1));
+}
+
+/* 16 elements at i (m of them in the row) through p512_blk16, the sink's
+ * lane masked; not inlined: the fast loop keeps its registers */
+__attribute__((target(T512), noinline)) static void
+f512_slow(const void *x, swm_dtype dt, size_t i, size_t m, size_t k, __m512 lof,
+    __m512 hif, struct p512acc *a)
+{
+	struct ln512c c;
+	float buf[16];
+	unsigned vm = m >= 16 ? 0xffffu : (1u << m) - 1;
+	ln512_init(&c);
+	if (k - i < 16)
+		vm &= ~(1u << (k - i));
+	if (m < 16) {
+		x = tail_block(buf, sizeof(buf), x, i, m, dt == SWM_F32 ? 4 : 2);
+		i = 0;
+	}
+	p512_blk16(x, i, dt, (__mmask16)vm, lof, hif, &c, a, NULL, NULL, 0);
+}
+
+F512 int
+p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
+    struct swm_psum *ps)
+{
+	const swm_dtype dt = SWM_F32;
+	struct p512acc a;
+	struct f512acc fa;
+	double lo = blo < bhi ? blo : thr, hi = blo < bhi ? bhi : thr;
+	__m512 lof = _mm512_set1_ps(fceil(lo)), hif = _mm512_set1_ps(fceil(hi));
+	__m512 hff = _mm512_set1_ps(fceil(fmax(hi, FLT_MIN)));
+	/* below 1/8 of the content: see p256_f32 (a heuristic of speed only) */
+	float xk;
+	memcpy(&xk, (const char *)x + 4 * k, 4);	/* rows come at any alignment */
+	__m512 hv = _mm512_set1_ps((float)((1.0 - (double)xk) / 8));
+	size_t i = 0;
+
+	a.W = a.P = a.L = a.WB = _mm512_setzero_pd();
+	a.bits = _mm512_setzero_si512();
+	a.nv = a.nbig = a.nlo = 0;
+	fa.W = fa.P0 = fa.P1 = fa.Y0 = fa.Y1 = fa.L = fa.LY = _mm512_setzero_pd();
+	while (i + 16 <= n) {
+		/* the fast blocks in a loop without a call: its constants and
+		 * sums stay in registers (a call takes every vector register) */
+		__m512 v;
+		__mmask16 ok;
+		for (; i + 16 <= n; i += 16) {
+			v = ld16f(x, i, dt);
+			ok = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, hff, _CMP_GE_OQ),
+			    v, hv, _CMP_LT_OQ);
+			if (__builtin_expect(ok != 0xffff || k - i < 16, 0))
+				break;
+			f512_fast(v, v, &fa);
+		}
+		if (i + 16 > n)
+			break;
+		/* the sink's block: its lane apart, fast when the others are */
+		__mmask16 sk = k - i < 16 ? (__mmask16)(1u << (k - i)) : 0;
+		if (sk && (__mmask16)(ok | sk) == 0xffff)
+			f512_fast(_mm512_mask_mov_ps(v, sk, _mm512_set1_ps(1.0f)),
+			    _mm512_maskz_mov_ps((__mmask16)~sk, v), &fa);
+		else
+			f512_slow(x, dt, i, 16, k, lof, hif, &a);
+		i += 16;
+	}
+	if (i < n)
+		f512_slow(x, dt, i, n - i, k, lof, hif, &a);
+	double Wf = _mm512_reduce_add_pd(fa.W);
+	double Yf = _mm512_reduce_add_pd(_mm512_add_pd(fa.Y0, fa.Y1));
+	double LYf = _mm512_reduce_add_pd(fa.LY);
+	double W = _mm512_reduce_add_pd(a.W) + Wf;
+	/* ln x = t - yn */
+	double P = _mm512_reduce_add_pd(a.P) * LN2_16 +
+	    (_mm512_reduce_add_pd(_mm512_add_pd(fa.P0, fa.P1)) - Yf);
+	double L = _mm512_reduce_add_pd(a.L) * LN2_16 + (_mm512_reduce_add_pd(fa.L) - LYf);
+	if (!(fabs(W) <= DBL_MAX) || !(fabs(P) <= DBL_MAX) || !(fabs(L) <= DBL_MAX))
+		return -1;
+	ps->W = W;
+	ps->P = P;
+	ps->L = L;
+	ps->Wbig = _mm512_reduce_add_pd(a.WB) + Wf;
+	ps->nsmall = (double)(a.nv - a.nbig);
+	ps->band = (double)(a.nv - a.nbig - a.nlo);
+	/* a fast block's elements are >= FLT_MIN: no sign bit there */
+	ps->neg = _mm512_reduce_or_epi64(a.bits) < 0 ? 1.0 : 0.0;
+	ps->nonfin = 0;
+	ps->eP = Y_KAPPA * fabs(Yf);
+	ps->eL = Y_KAPPA * fabs(LYf);
+	return ps->neg > 0 ? -1 : 0;
+}
+
+#undef K32
+#undef KPD
+
 #define P512(name, DT) PROBS_PAIR(F512, p512_row, name, DT)
 P512(p512_f32, SWM_F32)
 P512(p512_f16, SWM_F16)
@@ -906,7 +1086,7 @@ dist2_512(const float *lx, const float *ly, size_t n, size_t k)
 
 const struct swm_kernels swm_kernels_avx512 = {
 	"avx512",
-	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
+	{ p512_f32s, p512_f16, p512_bf16, p512_f64 },
 	{ l512_f32, l512_f16, l512_bf16, l512_f64 },
 	ln512_array, ex512_array, pair512,
 	{ e512_f32, e512_f16, e512_bf16, e512_f64 },
@@ -921,7 +1101,7 @@ const struct swm_kernels swm_kernels_avx512 = {
 	pair512,
 	"f64",
 	{ p512_f32, p512_f16, p512_bf16, p512_f64 },
-	NULL,		/* the row kernels' logarithms are double */
+	"f32",		/* probs[SWM_F32]: single-precision logarithms (p512_f32s) */
 	dist2_512
 };
 
@@ -1656,7 +1836,6 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
  * element below hi, negative, subnormal or NaN) go through p256_blk as in
  * p256_row, an infinity through the generic loop (its sums overflow).
  */
-#define Y_KAPPA 2e-7
 
 struct f32acc {
 	__m256d W, P, Y, L, LY;
