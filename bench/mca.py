@@ -10,17 +10,19 @@ and counts what it issues:
   included; moves between registers, loads and stores apart, which other
   units carry).
 
-run_bench.py turns the counts into each kernel's bound with the issue
-rates `bench fma` measures on this core in the same run. When llvm-mca is
+run_bench.py prints the counts at the issue rates `bench fma` measures
+on this core in the same run (information: the probes below are the
+bound). When llvm-mca is
 installed its block throughput is given beside them (LLVM 14: a model of
 Zen 3 for the AVX2 loops and of Ice Lake for the AVX-512 ones, not of this
 core: information, not the bound).
 
 With --probes DIR it also builds, for each loop, a probe: the loop's own
 vector and mask instructions in a loop of their own, with every data
-dependence removed (each result to the next of a ring of registers, every
-register operand read from 4 that nothing writes, every memory operand one
-cache line, stores to another) and the flush-to-zero modes set. What the
+dependence between them removed (probe_body: results to a ring of
+registers, sources from 4 that nothing writes, every memory operand one
+cache line, stores to another; mask registers as they are) and the
+flush-to-zero modes set. What the
 core issues of it a second is what it allows this loop's instructions,
 each on the pipes it takes, whatever they are: no model and no rate of a
 class of operations. The scalar bookkeeping and the branches are left out
@@ -122,14 +124,23 @@ def is_evex(lines):
     return any("zmm" in x or "{" in x or re.search(r"mm(1[6-9]|2\d|3[01])\b", x) for x in lines)
 
 
+RMW_RE = re.compile(r"^v(fn?m(add|sub)|fmaddsub|fmsubadd)\w*(132|213|231)|^vperm[ti]2|^vpternlog")
+
+
 def probe_body(seg):
     """The loop's vector and mask instructions, AT&T, every data dependence
-    removed (see the module's comment)."""
-    # results to a ring of registers: zmm to 8-31, xmm and ymm to 4-15 (the
-    # VEX forms encode registers 0-15 only)
-    rings = {"z": [8, 8, 31], "y": [4, 4, 15], "x": [4, 4, 15]}
+    between them removed (see the module's comment): each result to the
+    next register of a ring; an instruction that reads its destination
+    (FMAs, two-table permutes, merge masking) takes the register a plain
+    write filled last in the same loop, so no chain runs from one loop to
+    the next; the sources of an instruction, numbered by first appearance,
+    from registers 0-3, which nothing writes (two sources are one register
+    only where they were: no zeroing idiom the loop lacks)."""
+    # zmm results to 16-31, xmm and ymm to 4-15 (the VEX forms encode 0-15):
+    # two rings that share no register
+    rings = {"z": [16, 16, 31], "y": [4, 4, 15]}
+    fresh = {"z": [], "y": []}
     out = []
-    src = lambda o: VREG.sub(lambda r: "%%%smm%d" % (r.group(1), int(r.group(2)) % 4), o)
     for line in seg:
         parts = line.strip().split(None, 1)
         op, args = parts[0], parts[1] if len(parts) > 1 else ""
@@ -141,20 +152,34 @@ def probe_body(seg):
         if gpr and not op.startswith("vmovmsk"):
             continue            # vmovd, vpextr to a general register: bookkeeping
         store = MEM.search(dst) is not None
+        nodst = op.startswith(("vcomis", "vucomis", "vptest", "vtestp"))
+        m = VREG.match(dst) if not (store or gpr or nodst) else None
+        names = {}
+        def src(o):
+            return VREG.sub(lambda r: "%%%smm%d" % (r.group(1), names.setdefault(
+                r.group(2), len(names) % 4)), o)
         new = []
-        for i, o in enumerate(ops):
-            last = i == len(ops) - 1
-            o = MEM.sub("128(%rsi)" if store and last else "(%rsi)", o)
-            m = VREG.match(o)
-            if last and gpr:
-                o = "%eax"
-            elif last and m and not op.startswith(("vcomis", "vucomis")):
-                r = rings["y" if m.group(1) == "x" else m.group(1)]
-                o = VREG.sub("%%%smm%d" % (m.group(1), r[0]), o, count=1)
-                r[0] = r[0] + 1 if r[0] < r[2] else r[1]
+        for i, o in enumerate(ops[:-1] if m or gpr else ops):
+            new.append(src(MEM.sub("128(%rsi)" if store and i == len(ops) - 1 else "(%rsi)", o)))
+        if gpr:
+            new.append("%eax")
+        elif m:
+            w = "z" if m.group(1) == "z" else "y"
+            rmw = RMW_RE.match(op) is not None or ("{%k" in dst and "{z}" not in dst)
+            ring = rings[w]
+            if rmw and fresh[w]:
+                reg = fresh[w].pop()
             else:
-                o = src(o)
-            new.append(o)
+                reg = ring[0]
+                ring[0] = ring[0] + 1 if ring[0] < ring[2] else ring[1]
+                if reg in fresh[w]:
+                    fresh[w].remove(reg)
+                if rmw:         # no plain write to take over: start a chain of one
+                    out.append("%s %%%smm%d, %%%smm%d, %%%smm%d" % (
+                        "vpxord" if w == "z" else "vpxor", w, reg, w, reg, w, reg))
+            if not rmw:
+                fresh[w].append(reg)
+            new.append(VREG.sub("%%%smm%d" % (m.group(1), reg), dst, count=1))
         out.append(op + (" " + ", ".join(new) if new else ""))
     return out
 

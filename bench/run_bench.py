@@ -671,7 +671,7 @@ def bench_memory(tmp, res):
 # hottest loop as compiled, its data dependences removed (bench/mca.py
 # --probes builds the probe from the loop's own instructions; issue_bound()
 # runs it), beside the kernel in the same minutes. No model: every
-# instruction takes the pipes it takes on this core. Before 2026-12-06 the
+# instruction takes the pipes it takes on this core. Until 2026-12-05 the
 # bound was the loop's FMA-class and vector operations at `bench fma`'s
 # rates (FMAs alone; FMAs mixed with adds), still printed beside
 # (pipes_bound): it takes every vector operation at the mixed rate, and
@@ -815,8 +815,11 @@ def bounds(res):
         pipes = max((r["pipes"] for r in rounds if r.get("pipes")), default=None)
         issue = max((r["issue"] for r in rounds if r.get("issue")), default=None)
         bound, what = best["bound"], best["what"]
-        if issue and (what != "bandwidth" or issue < bound):
+        if issue:
+            bw = (res.get("bandwidth") or {}).get("f32_per_s")
             bound, what = issue, "issue"
+            if kernel == "rows" and bw and bw < issue:
+                bound, what = bw, "bandwidth"
         out[kernel, isa] = (got, bound, what, got / bound, len(rounds), best["binds"], pipes)
     if out:
         return out

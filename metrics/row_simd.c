@@ -90,7 +90,7 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
 
 /*
  * The rows' single-precision logarithms (p256_f32, p512_f32s): the relative
- * error of yf8 and yf16, below 1.73e-7 at every float of their range
+ * error of yf8 and ynf16 (-y), below 1.73e-7 at every float of their range
  * (exhaustive, test_row_log_error), with a margin.
  */
 #define Y_KAPPA 2e-7
@@ -517,7 +517,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
  * block of 16 elements that are all >= max(hi, FLT_MIN) and below 1/8 of
  * the content (the sink's lane apart, whatever it holds) takes
  * single-precision logarithms, x = 2^e z, z in [sqrt(1/2), sqrt(2)),
- * ln x = e ln2 + f + y, f = z - 1 exact, y = ln(1 + f) - f by yf16 (yf8's
+ * ln x = e ln2 + f + y, f = z - 1 exact, y = ln(1 + f) - f (ynf16 gives -y, yf8's
  * series, the same float operations lane by lane), every sum in double;
  * eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| bound what that leaves
  * in P and L, and row.c takes the row again with probs_exact where that
