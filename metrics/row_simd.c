@@ -94,6 +94,18 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
  * (exhaustive, test_row_log_error), with a margin.
  */
 #define Y_KAPPA 2e-7
+/* their series (Cephes logf): y = ln(1 + f) - f = f^2 Q(f), Q = -1/2 +
+ * f (YQ1 + f R), R = (YR0 + YR1 f) + f^2 (YR2 + YR3 f) + f^4 ((YR4 + YR5 f)
+ * + f^2 (YR6 + YR7 f)): yf8 (AVX2), ynf16 (AVX-512, -y) */
+#define YQ1 3.3333331174e-1f
+#define YR0 -2.4999993993e-1f
+#define YR1 2.0000714765e-1f
+#define YR2 -1.6668057665e-1f
+#define YR3 1.4249322787e-1f
+#define YR4 -1.2420140846e-1f
+#define YR5 1.1676998740e-1f
+#define YR6 -1.1514610310e-1f
+#define YR7 7.0376836292e-2f
 
 /* 2^(j/16), rounded to nearest */
 static const double ex_t[16] __attribute__((aligned(64))) = {
@@ -533,14 +545,14 @@ A512 __m512
 ynf16(__m512 f)
 {
 	__m512 f2 = _mm512_mul_ps(f, f), f4 = _mm512_mul_ps(f2, f2);
-	__m512 e23 = _mm512_fmadd_ps(_mm512_set1_ps(2.0000714765e-1f), f, _mm512_set1_ps(-2.4999993993e-1f));
-	__m512 e45 = _mm512_fmadd_ps(_mm512_set1_ps(1.4249322787e-1f), f, _mm512_set1_ps(-1.6668057665e-1f));
-	__m512 e67 = _mm512_fmadd_ps(_mm512_set1_ps(1.1676998740e-1f), f, _mm512_set1_ps(-1.2420140846e-1f));
-	__m512 e89 = _mm512_fmadd_ps(_mm512_set1_ps(7.0376836292e-2f), f, _mm512_set1_ps(-1.1514610310e-1f));
+	__m512 e23 = _mm512_fmadd_ps(_mm512_set1_ps(YR1), f, _mm512_set1_ps(YR0));
+	__m512 e45 = _mm512_fmadd_ps(_mm512_set1_ps(YR3), f, _mm512_set1_ps(YR2));
+	__m512 e67 = _mm512_fmadd_ps(_mm512_set1_ps(YR5), f, _mm512_set1_ps(YR4));
+	__m512 e89 = _mm512_fmadd_ps(_mm512_set1_ps(YR7), f, _mm512_set1_ps(YR6));
 	__m512 e25 = _mm512_fmadd_ps(e45, f2, e23), e69 = _mm512_fmadd_ps(e89, f2, e67);
 	__m512 r = _mm512_fmadd_ps(e69, f4, e25);
 	/* -Q = 1/2 - f (q1 + f R): yf8's operations, the sign of the last one flipped */
-	__m512 q = _mm512_fnmadd_ps(_mm512_fmadd_ps(r, f, _mm512_set1_ps(3.3333331174e-1f)), f,
+	__m512 q = _mm512_fnmadd_ps(_mm512_fmadd_ps(r, f, _mm512_set1_ps(YQ1)), f,
 	    _mm512_set1_ps(0.5f));
 	return _mm512_mul_ps(q, f2);
 }
@@ -1647,13 +1659,13 @@ A256 __m256
 yf8(__m256 f)
 {
 	__m256 f2 = _mm256_mul_ps(f, f), f4 = _mm256_mul_ps(f2, f2);
-	__m256 e23 = _mm256_fmadd_ps(_mm256_set1_ps(2.0000714765e-1f), f, _mm256_set1_ps(-2.4999993993e-1f));
-	__m256 e45 = _mm256_fmadd_ps(_mm256_set1_ps(1.4249322787e-1f), f, _mm256_set1_ps(-1.6668057665e-1f));
-	__m256 e67 = _mm256_fmadd_ps(_mm256_set1_ps(1.1676998740e-1f), f, _mm256_set1_ps(-1.2420140846e-1f));
-	__m256 e89 = _mm256_fmadd_ps(_mm256_set1_ps(7.0376836292e-2f), f, _mm256_set1_ps(-1.1514610310e-1f));
+	__m256 e23 = _mm256_fmadd_ps(_mm256_set1_ps(YR1), f, _mm256_set1_ps(YR0));
+	__m256 e45 = _mm256_fmadd_ps(_mm256_set1_ps(YR3), f, _mm256_set1_ps(YR2));
+	__m256 e67 = _mm256_fmadd_ps(_mm256_set1_ps(YR5), f, _mm256_set1_ps(YR4));
+	__m256 e89 = _mm256_fmadd_ps(_mm256_set1_ps(YR7), f, _mm256_set1_ps(YR6));
 	__m256 e25 = _mm256_fmadd_ps(e45, f2, e23), e69 = _mm256_fmadd_ps(e89, f2, e67);
 	__m256 r = _mm256_fmadd_ps(e69, f4, e25);
-	__m256 q = _mm256_fmadd_ps(_mm256_fmadd_ps(r, f, _mm256_set1_ps(3.3333331174e-1f)), f,
+	__m256 q = _mm256_fmadd_ps(_mm256_fmadd_ps(r, f, _mm256_set1_ps(YQ1)), f,
 	    _mm256_set1_ps(-0.5f));
 	return _mm256_mul_ps(q, f2);
 }
