@@ -522,7 +522,6 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 #undef XO
 #undef VO
 
-
 /*
  * f32 rows without outputs (probs[SWM_F32]; probs_exact and probs_out
  * keep p512_row's double logarithms), as p256_f32 on AVX2: a
@@ -600,11 +599,11 @@ f512_fast(__m512 xl, __m512 xw, struct f512acc *a)
 	a->LY = _mm512_add_pd(a->LY, _mm512_add_pd(y0, y1));
 }
 
-/* 16 elements at i (m of them in the row) through p512_blk16, the sink's
- * lane masked; not inlined: the fast loop keeps its registers */
+/* 16 f32 elements at i (m of them in the row) through p512_blk16, the
+ * sink's lane masked; not inlined: the fast loop keeps its registers */
 __attribute__((target(T512), noinline)) static void
-f512_slow(const void *x, swm_dtype dt, size_t i, size_t m, size_t k, __m512 lof,
-    __m512 hif, struct p512acc *a)
+f512_slow(const void *x, size_t i, size_t m, size_t k, __m512 lof, __m512 hif,
+    struct p512acc *a)
 {
 	struct ln512c c;
 	float buf[16];
@@ -613,17 +612,16 @@ f512_slow(const void *x, swm_dtype dt, size_t i, size_t m, size_t k, __m512 lof,
 	if (k - i < 16)
 		vm &= ~(1u << (k - i));
 	if (m < 16) {
-		x = tail_block(buf, sizeof(buf), x, i, m, dt == SWM_F32 ? 4 : 2);
+		x = tail_block(buf, sizeof(buf), x, i, m, 4);
 		i = 0;
 	}
-	p512_blk16(x, i, dt, (__mmask16)vm, lof, hif, &c, a, NULL, NULL, 0);
+	p512_blk16(x, i, SWM_F32, (__mmask16)vm, lof, hif, &c, a, NULL, NULL, 0);
 }
 
 F512 int
 p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
     struct swm_psum *ps)
 {
-	const swm_dtype dt = SWM_F32;
 	struct p512acc a;
 	struct f512acc fa;
 	double lo = blo < bhi ? blo : thr, hi = blo < bhi ? bhi : thr;
@@ -645,7 +643,7 @@ p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
 		__m512 v;
 		__mmask16 ok;
 		for (; i + 16 <= n; i += 16) {
-			v = ld16f(x, i, dt);
+			v = ld16f(x, i, SWM_F32);
 			ok = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, hff, _CMP_GE_OQ),
 			    v, hv, _CMP_LT_OQ);
 			if (__builtin_expect(ok != 0xffff || k - i < 16, 0))
@@ -660,11 +658,11 @@ p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
 			f512_fast(_mm512_mask_mov_ps(v, sk, _mm512_set1_ps(1.0f)),
 			    _mm512_maskz_mov_ps((__mmask16)~sk, v), &fa);
 		else
-			f512_slow(x, dt, i, 16, k, lof, hif, &a);
+			f512_slow(x, i, 16, k, lof, hif, &a);
 		i += 16;
 	}
 	if (i < n)
-		f512_slow(x, dt, i, n - i, k, lof, hif, &a);
+		f512_slow(x, i, n - i, k, lof, hif, &a);
 	double Wf = _mm512_reduce_add_pd(fa.W);
 	double Yf = _mm512_reduce_add_pd(_mm512_add_pd(fa.Y0, fa.Y1));
 	double LYf = _mm512_reduce_add_pd(fa.LY);
