@@ -15,6 +15,8 @@
  *                                        on another CPU, as ZeroMQ's I/O thread
  *                                        writes what the worker reads; cold: 12
  *                                        messages in turn, each out of every cache
+ *   bench refloop NAME                   a reference loop of bench/refloops.c, its
+ *                                        turns a second on L1-resident doubles
  *   bench pairlogs REPS                  the pair kernel with single and double
  *                                        logarithms, side by side
  *   bench rowlogs f32|f16 REPS           the row kernel with its own and with double
@@ -51,6 +53,7 @@
 #include "metrics/swm_simd.h"
 #include "proto/swproto.h"
 #include "sinkwatch/client.h"
+#include "refloops.h"
 
 static double
 now(void)
@@ -491,6 +494,46 @@ message_bench(int reps, enum msg_mode mode)
 	free(pairs);
 	free(rows);
 	free(ln);
+	return 0;
+}
+
+/*
+ * A reference loop (bench/refloops.c) on 1024 doubles that stay in L1: its
+ * turns a second, the best of 9 runs (what others run beside it only ever
+ * slows a loop down). null where this CPU lacks its instruction set.
+ */
+static int
+refloop_bench(const char *name)
+{
+	const struct swb_refloop *r = swb_refloops;
+	while (r->name && strcmp(r->name, name))
+		r++;
+	if (!r->name) {
+		fprintf(stderr, "bench refloop: no loop named '%s'\n", name);
+		return 2;
+	}
+	int w = strcmp(r->isa, "avx512") ? 4 : 8;
+	int ok = w == 8 ? __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") :
+	    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	if (!ok) {
+		printf("{\"name\": \"%s\", \"isa\": \"%s\", \"loops_per_s\": null}\n", r->name, r->isa);
+		return 0;
+	}
+	enum { N = 1024, CALLS = 20000 };
+	static double x[N] __attribute__((aligned(64)));
+	for (int i = 0; i < N; i++)
+		x[i] = 0.5 + 1e-4 * i;
+	double best = 0, sink = 0;
+	for (int k = 0; k < 9; k++) {
+		double t0 = now();
+		for (int q = 0; q < CALLS; q++)
+			sink += r->fn(x, N);
+		double v = (double)CALLS * (N / w) / (now() - t0);
+		best = v > best ? v : best;
+	}
+	printf("{\"name\": \"%s\", \"isa\": \"%s\", \"chains\": %d, \"depth\": %d, "
+	    "\"loops_per_s\": %.6g, \"check\": %g}\n", r->name, r->isa, r->chains, r->depth,
+	    best, sink);
 	return 0;
 }
 
@@ -1010,6 +1053,8 @@ main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "pairlogs") && argc > 2)
 		return pairlogs_bench(atoi(argv[2]));
+	if (!strcmp(argv[1], "refloop") && argc > 2)
+		return refloop_bench(argv[2]);
 	if (!strcmp(argv[1], "rowlogs") && argc > 3)
 		return rowlogs_bench(argv[2], atoi(argv[3]));
 	if (!strcmp(argv[1], "flood"))

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -718,6 +719,9 @@ def kernel_loops(res, probes=None):
                                          "mca_model": "-"})
                         for fn, el, f, v in KERNEL_LOOPS.values()}
         res["loops_live"] = bool(got)
+        # bench/refloops.c's loops and their probes: the calibration
+        res["refloop_probes"] = {fn: c["probe"] for fn, c in got.items()
+                                 if fn.startswith("ref") and c.get("probe")}
         res["loops_probes"] = bool(probes and got)
     return res["loops"]
 
@@ -780,6 +784,7 @@ def bench_kernel_bounds(tmp, res, rounds=7):
                     p = run_json([BENCH, "pairlogs", 2 * REPS + 1], env=env)
                 except RuntimeError:
                     continue    # a round lost, the others kept
+                refloop_round(res, isa)
                 for kernel, got in (("rows", r["elems_per_s"]), ("pairs", p.get("f32_elems_per_s"))):
                     pb = pipes_bound(res, kernel, isa, rates)
                     if not got or not pb:
@@ -794,6 +799,38 @@ def bench_kernel_bounds(tmp, res, rounds=7):
     finally:
         os.unlink(path)
     res["kernel_bounds"] = out
+
+
+def refloop_round(res, isa):
+    """One round of bench/refloops.c's loops of isa, each beside its probe
+    (res["refloops"][name]: a list of {measured, probe} in loops a second)."""
+    w = "512" if isa == "avx512" else "256"
+    for fn, probe in sorted((res.get("refloop_probes") or {}).items()):
+        if not fn.startswith("ref" + w):
+            continue
+        try:
+            got = run_json([BENCH, "refloop", fn]).get("loops_per_s")
+            pr = float(subprocess.run([probe, "2000000"], capture_output=True, text=True,
+                                      timeout=60, check=True).stdout)
+        except (RuntimeError, subprocess.SubprocessError, ValueError, OSError):
+            continue
+        if got:
+            res.setdefault("refloops", {}).setdefault(fn, []).append(
+                {"measured": got, "probe": pr})
+
+
+def refloop_fractions(res):
+    """{isa: [(chains, depth, best measured / best probe)]}: what well-formed
+    loops reach of their probes on this core, from bench_kernel_bounds' rounds."""
+    out = {}
+    for fn, rounds in sorted((res.get("refloops") or {}).items()):
+        m = re.match(r"ref(512|256)_c(\d+)d(\d+)([pv]?)$", fn)
+        if not m or not rounds:
+            continue
+        x = max(r["measured"] for r in rounds) / max(r["probe"] for r in rounds)
+        out.setdefault("avx512" if m.group(1) == "512" else "avx2", []).append(
+            (int(m.group(2)), int(m.group(3)), m.group(4), x, len(rounds)))
+    return out
 
 
 def kernel_figures(res):
@@ -943,6 +980,16 @@ def print_bounds(res):
                "%.1f cycles a loop" % mc if mc is not None else "not installed", got, x,
                "the best of %d rounds of each, in turns with bench fma and the probe" % n
                if n > 1 else "one figure against this run's bench fma"))
+
+
+    for isa, fr in sorted(refloop_fractions(res).items()):
+        print("BOUND reference_loops[%s] measured / their probe: %s (chains x FMAs a chain, each "
+              "chain from a load, a shift and an integer conversion; +permute: a two-table permute "
+              "on each chain, +cvt: a double-float-double conversion pair on each; "
+              "bench/refloops.c, the best of %d rounds of each, in the kernels' turns)" %
+              (isa, ", ".join("%dx%d%s %.2f" % (c, dp, {"": "", "p": "+permute", "v": "+cvt"}[v], x)
+                              for c, dp, v, x, _ in sorted(fr, key=lambda t: (t[2], t[1], t[0]))),
+               min(t[4] for t in fr)))
 
 
 def print_capacity(res):
