@@ -498,7 +498,7 @@ message_bench(int reps, enum msg_mode mode)
 }
 
 /*
- * A reference loop (bench/refloops.c) on 1024 doubles that stay in L1: its
+ * A reference loop (bench/refloops.c) on 2048 doubles that stay in L1: its
  * turns a second, the best of 9 runs (what others run beside it only ever
  * slows a loop down). null where this CPU lacks its instruction set.
  */
@@ -519,7 +519,7 @@ refloop_bench(const char *name)
 		printf("{\"name\": \"%s\", \"isa\": \"%s\", \"loops_per_s\": null}\n", r->name, r->isa);
 		return 0;
 	}
-	enum { N = 1024, CALLS = 20000 };
+	enum { N = 2048, CALLS = 10000 };
 	static double x[N] __attribute__((aligned(64)));
 	for (int i = 0; i < N; i++)
 		x[i] = 0.5 + 1e-4 * i;

@@ -696,7 +696,7 @@ def bench_memory(tmp, res):
 # elements a loop, recorded counts for a tree without gcc -S: FMA-class,
 # vector operations)
 KERNEL_LOOPS = {("rows", "avx512"): ("p512_f32s", 16, 18, 43), ("rows", "avx2"): ("p256_f32", 8, 18, 45),
-                ("pairs", "avx512"): ("pair512", 8, 24, 43), ("pairs", "avx2"): ("pair256", 8, 36, 86)}
+                ("pairs", "avx512"): ("pair512s", 8, 20, 39), ("pairs", "avx2"): ("pair256", 8, 36, 86)}
 KERNEL_TARGET = 0.85
 OVERHEAD_TARGET = 1.3
 
@@ -820,8 +820,9 @@ def refloop_round(res, isa):
 
 
 def refloop_fractions(res):
-    """{isa: [(chains, depth, best measured / best probe)]}: what well-formed
-    loops reach of their probes on this core, from bench_kernel_bounds' rounds."""
+    """{isa: [(chains, depth, variant "" "p" "v", best measured / best probe,
+    rounds)]}: what well-formed loops reach of their probes on this core,
+    from bench_kernel_bounds' rounds."""
     out = {}
     for fn, rounds in sorted((res.get("refloops") or {}).items()):
         m = re.match(r"ref(512|256)_c(\d+)d(\d+)([pv]?)$", fn)

@@ -87,6 +87,24 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
 #define LNQ5 (16 * 0x1.a61b4fc81cfd6p-3)
 #define LNQ6 (16 * -0x1.71d5f76086458p-3)
 #define LNQ7 (16 * 0x1.3ff2e2d95bef1p-3)
+/*
+ * The AVX-512 pair kernel's shorter series (pair512s): 16 log2(1 + r) = r
+ * sum A_i r^i, degree 6 against LNQ's 8, |r| <= 1/32 with 2% to spare:
+ * relative error 6.7e-14 of the sum (least squares at 200 Chebyshev nodes
+ * in 50-digit arithmetic, mpmath; the double coefficients evaluated by
+ * Horner in double). Its x ln x is within 6.6e-14 relative (1.2e7 values
+ * of 61 binades, test_pair_kernel_log); ln_array and the rows keep LNQ
+ * (5e-16). Two FMAs a logarithm fewer: the pair kernel 1.20-1.23x as
+ * fast (bench pairlogs, issue 30), its sums within METRICS.md §6's budget
+ * by four orders and the double-precision tests' 1e-9 by twenty times.
+ */
+#define LNA0 0x1.71547652b82ffp+4
+#define LNA1 -0x1.71547652e5be2p+3
+#define LNA2 0x1.ec709dc3e43a3p+2
+#define LNA3 -0x1.71546b60a0811p+2
+#define LNA4 0x1.2776bbd98fef6p+2
+#define LNA5 -0x1.ed18e571b124dp+1
+#define LNA6 0x1.a6aa4cb1fefa0p+1
 
 /*
  * The rows' single-precision logarithms (p256_f32, p512_f32s): the relative
@@ -217,6 +235,7 @@ ln512_init(struct ln512c *c)
  * 16 log2 x for x > 0, on N vectors at once (N <= 4); 0 and negative
  * values give finite values, inf and NaN nonfinite ones. sub: x may be
  * subnormal (f64 input); values that come from f32, f16 or bf16 never are.
+ * shrt: the shorter series (LNA, the pair kernel's), else LNQ's.
  *
  * Each step runs for all N before the next: the steps of one log depend on
  * each other, and independent ones side by side in program order let the
@@ -225,7 +244,7 @@ ln512_init(struct ln512c *c)
  * (s + g) + h r, rounded once.
  */
 A512 void
-ln512xn(const __m512d *xin, __m512d *v, const struct ln512c *c, const int N, int sub)
+ln512xn(const __m512d *xin, __m512d *v, const struct ln512c *c, const int N, int sub, int shrt)
 {
 	const __m512i off = _mm512_set1_epi64((long long)LN_OFF);
 	const __m512i hi = _mm512_set1_epi64((long long)0xfff0000000000000ull);
@@ -254,14 +273,21 @@ ln512xn(const __m512d *xin, __m512d *v, const struct ln512c *c, const int N, int
 			sd = _mm512_mask_sub_pd(sd, ms[k], sd, _mm512_set1_pd(16 * 54.0));
 		g[k] = _mm512_add_pd(sd, _mm512_permutex2var_pd(c->g0, s[k], c->g1));
 	}
-#pragma GCC unroll 4
-	for (int k = 0; k < N; k++)
-		h[k] = _mm512_fmadd_pd(_mm512_set1_pd(LNQ7), r[k], _mm512_set1_pd(LNQ6));
 #define STEP(Q) \
 	_Pragma("GCC unroll 4") \
 	for (int k = 0; k < N; k++) \
 		h[k] = _mm512_fmadd_pd(h[k], r[k], _mm512_set1_pd(Q))
-	STEP(LNQ5); STEP(LNQ4); STEP(LNQ3); STEP(LNQ2); STEP(LNQ1); STEP(LNQ0); STEP(LNC1);
+	if (shrt) {
+#pragma GCC unroll 4
+		for (int k = 0; k < N; k++)
+			h[k] = _mm512_fmadd_pd(_mm512_set1_pd(LNA6), r[k], _mm512_set1_pd(LNA5));
+		STEP(LNA4); STEP(LNA3); STEP(LNA2); STEP(LNA1); STEP(LNA0);
+	} else {
+#pragma GCC unroll 4
+		for (int k = 0; k < N; k++)
+			h[k] = _mm512_fmadd_pd(_mm512_set1_pd(LNQ7), r[k], _mm512_set1_pd(LNQ6));
+		STEP(LNQ5); STEP(LNQ4); STEP(LNQ3); STEP(LNQ2); STEP(LNQ1); STEP(LNQ0); STEP(LNC1);
+	}
 #undef STEP
 #pragma GCC unroll 4
 	for (int k = 0; k < N; k++)
@@ -273,7 +299,7 @@ A512 __m512d
 ln512(__m512d x, const struct ln512c *c, int sub)
 {
 	__m512d v;
-	ln512xn(&x, &v, c, 1, sub);
+	ln512xn(&x, &v, c, 1, sub, 0);
 	return v;
 }
 
@@ -327,7 +353,7 @@ p512_accn(const __m512d *x, __mmask16 vm, __mmask16 big, const struct ln512c *c,
     int sub, struct p512acc *a, double *xo, double *vo, size_t nout)
 {
 	__m512d v[2];
-	ln512xn(x, v, c, n, sub);
+	ln512xn(x, v, c, n, sub, 0);
 	for (int k = 0; k < n && xo; k++) {
 		size_t at = 8 * (size_t)k;
 		__mmask8 sm = nout >= at + 8 ? 0xff :
@@ -394,7 +420,7 @@ p512_blk16f(const void *x, size_t i, swm_dtype dt, __m512 lof, __m512 hif,
 	__m512d xo = _mm512_castsi512_pd(_mm512_add_epi64(_mm512_srli_epi64(
 	    _mm512_and_si512(q, _mm512_set1_epi64((long long)0xffffffff00000000ull)), 3), bias));
 	__m512d xv[2] = { xe, xo }, vv[2];
-	ln512xn(xv, vv, c, 2, 0);
+	ln512xn(xv, vv, c, 2, 0, 0);
 	__m512d ve = vv[0], vo = vv[1];
 	a->W = _mm512_add_pd(a->W, _mm512_add_pd(xe, xo));
 	a->P = _mm512_fmadd_pd(xe, ve, _mm512_fmadd_pd(xo, vo, a->P));
@@ -932,9 +958,9 @@ ex512_array(const double *y, double *e, size_t n)
  * handling: a subnormal mixture part m contributes m ln m < 1e-305, and the
  * logarithm of one (or of 0) is finite, so the sums are right to that.
  */
-F512 void
-pair512(const double *ax, const double *cx, const double *lx, const double *ay,
-    const double *cy, const double *ly, size_t n, double out[4])
+A512 void
+pair512n(const double *ax, const double *cx, const double *lx, const double *ay,
+    const double *cy, const double *ly, size_t n, double out[4], int shrt)
 {
 	struct ln512c c;
 	__m512d hm = _mm512_setzero_pd(), hmc = hm, dot = hm, c2 = hm;
@@ -945,7 +971,7 @@ pair512(const double *ax, const double *cx, const double *lx, const double *ay,
 		__m512d mc = _mm512_add_pd(_mm512_loadu_pd(cx + i), _mm512_loadu_pd(cy + i));
 		__m512d d = _mm512_sub_pd(_mm512_loadu_pd(lx + i), _mm512_loadu_pd(ly + i));
 		__m512d mv[2] = { m, mc }, lv[2];
-		ln512xn(mv, lv, &c, 2, 0);
+		ln512xn(mv, lv, &c, 2, 0, shrt);
 		dot = _mm512_fmadd_pd(a, b, dot);
 		hm = _mm512_fmadd_pd(m, lv[0], hm);
 		hmc = _mm512_fmadd_pd(mc, lv[1], hmc);
@@ -957,6 +983,22 @@ pair512(const double *ax, const double *cx, const double *lx, const double *ay,
 	out[3] = _mm512_reduce_add_pd(c2);
 }
 
+
+/* with LNQ's series: pair_f64 */
+F512 void
+pair512(const double *ax, const double *cx, const double *lx, const double *ay,
+    const double *cy, const double *ly, size_t n, double out[4])
+{
+	pair512n(ax, cx, lx, ay, cy, ly, n, out, 0);
+}
+
+/* with the shorter series (LNA): pair */
+F512 void
+pair512s(const double *ax, const double *cx, const double *lx, const double *ay,
+    const double *cy, const double *ly, size_t n, double out[4])
+{
+	pair512n(ax, cx, lx, ay, cy, ly, n, out, 1);
+}
 
 /* pair.c's prep_row in vector lanes (swm_simd.h, prep) */
 F512 double
@@ -1098,7 +1140,7 @@ const struct swm_kernels swm_kernels_avx512 = {
 	"avx512",
 	{ p512_f32s, p512_f16, p512_bf16, p512_f64 },
 	{ l512_f32, l512_f16, l512_bf16, l512_f64 },
-	ln512_array, ex512_array, pair512,
+	ln512_array, ex512_array, pair512s,
 	{ e512_f32, e512_f16, e512_bf16, e512_f64 },
 	prep512,
 	{ p512_f32_out, p512_f16_out, p512_bf16_out, p512_f64_out },
@@ -1107,6 +1149,8 @@ const struct swm_kernels swm_kernels_avx512 = {
 	 * Double logarithms here: ln512's table costs as many operations as
 	 * the single-precision series with its conversions (pair256), and
 	 * measured 1.46e9 against 1.31e9 elements/s on Zen 5 (bench pairlogs).
+	 * pair takes the shorter series (pair512s, LNA: 6.6e-14), pair_f64
+	 * LNQ's.
 	 */
 	pair512,
 	"f64",
