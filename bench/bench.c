@@ -538,10 +538,13 @@ refloop_bench(const char *name)
 }
 
 /*
- * The pair kernel of the CPU's instruction set with single-precision and
- * with double logarithms (swm_simd.h pair, pair_f64), alternately on the
- * same prepared rows (2048 keys, L1/L2-resident): the ratio of their
- * element rates, and the largest relative difference of their sums.
+ * The pair kernel of the CPU's instruction set and the one pairs are taken
+ * again with (swm_simd.h pair, pair_f64), alternately on the same
+ * prepared rows (2048 keys, L1/L2-resident): the ratio of their element
+ * rates, and the largest relative difference of their sums. AVX2: single
+ * against double logarithms; AVX-512: the shorter series (LNA) against
+ * ln_array's (LNQ). The keys keep their first names: f32_elems_per_s is
+ * pair's, f64_elems_per_s pair_f64's.
  */
 static int
 pairlogs_bench(int reps)

@@ -92,11 +92,11 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
  * sum A_i r^i, degree 6 against LNQ's 8, |r| <= 1/32 with 2% to spare:
  * relative error 6.7e-14 of the sum (least squares at 200 Chebyshev nodes
  * in 50-digit arithmetic, mpmath; the double coefficients evaluated by
- * Horner in double). Its x ln x is within 6.6e-14 relative (1.2e7 values
- * of 61 binades, test_pair_kernel_log); ln_array and the rows keep LNQ
- * (5e-16). Two FMAs a logarithm fewer: the pair kernel 1.20-1.23x as
+ * Horner in double). Its x ln x is within 6.6e-14 relative (1.22e6
+ * values of 61 binades, test_pair_kernel_log); ln_array and the rows keep
+ * LNQ (5e-16). Two FMAs a logarithm fewer: the pair kernel 1.17-1.25x as
  * fast (bench pairlogs, issue 30), its sums within METRICS.md §6's budget
- * by four orders and the double-precision tests' 1e-9 by twenty times.
+ * by three orders and the double-precision tests' 1e-9 by twenty times.
  */
 #define LNA0 0x1.71547652b82ffp+4
 #define LNA1 -0x1.71547652e5be2p+3
