@@ -513,9 +513,7 @@ refloop_bench(const char *name)
 		return 2;
 	}
 	int w = strcmp(r->isa, "avx512") ? 4 : 8;
-	int ok = w == 8 ? __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") :
-	    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-	if (!ok) {
+	if (!swm_kernels_get(r->isa)) {	/* the kernels' own test of the CPU */
 		printf("{\"name\": \"%s\", \"isa\": \"%s\", \"loops_per_s\": null}\n", r->name, r->isa);
 		return 0;
 	}

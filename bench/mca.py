@@ -51,15 +51,21 @@ KERNELS = [("pair256", "znver3", 8, "pairs avx2 (float logs)"),
            ("p512_f32s", "icelake-server", 16, "rows f32 avx512, single-precision logs"),
            ("p512_f32", "icelake-server", 16, "rows f32 avx512, double logs (probs_exact)"),
            ("p512_f16", "icelake-server", 16, "rows f16 avx512")]
-# bench/refloops.c: chains x FMAs deep, the calibration beside the kernels
-# (chains of FMAs; p: a two-table permute on each, v: a double -> float ->
-# double conversion pair on each)
-REFLOOPS = [("ref%d_c%dd%d%s" % (w, c, dp, x), "icelake-server" if w == 512 else "znver3",
-             8 if w == 512 else 4, "reference loop, %d chains of %d FMAs%s" %
-             (c, dp, {"": "", "p": ", a permute on each", "v": ", a conversion pair on each"}[x]))
-            for w in (512, 256) for c, dp, x in ((2, 8, ""), (4, 8, ""), (6, 8, ""), (2, 16, ""),
-                                                 (2, 8, "p"), (2, 8, "v"))
-            if not (w == 256 and (x == "p" or c == 6))]
+REF_ENTRY = re.compile(r'\{ "(ref\w+)", "(avx512|avx2)", (\d+), (\d+),')
+
+
+def refloops(srcdir):
+    """bench/refloops.c's reference loops, from its table (swb_refloops,
+    their one list), as KERNELS' entries: chains of FMAs; a name ending in
+    p has a two-table permute on each chain, in v a double -> float ->
+    double conversion pair."""
+    text = open(os.path.join(srcdir, "bench", "refloops.c")).read()
+    return [(fn, "icelake-server" if isa == "avx512" else "znver3", 8 if isa == "avx512" else 4,
+             "reference loop, %s chains of %s FMAs%s" %
+             (c, dp, {"p": ", a permute on each", "v": ", a conversion pair on each"}.get(fn[-1], "")))
+            for fn, isa, c, dp in REF_ENTRY.findall(text)]
+
+
 FLAGS = ["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE", "-ftree-vectorize",
          "-fno-math-errno", "-fno-trapping-math", "-O2"]
 FMA_RE = re.compile(r"^v(fn?m(add|sub)\w*|mul[ps][sd])$")
@@ -268,20 +274,21 @@ def main():
                     help="build each loop's probe as DIR/FUNCTION (its path as probe in the JSON) "
                     "and, without --json, run it")
     a = ap.parse_args()
-    asm = {}
+    srcs = {os.path.join("metrics", "row_simd.c"): KERNELS,
+            os.path.join("bench", "refloops.c"): refloops(a.srcdir)}
+    loops = []
     with tempfile.TemporaryDirectory() as tmp:
-        for src in (os.path.join("metrics", "row_simd.c"), os.path.join("bench", "refloops.c")):
+        for src, fns in srcs.items():
             s = os.path.join(tmp, os.path.basename(src) + ".s")
             subprocess.run([a.cc, "-DHAVE_CONFIG_H", "-I" + a.builddir, "-I" + a.srcdir,
                             "-I" + os.path.join(a.srcdir, os.path.dirname(src))] + FLAGS +
                            ["-S", "-o", s, os.path.join(a.srcdir, src)], check=True)
-            asm[src] = open(s).read().split("\n")
+            lines = open(s).read().split("\n")
+            loops += [(lines,) + k for k in fns]
     found = {}
     if a.probes:
         os.makedirs(a.probes, exist_ok=True)
-    for fn, cpu, elems, what in KERNELS + REFLOOPS:
-        lines = asm[os.path.join("bench" if fn.startswith("ref") else "metrics",
-                                 "refloops.c" if fn.startswith("ref") else "row_simd.c")]
+    for lines, fn, cpu, elems, what in loops:
         _, seg = hottest_loop(lines, fn)
         c = counts(seg)
         c.update(elements=elems, mca_cycles=mca_cycles(seg, cpu), mca_model=cpu)

@@ -4,7 +4,8 @@
  * conversion (64-bit on AVX-512; AVX2 has no 64-bit ones: 32-bit, the low
  * half), an FMA, then D dependent FMAs, then an FMA into the chain's own
  * accumulator, as the logarithm kernels' chains run: well-formed loops
- * with nothing else in them (no spills: AVX2's 16 registers hold C = 4). `make bench` runs each against its probe (bench/mca.py: the same
+ * with nothing else in them (no spills: AVX2's 16 registers hold C = 4).
+ * `make bench` runs each against its probe (bench/mca.py: the same
  * instructions without their dependences), beside the kernels: what
  * fraction of the probe a loop reaches on this core when nothing but its
  * own dependence chains holds it back, and how that falls as the chains
@@ -88,6 +89,7 @@ R256(ref256_c4d8, none, 4, 8)
 R256(ref256_c2d16, none, 2, 16)
 R256(ref256_c2d8v, rt256, 2, 8)
 
+/* the one list of them: bench/mca.py reads its names from here */
 const struct swb_refloop swb_refloops[] = {
 	{ "ref512_c2d8", "avx512", 2, 8, ref512_c2d8 },
 	{ "ref512_c4d8", "avx512", 4, 8, ref512_c4d8 },

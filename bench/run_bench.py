@@ -981,8 +981,6 @@ def print_bounds(res):
                "%.1f cycles a loop" % mc if mc is not None else "not installed", got, x,
                "the best of %d rounds of each, in turns with bench fma and the probe" % n
                if n > 1 else "one figure against this run's bench fma"))
-
-
     for isa, fr in sorted(refloop_fractions(res).items()):
         print("BOUND reference_loops[%s] measured / their probe: %s (chains x FMAs a chain, each "
               "chain from a load, a shift and an integer conversion; +permute: a two-table permute "

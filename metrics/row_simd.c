@@ -983,7 +983,6 @@ pair512n(const double *ax, const double *cx, const double *lx, const double *ay,
 	out[3] = _mm512_reduce_add_pd(c2);
 }
 
-
 /* with LNQ's series: pair_f64 */
 F512 void
 pair512(const double *ax, const double *cx, const double *lx, const double *ay,
