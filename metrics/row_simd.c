@@ -1666,8 +1666,10 @@ ex256_array(const double *y, double *e, size_t n)
  * to float. So ln m = e ln2 + f + y(f') in double: the rounding is that of
  * y (about an ulp of y) and y(f') - y(f), below 0.41 |f - f'|; against a
  * long double reference over random m the error per element has rms
- * 1.9e-9 and mean -1e-11 (pair.c, f32_noisy()). No float conversion of m
- * itself, of e or of f: one conversion each way, for the series.
+ * 1.9e-9 and mean -1e-11 (pair.c, f32_noisy()); 1.88e-9 with yf8 before
+ * its shallower form, 1.87-1.88e-9 after (issue 30: 2e6 m over 40
+ * binades). No float conversion of m itself, of e or of f: one conversion
+ * each way, for the series.
  * Zero and subnormal m give finite values (their weight is below 1e-300).
  */
 #define LNF_OFF 0x3fe6a09e667f3bcdull	/* bits of sqrt(1/2) */
@@ -1691,11 +1693,12 @@ ef4(__m256d m, __m256d *t, __m256d *f)
  * y = f^2 Q(f), Q(f) = f P(f) - 1/2 of degree 9: Q = -1/2 + f (q1 + f R),
  * R of degree 7 by Estrin's scheme, R = e25 + f^4 e69, and y = (-f^2 / 2 +
  * q1 f^3) + f^4 R, the first sum formed beside R: four operations deep (f^2,
- * e25, R, y) where Horner's form is eleven (the loops that call it wait on
+ * e25, R, y) where Horner's form is ten (the loops that call it wait on
  * that chain, not on their ports). Three roundings at the magnitude of y,
  * as before this form (y = Q f^2, Q to the end: six deep): over every f of
  * the range the relative error is at most 1.717e-7 against 1.724e-7, rms
- * 4.44e-8 against 4.55e-8; the rows run 1.03-1.04x as fast (issue 30).
+ * 4.44e-8 against 4.55e-8 (a scalar emulation with fmaf, bench/RESULTS.md);
+ * the f32 rows and pair256 run 1.03-1.04x as fast (issue 30).
  */
 A256 __m256
 yf8(__m256 f)
@@ -1882,13 +1885,14 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
  * z in [sqrt(1/2), sqrt(2)), e and f = z - 1 exact from the float's bits,
  * y = ln(1 + f) - f by yf8 in float, ln x = e ln2 + f + y and every sum in
  * double. yf8's relative error is below 1.73e-7 at every float f of that
- * range (exhaustive, test_row_log_error), and y <= 0 throughout (f^2 times
- * a negative q), so eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| over
- * those blocks bound the error left in P and in L; row.c takes the row
- * again with probs_exact where that could move a statistic by more than
- * the budget (METRICS.md §6). Other blocks (the sink's, the tail, any
- * element below hi, negative, subnormal or NaN) go through p256_blk as in
- * p256_row, an infinity through the generic loop (its sums overflow).
+ * range (exhaustive, test_row_log_error), and y <= 0 throughout (-f^2/2 +
+ * q1 f^3 and f^4 R are both <= 0 there, and so is their rounded sum), so
+ * eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| over those blocks bound
+ * the error left in P and in L; row.c takes the row again with
+ * probs_exact where that could move a statistic by more than the budget
+ * (METRICS.md §6). Other blocks (the sink's, the tail, any element below
+ * hi, negative, subnormal or NaN) go through p256_blk as in p256_row, an
+ * infinity through the generic loop (its sums overflow).
  */
 
 struct f32acc {
