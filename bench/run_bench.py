@@ -708,6 +708,12 @@ def bench_memory(tmp, res):
 # vector operations)
 KERNEL_LOOPS = {("rows", "avx512"): ("p512_f32s", 16, 19, 44), ("rows", "avx2"): ("p256_f32", 8, 19, 46),
                 ("pairs", "avx512"): ("pair512s", 8, 20, 39), ("pairs", "avx2"): ("pair256", 8, 38, 88)}
+# the reference loop with each kernel's kind of instructions on its chains
+# (bench/refloops.c): float/double conversions (the f32 rows, pair256), a
+# two-table permute (pair512s: 4 permutes and 2 conversions a loop; its
+# ablation gained most without the permutes)
+REF_KIND = {("rows", "avx512"): "v", ("rows", "avx2"): "v", ("pairs", "avx512"): "p",
+            ("pairs", "avx2"): "v"}
 KERNEL_TARGET = 0.85
 OVERHEAD_TARGET = 1.3
 
@@ -1014,6 +1020,14 @@ def print_bounds(res):
               (isa, ", ".join("%dx%d%s %.2f" % (c, dp, {"": "", "p": "+permute", "v": "+cvt"}[v], x)
                               for c, dp, v, x, _ in sorted(fr, key=lambda t: (t[2], t[1], t[0]))),
                min(t[4] for t in fr)))
+    for (kernel, isa), (got, bound, what, x, _, _, _) in sorted(bounds(res).items()):
+        kind = REF_KIND[kernel, isa]
+        ref = [f for c, dp, v, f, _ in refloop_fractions(res).get(isa, [])
+               if (c, dp, v) == (2, 8, kind)]
+        if what == "issue" and ref:
+            print("BOUND %s[%s] against its reference loop (information): %.2f of its probe, "
+                  "where 2x8%s reaches %.2f of its own: %.2f of that" %
+                  (kernel, isa, x, {"p": "+permute", "v": "+cvt"}[kind], ref[0], x / ref[0]))
 
 
 def print_capacity(res):
