@@ -516,11 +516,19 @@ def bench_ingest_isas(tmp, res, transport, ep, out, seconds=10.0, trials=5):
         res.setdefault("ingest_isa", {}).setdefault(isa, {})[transport] = t
 
 
+def overhead_split(c, k):
+    """(ratio, daemon ms outside ZeroMQ's I/O threads, kernels alone ms, the
+    daemon's kernel stages ms) of a daemon's CPU per message by stage c and
+    its kernels alone k ms."""
+    x = c["stages"] - c["zmq_io"]
+    return x / k, x, k, c["rows"] + c["pairs"] + c["drift"]
+
+
 def trial_overhead(t):
     """A paced trial's overhead: the daemon's CPU per message outside
     ZeroMQ's I/O threads over its kernels alone right after, or None."""
     c, k = t.get("cpu_ms_per_message"), t.get("kernels_alone_cpu_ms")
-    return (c["stages"] - c["zmq_io"]) / k if c and k else None
+    return overhead_split(c, k)[0] if c and k else None
 
 
 def bench_training(tmp, res, steps=100):
@@ -714,6 +722,7 @@ KERNEL_LOOPS = {("rows", "avx512"): ("p512_f32s", 16, 19, 44), ("rows", "avx2"):
 # ablation gained most without the permutes)
 REF_KIND = {("rows", "avx512"): "v", ("rows", "avx2"): "v", ("pairs", "avx512"): "p",
             ("pairs", "avx2"): "v"}
+REF_LABEL = {"": "", "p": "+permute", "v": "+cvt"}
 KERNEL_TARGET = 0.85
 OVERHEAD_TARGET = 1.3
 
@@ -905,18 +914,17 @@ def bounds(res):
 
 
 def overhead(res):
-    """{(isa, transport): (ratio, daemon ms outside ZeroMQ's I/O threads, kernels ms,
-    the daemon's own kernel stages ms, how, every trial kept up)}: the daemon's CPU per 4 MiB f16
-    message by its own counters, less its ZeroMQ I/O threads' (zmq_io), over
-    its kernels alone on the same message (bench message, same instruction
-    set, run after each trial: the same minutes of a shared machine). From
-    bench_ingest_isas' trials at half the zero-loss rate: the mean of the
-    trials' stages over the median of the trials' kernel medians (a trial's
-    own ratio pairs 10 s of the daemon with about a second of its kernels,
-    a sample of one moment: 1.23 to 1.46 in one set of five whose means
-    give 1.29); where those did not run, the capacity search's fastest
-    passing trial over the median of its kernels. The last field: every
-    trial kept up."""
+    """{(isa, transport): overhead_split's four, how, every trial kept up}:
+    the daemon's CPU per 4 MiB f16 message by its own counters, less its
+    ZeroMQ I/O threads' (zmq_io), over its kernels alone on the same
+    message (bench message, same instruction set, run after each trial:
+    the same minutes of a shared machine). From bench_ingest_isas' trials
+    at half the zero-loss rate: the mean of the trials' stages over the
+    median of the trials' kernel medians (a trial's own ratio pairs 10 s of
+    the daemon with about a second of its kernels, a sample of one moment:
+    1.23 to 1.46 in one set of five whose means give 1.29); where those did
+    not run, the capacity search's fastest passing trial over the median of
+    its kernels. The last field: every trial kept up."""
     out = {}
     # CPU time on both sides (the daemon's stages count its threads' CPU):
     # a loaded machine's time slices given to others count in neither
@@ -925,22 +933,18 @@ def overhead(res):
         c, k = f.get("cpu_ms_per_message"), f.get("kernels_alone_cpu_ms")
         if c and k:
             isa = f.get("kernels_isa") or (res.get("message") or {}).get("isa")
-            x = c["stages"] - c["zmq_io"]
-            out[isa, tr] = (x / k, x, k, c["rows"] + c["pairs"] + c["drift"],
-                            "the fastest passing trial of the capacity search", True)
+            out[isa, tr] = overhead_split(c, k) + ("the fastest passing trial of the capacity "
+                                                   "search", True)
     for isa, o in res.get("ingest_isa", {}).items():
         for tr, t in o.items():
             if not t.get("kernels_alone_cpu_ms"):
                 continue
-            c, k = t["cpu_ms_per_message"], t["kernels_alone_cpu_ms"]
-            x = c["stages"] - c["zmq_io"]
             # a trial that fell behind (drops, lag) divides by messages sent,
             # not taken: its figure is not one, and its line cannot pass
-            out[isa, tr] = (x / k, x, k, c["rows"] + c["pairs"] + c["drift"],
-                            "%d trials at %.0f msg/s, their mean over the median of their "
-                            "kernels' medians%s" % (len(t.get("trials", [])), t["rate"],
-                                                    "" if t["ok"] else "; A TRIAL FELL BEHIND"),
-                            bool(t["ok"]))
+            out[isa, tr] = overhead_split(t["cpu_ms_per_message"], t["kernels_alone_cpu_ms"]) + (
+                "%d trials at %.0f msg/s, their mean over the median of their kernels' medians%s" %
+                (len(t.get("trials", [])), t["rate"], "" if t["ok"] else "; A TRIAL FELL BEHIND"),
+                bool(t["ok"]))
     return out
 
 
@@ -1012,22 +1016,22 @@ def print_bounds(res):
                "%.1f cycles a loop" % mc if mc is not None else "not installed", got, x,
                "the best of %d rounds of each, in turns with bench fma and the probe" % n
                if n > 1 else "one figure against this run's bench fma"))
-    for isa, fr in sorted(refloop_fractions(res).items()):
+    fractions = refloop_fractions(res)
+    for isa, fr in sorted(fractions.items()):
         print("BOUND reference_loops[%s] measured / their probe: %s (chains x FMAs a chain, each "
               "chain from a load, a shift and an integer conversion; +permute: a two-table permute "
               "on each chain, +cvt: a double-float-double conversion pair on each; "
               "bench/refloops.c, the best of %d rounds of each, in the kernels' turns)" %
-              (isa, ", ".join("%dx%d%s %.2f" % (c, dp, {"": "", "p": "+permute", "v": "+cvt"}[v], x)
+              (isa, ", ".join("%dx%d%s %.2f" % (c, dp, REF_LABEL[v], x)
                               for c, dp, v, x, _ in sorted(fr, key=lambda t: (t[2], t[1], t[0]))),
                min(t[4] for t in fr)))
     for (kernel, isa), (got, bound, what, x, _, _, _) in sorted(bounds(res).items()):
         kind = REF_KIND[kernel, isa]
-        ref = [f for c, dp, v, f, _ in refloop_fractions(res).get(isa, [])
-               if (c, dp, v) == (2, 8, kind)]
+        ref = [f for c, dp, v, f, _ in fractions.get(isa, []) if (c, dp, v) == (2, 8, kind)]
         if what == "issue" and ref:
             print("BOUND %s[%s] against its reference loop (information): %.2f of its probe, "
                   "where 2x8%s reaches %.2f of its own: %.2f of that" %
-                  (kernel, isa, x, {"p": "+permute", "v": "+cvt"}[kind], ref[0], x / ref[0]))
+                  (kernel, isa, x, REF_LABEL[kind], ref[0], x / ref[0]))
 
 
 def print_capacity(res):
@@ -1045,7 +1049,7 @@ def print_capacity(res):
             print("overhead %s [%s] at the edge of capacity (the search's fastest passing trial, "
                   "%.1f msg/s): %.2f (information)" %
                   (tr, f.get("kernels_isa"), f["zero_loss_messages_per_s"],
-                   (c["stages"] - c["zmq_io"]) / k))
+                   overhead_split(c, k)[0]))
     for tr, o in res.get("ingest", {}).items():
         v = o.get("f16")
         if not v:
