@@ -8,13 +8,16 @@
  *                                        512- and 256-bit FMAs, and of FMAs and adds
  *   bench rows FILE ROWS KEYS DTYPE KIND REPS    row kernel on rows from FILE
  *   bench pairs HEADS ROWS KEYS REPS     head-pair work of one layer
- *   bench message REPS [hot|fresh|cold]  the daemon's kernels alone on one 4 MiB
- *                                        f16 message at default options; hot: one
- *                                        buffer again and again; fresh: each rep's
- *                                        message written just before by a thread
- *                                        on another CPU, as ZeroMQ's I/O thread
- *                                        writes what the worker reads; cold: 12
- *                                        messages in turn, each out of every cache
+ *   bench message REPS [hot|fresh|cold] [RATE]  the daemon's kernels alone on
+ *                                        one 4 MiB f16 message at default options;
+ *                                        hot: one buffer again and again; fresh:
+ *                                        each rep's message written just before by
+ *                                        a thread on another CPU, as ZeroMQ's I/O
+ *                                        thread writes what the worker reads; cold:
+ *                                        12 messages in turn, each out of every
+ *                                        cache; RATE: a rep starts every 1/RATE s,
+ *                                        the thread asleep between, as the
+ *                                        daemon's worker is between messages
  *   bench refloop NAME                   a reference loop of bench/refloops.c, its
  *                                        turns a second on L1-resident doubles
  *   bench pairlogs REPS                  the pair kernel with single and double
@@ -424,7 +427,7 @@ enum msg_mode { MSG_HOT, MSG_FRESH, MSG_COLD };
 enum { COLD_BUFS = 12 };	/* 48 MiB in turn: more than this machine's 32 MiB L3 */
 
 static int
-message_bench(int reps, enum msg_mode mode)
+message_bench(int reps, enum msg_mode mode, double rate)
 {
 	enum { H = 16, R = 64, K = 2048, PAIR_ROWS = 8, DRIFT_ROWS = 8 };
 	uint16_t *x = f16_layer(H, R, K);
@@ -463,7 +466,17 @@ message_bench(int reps, enum msg_mode mode)
 		memcpy(msg[i], x, bytes);
 	}
 	reps = reps > 64 ? 64 : reps;
+	struct timespec due;
+	clock_gettime(CLOCK_MONOTONIC, &due);
 	for (int r = 0; r < reps; r++) {
+		if (rate > 0) {
+			/* the next rep due 1/RATE s after this one's: asleep till then */
+			long long ns = (long long)due.tv_nsec + (long long)(1e9 / rate);
+			due.tv_sec += (time_t)(ns / 1000000000);
+			due.tv_nsec = (long)(ns % 1000000000);
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR)
+				;
+		}
 		memset(acc, 0, H * sizeof(*acc));
 		memset(pairs, 0, H * H * sizeof(*pairs));
 		if (mode == MSG_FRESH)
@@ -484,10 +497,10 @@ message_bench(int reps, enum msg_mode mode)
 		free(msg[i]);
 	static const char *const mname[] = { "hot", "fresh", "cold" };
 	printf("{\"kernels_s\": %.6g, \"kernels_cpu_s\": %.6g, \"bytes\": %d, \"isa\": \"%s\", "
-	    "\"log_precision\": \"%s\", \"message\": \"%s\", \"js01\": %.17g, "
+	    "\"log_precision\": \"%s\", \"message\": \"%s\", \"rate\": %.6g, \"js01\": %.17g, "
 	    "\"drift_check\": %.6g}\n",
 	    median(t, reps), median(tc, reps), H * R * K * 2, swm_isa(), swm_precision(),
-	    mname[mode], pairs[1].js_keep / (double)pairs[1].rows, d2);
+	    mname[mode], rate, pairs[1].js_keep / (double)pairs[1].rows, d2);
 	free(x);
 	free(scratch);
 	free(acc);
@@ -1050,7 +1063,12 @@ main(int argc, char **argv)
 			fprintf(stderr, "bench message: mode '%s': hot (default), fresh or cold\n", argv[3]);
 			return 2;
 		}
-		return message_bench(atoi(argv[2]), mode);
+		double rate = argc > 4 ? atof(argv[4]) : 0;
+		if (argc > 4 && !(rate > 0 && rate <= 1e6)) {
+			fprintf(stderr, "bench message: rate '%s': messages a second, > 0\n", argv[4]);
+			return 2;
+		}
+		return message_bench(atoi(argv[2]), mode, rate);
 	}
 	if (!strcmp(argv[1], "pairlogs") && argc > 2)
 		return pairlogs_bench(atoi(argv[2]));

@@ -84,10 +84,13 @@ R512(ref512_c6d8, none, none, 6, 8)
 R512(ref512_c2d16, none, none, 2, 16)
 R512(ref512_c2d8p, perm512, none, 2, 8)
 R512(ref512_c2d8v, none, rt512, 2, 8)
+R512(ref512_c4d8p, perm512, none, 4, 8)
+R512(ref512_c4d8v, none, rt512, 4, 8)
 R256(ref256_c2d8, none, 2, 8)
 R256(ref256_c4d8, none, 4, 8)
 R256(ref256_c2d16, none, 2, 16)
 R256(ref256_c2d8v, rt256, 2, 8)
+R256(ref256_c4d8v, rt256, 4, 8)
 
 /* the one list of them: bench/mca.py reads its names from here */
 const struct swb_refloop swb_refloops[] = {
@@ -97,9 +100,12 @@ const struct swb_refloop swb_refloops[] = {
 	{ "ref512_c2d16", "avx512", 2, 16, ref512_c2d16 },
 	{ "ref512_c2d8p", "avx512", 2, 8, ref512_c2d8p },
 	{ "ref512_c2d8v", "avx512", 2, 8, ref512_c2d8v },
+	{ "ref512_c4d8p", "avx512", 4, 8, ref512_c4d8p },
+	{ "ref512_c4d8v", "avx512", 4, 8, ref512_c4d8v },
 	{ "ref256_c2d8", "avx2", 2, 8, ref256_c2d8 },
 	{ "ref256_c4d8", "avx2", 4, 8, ref256_c4d8 },
 	{ "ref256_c2d16", "avx2", 2, 16, ref256_c2d16 },
 	{ "ref256_c2d8v", "avx2", 2, 8, ref256_c2d8v },
+	{ "ref256_c4d8v", "avx2", 4, 8, ref256_c4d8v },
 	{ NULL, NULL, 0, 0, NULL }
 };
