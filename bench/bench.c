@@ -37,6 +37,7 @@
  */
 #define _GNU_SOURCE
 #define _GNU_SOURCE	/* sched_getcpu, pthread_setaffinity_np */
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -467,13 +468,21 @@ message_bench(int reps, enum msg_mode mode, double rate)
 	}
 	reps = reps > 64 ? 64 : reps;
 	struct timespec due;
+	int late = 0;	/* reps that began behind their time: none asleep before them */
 	clock_gettime(CLOCK_MONOTONIC, &due);
 	for (int r = 0; r < reps; r++) {
 		if (rate > 0) {
 			/* the next rep due 1/RATE s after this one's: asleep till then */
+			struct timespec tn;
 			long long ns = (long long)due.tv_nsec + (long long)(1e9 / rate);
 			due.tv_sec += (time_t)(ns / 1000000000);
 			due.tv_nsec = (long)(ns % 1000000000);
+			clock_gettime(CLOCK_MONOTONIC, &tn);
+			if (tn.tv_sec > due.tv_sec ||
+			    (tn.tv_sec == due.tv_sec && tn.tv_nsec >= due.tv_nsec)) {
+				late++;
+				due = tn;	/* from now on: a late rep does not start the next ones early */
+			}
 			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR)
 				;
 		}
@@ -497,10 +506,10 @@ message_bench(int reps, enum msg_mode mode, double rate)
 		free(msg[i]);
 	static const char *const mname[] = { "hot", "fresh", "cold" };
 	printf("{\"kernels_s\": %.6g, \"kernels_cpu_s\": %.6g, \"bytes\": %d, \"isa\": \"%s\", "
-	    "\"log_precision\": \"%s\", \"message\": \"%s\", \"rate\": %.6g, \"js01\": %.17g, "
-	    "\"drift_check\": %.6g}\n",
+	    "\"log_precision\": \"%s\", \"message\": \"%s\", \"rate\": %.6g, \"late\": %d, "
+	    "\"js01\": %.17g, \"drift_check\": %.6g}\n",
 	    median(t, reps), median(tc, reps), H * R * K * 2, swm_isa(), swm_precision(),
-	    mname[mode], rate, pairs[1].js_keep / (double)pairs[1].rows, d2);
+	    mname[mode], rate, late, pairs[1].js_keep / (double)pairs[1].rows, d2);
 	free(x);
 	free(scratch);
 	free(acc);
@@ -1063,9 +1072,15 @@ main(int argc, char **argv)
 			fprintf(stderr, "bench message: mode '%s': hot (default), fresh or cold\n", argv[3]);
 			return 2;
 		}
-		double rate = argc > 4 ? atof(argv[4]) : 0;
-		if (argc > 4 && !(rate > 0 && rate <= 1e6)) {
-			fprintf(stderr, "bench message: rate '%s': messages a second, > 0\n", argv[4]);
+		char *end = NULL;
+		double rate = argc > 4 ? strtod(argv[4], &end) : 0;
+		if (argc > 4 && (end == argv[4] || *end || !(rate >= 1e-3 && rate <= 1e6))) {
+			fprintf(stderr, "bench message: rate '%s': messages a second, 0.001 to 1e6\n",
+			    argv[4]);
+			return 2;
+		}
+		if (atoi(argv[2]) < 1) {
+			fprintf(stderr, "bench message: reps '%s': 1 to 64\n", argv[2]);
 			return 2;
 		}
 		return message_bench(atoi(argv[2]), mode, rate);

@@ -13,6 +13,7 @@ not have (the writer, the event loop, page faults).
 
     BENCH=bench/bench SINKWATCHD=./sinkwatchd /usr/bin/python3 bench/profile.py \\
         [--rate 200] [--seconds 4] [--isa avx2] [--transport ipc] [--mode hot]
+        [--back-to-back]
 
 Prints "perf unavailable: ..." and exits 0 where perf cannot sample.
 Not a test: it asserts nothing."""
@@ -120,8 +121,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0, help="length of the profiled flood")
     ap.add_argument("--isa", choices=("avx512", "avx2"), help="sinkwatchd --isa and BENCH_ISA")
     ap.add_argument("--transport", choices=("tcp", "ipc"), default="tcp")
-    ap.add_argument("--mode", choices=("hot", "fresh", "cold"), default="hot",
-                    help="bench message's mode (default hot, as the overhead line's)")
+    ap.add_argument("--mode", choices=("hot", "fresh", "cold"), default="fresh",
+                    help="bench message's mode (default fresh, as the overhead line's)")
+    ap.add_argument("--back-to-back", action="store_true",
+                    help="bench message's repeats back to back, not at --rate (the overhead "
+                    "line's are at the trial's rate)")
     ap.add_argument("--hz", type=int, default=2000, help="samples a second (default 2000)")
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args()
@@ -159,7 +163,8 @@ def profile(a, tmp):
     reps = 64       # bench message's most
     env = dict(os.environ, BENCH_ISA=a.isa) if a.isa else None
     bj = rb.run_json(["perf", "record", "-q", "-g", "-F", a.hz, "-e", "cpu-clock", "-o", pb,
-                      rb.BENCH, "message", reps, a.mode], env=env)
+                      rb.BENCH, "message", reps, a.mode] +
+                     ([] if a.back_to_back else ["%.3f" % a.rate]), env=env)
     got = samples(pd)
     dm = per_message(got, a.hz, n, False)
     zm = per_message(got, a.hz, n, True)
@@ -172,9 +177,10 @@ def profile(a, tmp):
           if k not in BENCH_OWN}
     st = t["cpu_ms_per_message"]
     print("sinkwatchd under a paced %s flood of 4 MiB f16 messages, %.0f/s, %d messages "
-          "(%s, trial %s); bench message %s, %d repeats (%s); perf cpu-clock at %d Hz"
+          "(%s, trial %s); bench message %s, %d repeats %s (%s); perf cpu-clock at %d Hz"
           % (a.transport, a.rate, n, a.isa or "best instruction set", "kept up" if t["ok"]
-             else "fell behind", a.mode, reps, bj.get("isa"), a.hz))
+             else "fell behind", a.mode, reps, "back to back" if a.back_to_back else
+             "at %.0f/s" % a.rate, bj.get("isa"), a.hz))
     print("%-32s %10s %10s %8s" % ("CPU ms per message", "daemon", "bench", "ratio"))
     for sym, v in sorted(dm.items(), key=lambda kv: -kv[1])[:a.top]:
         b = bm.get(sym)
