@@ -413,9 +413,9 @@ def paced_trial(d, ep, name, dt, rate, seconds, isa=None, kernels=3, paced_kerne
     # asleep 3.5 ms before each message ran the kernels 1.1x slower than
     # back to back, 20 ms 1.2-1.25x; fresh, 1.0x and 1.1x; in make bench's
     # runs the two read 0.93-1.12 of each other: bench/RESULTS.md, seventh
-    # session). 63 repeats a
-    # run: 0.3 to 1.3 s of the kernels before and after each trial; the
-    # median of the runs' medians, before and after together
+    # session). 63 repeats a run: 0.3 to 1.3 s of the kernels before and
+    # after each trial; the median of the runs' medians, before and after
+    # together
     after = alone("fresh", rate) if paced_kernels else None, alone("hot", None)
     late = sum(x["late"] for x in before + after if x and "late" in x)
     hot = ms(before[1], after[1]) if sample else None
@@ -512,8 +512,8 @@ def bench_ingest_isas(tmp, res, transport, ep, out, seconds=10.0, trials=5):
     overhead's figures: `trials` paced trials at half the zero-loss rate of
     the automatic choice (a rate every one keeps up with; CPU per message,
     not capacity, is the figure), by its counters, each with 3 runs of its
-    kernels alone before and 3 after, in the same minute. Every instruction set at the
-    same rate, the automatic choice included: until 2026-12-05 its overhead
+    kernels alone before and 3 after, in the same minute. Every instruction
+    set at the same rate, the automatic choice included: until 2026-12-05 its overhead
     came from the search's fastest passing trial, at the edge of capacity,
     the others' from this rate. The stages' mean over the trials, the
     kernels' median of the trials' medians (one set's 9 runs read 4.2 and
@@ -760,11 +760,9 @@ REF_KIND = {("rows", "avx512"): "v", ("rows", "avx2"): "v", ("pairs", "avx512"):
             ("pairs", "avx2"): "v"}
 REF_LABEL = {"": "", "p": "+permute", "v": "+cvt"}
 # A kernel's TARGET: 0.85 of what the best reference loop with its kind of
-# instructions (2 or 4 chains of 8 FMAs) reaches of its own probe, where
-# they ran; else 0.85 of its probe (or of the bandwidth). Until 2026-12-06 it
-# was 0.85 of the probe everywhere, which the reference loops with
-# permutes or conversions on their chains reach at 0.76-0.85 with 2
-# chains and 0.81-0.87 with 4: a line that a well-formed loop of the
+# instructions reaches of its own probe (kernel_reference(), which says
+# why); else 0.85 of its probe (or of the bandwidth). Until 2026-12-06 it
+# was 0.85 of the probe everywhere: a line that a well-formed loop of the
 # kernel's kind does not reliably meet (bench/RESULTS.md, seventh session).
 KERNEL_TARGET = 0.85
 OVERHEAD_TARGET = 1.3
