@@ -38,6 +38,26 @@
 
 struct swd_ticket;
 
+/*
+ * A gathered layer's data, handed to conf.work: each head's R rows of K
+ * elements (R K elements, rows one after another) start at head[h]. A head
+ * sent whole by one part (every row, PROTOCOL.md 7b) lies in that part's
+ * frame, kept by conf.hold; the other heads lie in buffers of the
+ * assembly's (zeros where nothing came). swd_parts_free releases both.
+ */
+typedef struct swd_parts {
+	const void **head;	/* [heads] */
+	void **own;		/* nown buffers to free() */
+	size_t nown;
+	void **held;		/* nheld handles of conf.hold, to release */
+	size_t nheld;
+	void (*release)(void *ud, void *handle);
+	void *ud;
+} swd_parts;
+
+/* Frees what p holds and p itself; NULL is a no-op. */
+void swd_parts_free(swd_parts *p);
+
 typedef struct swd_asm_conf {
 	int64_t step_timeout_ms;	/* an incomplete step waits this long after its last arrival */
 	int64_t max_open_steps;		/* steps being assembled per run */
@@ -46,9 +66,20 @@ typedef struct swd_asm_conf {
 	atomic_llong *inflight;		/* bytes held, released as layers are freed */
 	int64_t budget_bytes;		/* parts gathered stay under it with the rest (0: none) */
 	/* starts the work of a gathered layer (below); NULL: parts are refused */
-	int (*work)(void *ud, const struct swd_ticket *t, const swp_msg *m, void *data,
+	int (*work)(void *ud, const struct swd_ticket *t, const swp_msg *m, swd_parts *data,
 	    size_t bytes, int32_t *miss);
 	void *work_ud;
+	/*
+	 * Keeps the frame of the part m alive, not copied, when the part's
+	 * heads are whole and its tensor holds at least hold_min bytes: returns
+	 * where m's tensor lies now (NULL: not kept, the part is copied), with
+	 * *handle for release (both called with work_ud) and *extra, the bytes
+	 * the kept frame holds beyond the tensor, charged with it. NULL: every
+	 * part is copied.
+	 */
+	const void *(*hold)(void *ud, const swp_msg *m, void **handle, size_t *extra);
+	void (*release)(void *ud, void *handle);
+	size_t hold_min;
 	/* new runs taken into the table: a token bucket (0: no limit) */
 	int64_t new_runs_per_s;		/* its rate */
 	int64_t new_runs_burst;		/* its size (0: the rate, at least 1) */
@@ -89,7 +120,7 @@ typedef struct swd_asm swd_asm;
  * A layer admitted for work: what swd_asm_done needs to find its step.
  * A gathered layer's work is started by the assembly through conf.work:
  * m is the whole layer (head0 0, all heads and rows; m->qpos, when not
- * NULL, and data, bytes already counted in inflight, and miss, or NULL
+ * NULL, and data (m->tensor is NULL), bytes already counted in inflight, and miss, or NULL
  * when every cell came, [heads] entries for swd_layer.miss_rank, become the callee's
  * when it returns SWD_ASM_ACCEPT); else it returns a drop reason (budget,
  * nomem), and the assembly keeps what it passed and tries again later. The result comes back through swd_asm_done like any layer.
@@ -107,6 +138,9 @@ typedef struct swd_ticket {
 /* Counters the daemon reports (status). */
 typedef struct swd_asm_stats {
 	int64_t steps_complete, steps_incomplete;
+	/* parts of several senders taken into their layers: kept as they came
+	 * (conf.hold), or copied */
+	int64_t parts_kept, parts_copied;
 	/*
 	 * Messages the assembly gave up after it took them (held parts whose
 	 * layer could not be computed, work that failed), by drop reason; the

@@ -51,14 +51,31 @@ as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 		for (uint32_t q = 0; q < R; q++)	/* rows never sent: their heads are missing */
 			m.qpos[q] = g->qset[q] ? g->qpos[q] : r->meta.keys - 1;
 	}
-	m.tensor = g->buf;
-	m.tensor_bytes = g->buf_bytes;
+	/* heads of which nothing came read zeros (own[H], taken from the data's charge) */
+	size_t hb = (size_t)R * r->meta.keys * swp_dtype_size(r->meta.dtype);
+	int empty = 0;
+	for (uint32_t h = 0; h < H; h++)
+		empty |= !g->head[h];
+	swd_parts *p = calloc(1, sizeof(*p));
+	if (!p || (empty && !(g->own[H] = calloc(1, hb ? hb : 1)))) {
+		free(p);
+		free(m.qpos);
+		free(miss);
+		return SWD_DROP_NOMEM;
+	}
+	for (uint32_t h = 0; h < H; h++)
+		if (!g->head[h])
+			g->head[h] = g->own[H];
+	*p = (swd_parts){ .head = g->head, .own = g->own, .nown = (size_t)H + 1,
+	    .held = g->held, .nheld = g->nheld, .release = a->c.release, .ud = a->c.work_ud };
+	m.tensor = NULL;
+	m.tensor_bytes = (size_t)H * hb;
 	swd_ticket t = { .run = r, .step = s, .layer = l };
 	s->state[l] = 2;
 	s->in_work++;
 	r->jobs++;
 	a->jobs++;
-	int rc = a->c.work(a->c.work_ud, &t, &m, g->buf, g->buf_bytes, miss);
+	int rc = a->c.work(a->c.work_ud, &t, &m, p, g->data_bytes + g->extra, miss);
 	if (rc != SWD_ASM_ACCEPT) {
 		s->state[l] = 4;
 		s->in_work--;
@@ -66,6 +83,12 @@ as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 		a->jobs--;
 		free(m.qpos);
 		free(miss);
+		free(p);
+		for (uint32_t h = 0; empty && h < H; h++)	/* as it was */
+			if (g->head[h] == g->own[H])
+				g->head[h] = NULL;
+		free(g->own[H]);
+		g->own[H] = NULL;
 		return rc;
 	}
 	/* cells that come later are late: the layer was computed without them */
@@ -73,8 +96,11 @@ as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 		s->cut[l] = 1;
 	/* the data and the reserve went with the work, counted until it is done;
 	 * the rest is freed */
-	g->buf = NULL;
-	g->bytes -= g->buf_bytes + g->reserve;
+	g->head = NULL;
+	g->own = NULL;
+	g->held = NULL;
+	g->nheld = 0;
+	g->bytes -= g->data_bytes + g->extra + g->reserve;
 	as_gather_free(a, g);
 	s->g[l] = NULL;
 	return SWD_ASM_ACCEPT;
@@ -447,21 +473,21 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
     char *why, size_t len)
 {
 	uint32_t H = r->meta.heads, R = r->meta.rows, K = r->meta.keys, l = m->layer;
-	size_t es = swp_dtype_size(r->meta.dtype), rowb = (size_t)K * es;
+	size_t es = swp_dtype_size(r->meta.dtype), rowb = (size_t)K * es, hb = (size_t)R * rowb;
 	struct gather *g = s->g ? s->g[l] : NULL;
 	if (!a->c.work) {
 		snprintf(why, len, "parts of layers are not taken here");
 		return SWD_DROP_NOMEM;
 	}
 	if (!g) {
-		/* the buffer, and what the whole layer's computation will hold */
+		/* the data, and what the whole layer's computation will hold */
 		swp_msg whole = *m;
 		whole.head0 = whole.row0 = 0;
 		whole.shape[0] = H;
 		whole.shape[1] = whole.rows = R;
 		size_t reserve = a->c.work_bytes ? a->c.work_bytes(a->c.work_ud, &whole) : 0;
-		size_t bb = (size_t)H * R * rowb, b = bb + (size_t)H * R + R * (sizeof(uint32_t) + 1) +
-		    sizeof(*g) + reserve;
+		size_t db = (size_t)H * hb + (3 * (size_t)H + 1) * sizeof(void *);
+		size_t b = db + (size_t)H * R + R * (sizeof(uint32_t) + 1) + sizeof(*g) + reserve;
 		if (as_over_budget(a, b)) {
 			snprintf(why, len, "gathering layer %u (%zu bytes with its computation) would "
 			    "pass the budget", l, b);
@@ -471,16 +497,19 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
 			goto nomem;
 		if (!(g = calloc(1, sizeof(*g))))
 			goto nomem;
-		g->buf = calloc(1, bb ? bb : 1);
+		g->heads = H;
+		g->head = calloc(H, sizeof(*g->head));
+		g->own = calloc((size_t)H + 1, sizeof(*g->own));
+		g->held = calloc(H, sizeof(*g->held));
 		g->cover = calloc((size_t)H * R, 1);
 		g->qpos = calloc(R, sizeof(uint32_t));
 		g->qset = calloc(R, 1);
-		if (!g->buf || !g->cover || !g->qpos || !g->qset) {
+		if (!g->head || !g->own || !g->held || !g->cover || !g->qpos || !g->qset) {
 			g->bytes = 0;
 			as_gather_free(a, g);
 			goto nomem;
 		}
-		g->buf_bytes = bb;
+		g->data_bytes = db;
 		g->bytes = b;
 		g->reserve = reserve;
 		g->has_qpos = -1;
@@ -502,18 +531,52 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
 		    hq ? (g->has_qpos == 0 ? "a" : "another") : "no");
 		return SWD_DROP_PART_MISMATCH;
 	}
+	/*
+	 * Heads sent whole (every row) lie where the part's frame does, kept
+	 * (conf.hold): not copied. The others are copied into their heads'
+	 * buffers. Either way a head's share of data_bytes holds them.
+	 */
+	const uint8_t *src = NULL;
+	void *handle = NULL;
+	size_t extra = 0;
+	if (a->c.hold && m->row0 == 0 && m->shape[1] == R && m->kind != SWP_ROWSTATS &&
+	    m->tensor_bytes >= a->c.hold_min && g->nheld < H)
+		src = a->c.hold(a->c.work_ud, m, &handle, &extra);
+	for (uint32_t h = m->head0; !src && h < m->head0 + m->shape[0]; h++)
+		if (!g->own[h] && !(g->own[h] = calloc(1, hb ? hb : 1))) {
+			if (!g->covered) {	/* its first part: as if it never came */
+				as_gather_free(a, g);
+				s->g[l] = NULL;
+				s->state[l] = 0;
+			}
+			goto nomem;	/* else those taken stay, for the heads' later parts */
+		}
 	g->has_qpos = hq;
 	for (uint32_t q = 0; hq && q < m->shape[1]; q++) {
 		g->qpos[m->row0 + q] = m->qpos[q];
 		g->qset[m->row0 + q] = 1;
 	}
-	const uint8_t *src = m->tensor;
-	for (uint32_t h = 0; h < m->shape[0]; h++)
-		for (uint32_t q = 0; q < m->shape[1]; q++) {
-			size_t cell = (size_t)(m->head0 + h) * R + m->row0 + q;
-			memcpy(g->buf + cell * rowb, src + ((size_t)h * m->shape[1] + q) * rowb, rowb);
-			g->cover[cell] = 1;
+	if (src) {
+		a->st.parts_kept++;
+		g->held[g->nheld++] = handle;
+		g->extra += extra;
+		g->bytes += extra;
+		as_charge(a, (long long)extra);
+		for (uint32_t h = 0; h < m->shape[0]; h++)
+			g->head[m->head0 + h] = src + h * hb;
+	} else {
+		a->st.parts_copied++;
+		src = m->tensor;
+		for (uint32_t h = 0; h < m->shape[0]; h++) {
+			uint8_t *dst = g->own[m->head0 + h];
+			g->head[m->head0 + h] = dst;
+			for (uint32_t q = 0; q < m->shape[1]; q++)
+				memcpy(dst + (size_t)(m->row0 + q) * rowb,
+				    src + ((size_t)h * m->shape[1] + q) * rowb, rowb);
 		}
+	}
+	for (uint32_t h = 0; h < m->shape[0]; h++)
+		memset(g->cover + (size_t)(m->head0 + h) * R + m->row0, 1, m->shape[1]);
 	g->covered += (uint64_t)m->shape[0] * m->shape[1];
 	if (g->covered == (uint64_t)H * R)
 		as_launch(a, r, s, l, 0);	/* or at the next tick, if it cannot start now */

@@ -54,8 +54,18 @@ struct mlist {
 
 /* The parts of one layer received so far (several senders). */
 struct gather {
-	uint8_t *buf;		/* [H * R * K] elements, zeros where nothing came */
-	size_t buf_bytes;
+	/*
+	 * Where head h's R K elements lie: a part's kept frame (conf.hold), or
+	 * own[h], zeros where nothing came; NULL while nothing of it came.
+	 * own[H] is for the heads still empty at launch (zeros).
+	 */
+	const void **head;	/* [H] */
+	void **own;		/* [H + 1] */
+	void **held;		/* [H] conf.hold's handles, nheld of them */
+	size_t nheld;
+	uint32_t heads;		/* H */
+	size_t data_bytes;	/* H R K elements and these arrays: they go with the work */
+	size_t extra;		/* what the kept frames hold beyond their tensors (charged) */
 	uint8_t *cover;		/* [H * R] 1 where the row of the head came */
 	uint32_t *qpos;		/* [R] */
 	uint8_t *qset;		/* [R] 1 where qpos[r] is known */

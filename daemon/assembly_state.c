@@ -56,13 +56,37 @@ as_over_budget(const swd_asm *a, size_t bytes)
 	    atomic_load(a->c.inflight) + (long long)bytes > a->c.budget_bytes;
 }
 
+/* What p holds, not p itself. */
+static void
+parts_release(swd_parts *p)
+{
+	for (size_t i = 0; i < p->nown; i++)
+		free(p->own[i]);
+	for (size_t i = 0; i < p->nheld; i++)
+		p->release(p->ud, p->held[i]);
+	free(p->own);
+	free(p->held);
+	free((void *)p->head);
+}
+
+void
+swd_parts_free(swd_parts *p)
+{
+	if (!p)
+		return;
+	parts_release(p);
+	free(p);
+}
+
 void
 as_gather_free(swd_asm *a, struct gather *g)
 {
 	if (!g)
 		return;
 	as_charge(a, -(long long)g->bytes);
-	free(g->buf);
+	swd_parts p = { .head = g->head, .own = g->own, .nown = g->own ? (size_t)g->heads + 1 : 0,
+	    .held = g->held, .nheld = g->nheld, .release = a->c.release, .ud = a->c.work_ud };
+	parts_release(&p);
 	free(g->cover);
 	free(g->qpos);
 	free(g->qset);

@@ -191,6 +191,8 @@ fill_counters(const swd_daemon *d, swd_status *st)
 	st->rows = d->n.rows;
 	st->steps_complete = swd_asm_get_stats(d->as)->steps_complete;
 	st->steps_incomplete = swd_asm_get_stats(d->as)->steps_incomplete;
+	st->parts_kept = swd_asm_get_stats(d->as)->parts_kept;
+	st->parts_copied = swd_asm_get_stats(d->as)->parts_copied;
 	int span = r->fill < 10 ? r->fill : 10;
 	if (span > 0) {
 		int now = r->pos, then = (r->pos - span + 11) % 11;

@@ -64,9 +64,9 @@ after_work(uv_work_t *req, int status)
 	swd_daemon *d = req->loop->data;
 	(void)status;
 	d->jobs--;
-	size_t tensor_bytes = j->data ? j->data_bytes : zmq_msg_size(&j->tensor);
+	size_t tensor_bytes = j->parts ? j->data_bytes : zmq_msg_size(&j->tensor);
 	zmq_msg_close(&j->tensor);
-	free(j->data);
+	swd_parts_free(j->parts);
 	free(j->miss);
 	atomic_fetch_sub(&d->inflight, (long long)tensor_bytes);
 	d->n.rows += j->rows_counted;
@@ -223,7 +223,9 @@ handle(swd_daemon *d, zmq_msg_t *frames, size_t n)
 		return;
 	if (settled(d, frames, &m))
 		goto out;
+	d->part_frame = &frames[2];	/* for hold_part, while the assembly admits m */
 	int rc = swd_asm_admit(d->as, &m, swd_mono_ms(d), &t, why, sizeof(why));
+	d->part_frame = NULL;
 	if (rc == SWD_ASM_HELD)
 		goto out;	/* a part, gathered into its layer */
 	if (rc == SWD_ASM_COPY)
@@ -260,7 +262,7 @@ gathered_bytes(void *ud, const swp_msg *m)
  * SWD_ASM_ACCEPT, or a drop reason (the assembly keeps what it passed).
  */
 static int
-start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes,
+start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, swd_parts *data, size_t bytes,
     int32_t *miss)
 {
 	swd_daemon *d = ud;
@@ -268,7 +270,7 @@ start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size
 	swd_job *j = job_new(d, t, m, need + bytes);
 	if (!j)
 		return SWD_DROP_NOMEM;
-	j->data = data;
+	j->parts = data;
 	j->data_bytes = bytes;
 	j->miss = miss;
 	if (job_queue(d, j) != 0) {
@@ -278,6 +280,41 @@ start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size
 		return SWD_DROP_NOMEM;
 	}
 	return SWD_ASM_ACCEPT;
+}
+
+/*
+ * A part whose heads are whole, kept as it came (the assembly's conf.hold):
+ * its tensor frame moves to the heap and stays until the layer's work is
+ * done. Returns where the tensor lies now, or NULL (no memory: copied).
+ */
+static const void *
+hold_part(void *ud, const swp_msg *m, void **handle, size_t *extra)
+{
+	swd_daemon *d = ud;
+	zmq_msg_t *f;
+	if (!d->part_frame || !(f = malloc(sizeof(*f))))
+		return NULL;
+	const char *fd = zmq_msg_data(d->part_frame), *td = m->tensor;
+	size_t fb = zmq_msg_size(d->part_frame), off = (size_t)(td - fd);
+	if (td < fd || off > fb || m->tensor_bytes > fb - off) {
+		free(f);
+		return NULL;	/* not this frame's: cannot happen */
+	}
+	zmq_msg_init(f);
+	zmq_msg_move(f, d->part_frame);
+	d->part_frame = NULL;
+	*handle = f;
+	/* the frame beyond the tensor, its handle, and ZeroMQ's own header of it */
+	*extra = fb - m->tensor_bytes + sizeof(*f) + 64;
+	return (const char *)zmq_msg_data(f) + off;
+}
+
+static void
+release_part(void *ud, void *handle)
+{
+	(void)ud;
+	zmq_msg_close(handle);
+	free(handle);
 }
 
 /* Receives one multipart message; 1 if one was read, 0 if none was ready. */
@@ -378,7 +415,7 @@ swd_ingest_asm(swd_daemon *d)
 		.max_runs = d->cfg.max_runs, .run_idle_s = d->cfg.run_idle_s,
 		.inflight = &d->inflight, .budget_bytes = d->cfg.budget_mb << 20,
 		.work_bytes = gathered_bytes, .run_bytes = run_state_bytes, .work = start_gathered,
-		.work_ud = d,
+		.work_ud = d, .hold = hold_part, .release = release_part, .hold_min = SWD_HOLD_MIN,
 		.new_runs_per_s = d->cfg.new_runs_per_s, .new_runs_burst = d->cfg.new_runs_burst,
 	};
 	if (!(d->as = swd_asm_new(&ac, to_writer, d->writer))) {

@@ -43,6 +43,15 @@ typedef struct swd_work_conf {
 } swd_work_conf;
 
 /*
+ * A part of a layer (several senders) is kept as it came, not copied, when
+ * its heads are whole and its tensor holds at least this many bytes. A
+ * frame that fits in ZeroMQ's receive batch (ZMQ_IN_BATCH_SIZE, 8 KiB by
+ * default, left so here) may share that buffer with other messages, and
+ * keeping it would pin the whole buffer; a larger one has its own.
+ */
+#define SWD_HOLD_MIN (16 * 1024)
+
+/*
  * A layer's metric work: made on the loop thread, the pool thread's alone
  * while it runs (swd_work_run), completed on the loop thread.
  */
@@ -53,8 +62,8 @@ typedef struct swd_job {
 	int64_t step;
 	swp_msg msg;
 	zmq_msg_t tensor;
-	void *data;		/* a gathered layer's tensor (then tensor is empty) */
-	size_t data_bytes;
+	swd_parts *parts;	/* a gathered layer's data (then tensor is empty) */
+	size_t data_bytes;	/* what parts holds, counted in inflight */
 	int32_t *miss;		/* [heads] heads to mark missing, or NULL */
 	size_t reserved;
 	swd_layer *out;
@@ -103,6 +112,7 @@ typedef struct swd_daemon {
 	char **argv;
 	uv_loop_t *loop;	/* its data: this */
 	void *zctx, *sub, *ctl;
+	zmq_msg_t *part_frame;	/* the tensor frame being admitted (hold_part), or NULL */
 	uv_poll_t sub_poll, ctl_poll;
 	uv_idle_t drain_idle;
 	uv_timer_t tick, watchdog;

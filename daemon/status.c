@@ -187,9 +187,11 @@ sec_traffic(swn_buf *b, const swd_status *st)
 {
 	swn_put(b, "# traffic\nmessages: %lld\nbytes: %lld\nrows: %lld\n"
 	    "rows_per_s: %.1f\nmessages_per_s: %.2f\nsteps_complete: %lld\n"
-	    "steps_incomplete: %lld\n", (long long)st->messages, (long long)st->bytes,
+	    "steps_incomplete: %lld\nparts_kept: %lld\nparts_copied: %lld\n",
+	    (long long)st->messages, (long long)st->bytes,
 	    (long long)st->rows, st->rows_per_s, st->msgs_per_s,
-	    (long long)st->steps_complete, (long long)st->steps_incomplete);
+	    (long long)st->steps_complete, (long long)st->steps_incomplete,
+	    (long long)st->parts_kept, (long long)st->parts_copied);
 }
 
 /* Messages not stored, by reason: drops.def, then errors.def (bad_*). */
@@ -324,6 +326,10 @@ swd_metrics_text(const swd_status *st, char *out, size_t outlen)
 	    (double)st->steps_complete);
 	one(&b, "sinkwatch_steps_incomplete_total", "counter",
 	    "Steps written with layers or heads missing.", (double)st->steps_incomplete);
+	metric(&b, "sinkwatch_parts_total", "counter",
+	    "Parts of several senders' layers taken, kept as they came or copied.");
+	swn_put(&b, "sinkwatch_parts_total{how=\"kept\"} %lld\n", (long long)st->parts_kept);
+	swn_put(&b, "sinkwatch_parts_total{how=\"copied\"} %lld\n", (long long)st->parts_copied);
 	one(&b, "sinkwatch_steps_written_total", "counter", "Rows appended to run files.",
 	    (double)st->steps_written);
 	one(&b, "sinkwatch_write_errors_total", "counter", "Run file writes that failed.",

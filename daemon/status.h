@@ -111,6 +111,7 @@ typedef struct swd_status {
 	int upstream_curve;	/* 1: the hop to it is CURVE */
 	int64_t upstream_refused, upstream_failed;	/* its handshakes with us that failed */
 	int64_t messages, bytes, rows, steps_complete, steps_incomplete;
+	int64_t parts_kept, parts_copied;	/* several senders' parts (swd_asm_stats) */
 	double rows_per_s, msgs_per_s;	/* over the last 10 s */
 	int64_t drops[SWD_DROP_REASONS];
 	int64_t decode_errors[SWD_DECODE_ERRORS];

@@ -239,6 +239,12 @@ ptrdiff_t swm_pick_find(const uint32_t *pick, size_t npick, size_t row);
  */
 typedef struct swm_block {
 	const void *data;
+	/*
+	 * optional [heads]: where each head's rows start, for heads that do not
+	 * lie in one buffer (parts of several senders); head_stride is then
+	 * unused, row_stride still applies
+	 */
+	const void *const *head_data;
 	swm_dtype dtype;
 	swm_kind kind;
 	size_t heads, rows, keys;

@@ -195,7 +195,18 @@ def case_single():
 def layout_case(layout, senders):
     def fn():
         run = "%s%d" % (layout, senders)
+        before = d.status()["traffic"]
         path = stream(d, run, layout, senders)
+        after = d.status()["traffic"]
+        # heads sent whole (every row, >= 16 KiB) are kept as they came,
+        # parts by rows are copied (sinkwatchd.h, SWD_HOLD_MIN)
+        nparts = sum(len(parts_of(layout, k, senders)) for k in range(senders)) * len(STEPS)
+        kept = int(after["parts_kept"]) - int(before["parts_kept"])
+        copied = int(after["parts_copied"]) - int(before["parts_copied"])
+        if layout in ("heads", "mixed"):
+            assert (kept, copied) == (nparts, 0), (layout, senders, kept, copied, nparts)
+        elif layout == "rows":
+            assert (kept, copied) == (0, nparts), (layout, senders, kept, copied, nparts)
         compare(files["single"], path)
         close_reports(report(files["single"]), report(path))
         with h5py.File(path, "r") as f:

@@ -93,7 +93,9 @@ static int64_t idle_s = 600;
 struct job {
 	swd_ticket t;
 	swp_msg m;		/* the layer's header (qpos NULL) */
-	void *data;		/* the layer's elements (owned) */
+	void *data;		/* the layer's elements (owned), or */
+	swd_parts *parts;	/* a gathered layer's (owned) */
+	size_t data_bytes;	/* parts' charge */
 	int32_t *miss;
 	size_t reserved;
 };
@@ -159,7 +161,8 @@ to_writer(void *ud, swd_witem *it)
 
 /* A layer's metric work, as the daemon's workers do it (no pairs). */
 static swd_layer *
-compute(const swp_msg *m, const void *data, int32_t *miss, size_t reserved)
+compute(const swp_msg *m, const void *data, const swd_parts *parts, int32_t *miss,
+    size_t reserved)
 {
 	uint32_t nh = m->shape[0], nr = m->shape[1];
 	swd_layer *ly = calloc(1, sizeof(*ly));
@@ -174,7 +177,8 @@ compute(const swp_msg *m, const void *data, int32_t *miss, size_t reserved)
 	swm_opts_default(&o);
 	void *scratch = aligned_alloc(64, (swm_block_scratch(nh, K) + 63) & ~(size_t)63);
 	swm_block blk = {
-		.data = data, .dtype = SWM_F32, .kind = SWM_PROBS,
+		.data = data, .head_data = parts ? parts->head : NULL,
+		.dtype = SWM_F32, .kind = SWM_PROBS,
 		.heads = nh, .rows = nr, .keys = K,
 		.head_stride = (size_t)nr * K, .row_stride = K, .sink = 0,
 	};
@@ -189,7 +193,7 @@ compute(const swp_msg *m, const void *data, int32_t *miss, size_t reserved)
 
 /* conf.work: a gathered layer (its data and reserve are counted already). */
 static int
-work(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes,
+work(void *ud, const swd_ticket *t, const swp_msg *m, swd_parts *data, size_t bytes,
     int32_t *miss)
 {
 	(void)ud;
@@ -201,7 +205,9 @@ work(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes,
 	j->m = *m;
 	free(m->qpos);
 	j->m.qpos = NULL;
-	j->data = data;
+	j->data = NULL;
+	j->parts = data;
+	j->data_bytes = bytes;
 	j->miss = miss;
 	j->reserved = bytes + LAYER_BYTES;
 	return SWD_ASM_ACCEPT;
@@ -221,12 +227,14 @@ run_job(int i, uint64_t now)
 {
 	struct job j = jobs[i];
 	jobs[i] = jobs[--njobs];
-	swd_layer *ly = compute(&j.m, j.data, j.miss, j.reserved);
+	swd_layer *ly = compute(&j.m, j.data, j.parts, j.miss, j.reserved);
 	/* the elements are gone once computed; the result stays (as the daemon) */
-	size_t data_bytes = (size_t)j.m.shape[0] * j.m.shape[1] * K * sizeof(float);
+	size_t data_bytes = j.parts ? j.data_bytes :
+	    (size_t)j.m.shape[0] * j.m.shape[1] * K * sizeof(float);
 	atomic_fetch_sub(&inflight, (long long)data_bytes);
 	ly->bytes -= data_bytes;
 	free(j.data);
+	swd_parts_free(j.parts);
 	swd_asm_done(as, &j.t, ly, now);
 }
 
@@ -278,6 +286,7 @@ kill_session(void)
 	for (int i = 0; i < njobs; i++) {
 		atomic_fetch_sub(&inflight, (long long)jobs[i].reserved);
 		free(jobs[i].data);
+		swd_parts_free(jobs[i].parts);
 		free(jobs[i].miss);
 	}
 	njobs = 0;
@@ -341,6 +350,7 @@ deliver(const struct smsg *x, uint64_t now)
 	j->t = t;
 	j->m = m;
 	j->m.tensor = NULL;
+	j->parts = NULL;
 	j->data = malloc(sizeof(tensor));
 	memcpy(j->data, tensor, sizeof(tensor));
 	j->miss = NULL;
@@ -661,6 +671,7 @@ rv_send(uint32_t heads, uint64_t inc, int end, int64_t step, uint32_t layer, uin
 	j->t = t;
 	j->m = m;
 	j->m.tensor = NULL;
+	j->parts = NULL;
 	j->data = malloc(m.tensor_bytes);
 	memcpy(j->data, rtensor, m.tensor_bytes);
 	j->miss = NULL;

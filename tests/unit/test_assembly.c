@@ -698,19 +698,23 @@ END_TEST
 #define PR 4	/* rows */
 #define PK 2	/* keys */
 #define MAXWORK 16
+#define HOLD_EXTRA 100	/* what test_hold says a kept frame holds beyond its tensor */
 /* What conf.work was given: the gathered layers, as the daemon would get them. */
 static struct work {
 	swd_ticket t;
 	uint32_t layer, qpos[PR];
 	int has_qpos;
 	float data[PH * PR * PK];
+	size_t nheld;		/* parts kept, not copied (conf.hold) */
 	int32_t *miss;
 } works[MAXWORK];
 static int nworks;
+static long long work_taken;	/* what conf.work took, counted in inflight */
 static int work_refuse;		/* 1: the callee refuses (budget) */
 
 static int
-work(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes, int32_t *miss)
+work(void *ud, const swd_ticket *t, const swp_msg *m, swd_parts *data, size_t bytes,
+    int32_t *miss)
 {
 	(void)ud;
 	if (work_refuse)
@@ -719,16 +723,23 @@ work(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes, 
 	ck_assert_uint_eq(m->shape[0], PH);
 	ck_assert_uint_eq(m->shape[1], PR);
 	ck_assert_uint_eq(m->head0 + m->row0, 0);
-	ck_assert_uint_eq(bytes, sizeof(works[0].data));
+	ck_assert_ptr_null(m->tensor);
+	ck_assert_uint_eq(m->tensor_bytes, sizeof(works[0].data));
+	/* the elements, the head arrays, what kept frames hold beyond */
+	ck_assert_uint_eq(bytes, sizeof(works[0].data) + (3 * PH + 1) * sizeof(void *) +
+	    data->nheld * HOLD_EXTRA);
+	work_taken += (long long)bytes;	/* the work's until it is done */
 	struct work *w = &works[nworks++];
 	w->t = *t;
 	w->layer = m->layer;
-	memcpy(w->data, data, bytes);
+	for (int h = 0; h < PH; h++)
+		memcpy(w->data + h * PR * PK, data->head[h], PR * PK * sizeof(float));
+	w->nheld = data->nheld;
 	w->has_qpos = m->qpos != NULL;
 	if (m->qpos)
 		memcpy(w->qpos, m->qpos, sizeof(w->qpos));
 	w->miss = miss;
-	free(data);
+	swd_parts_free(data);
 	free(m->qpos);
 	return SWD_ASM_ACCEPT;
 }
@@ -1451,7 +1462,8 @@ START_TEST(test_gather_bytes_charged)
 	long long el = PK * (long long)sizeof(float);
 	ck_assert_int_gt(b44, 4 * 4 * el + 4 * 4 + 4 * 5);
 	long long own = 2 * 4 * 4 * (long long)sizeof(int32_t);
-	ck_assert_int_eq(b84 - b44, own + 4 * 4 * el + 4 * 4);
+	long long ptrs = 3 * (long long)sizeof(void *);	/* a head's place in the head arrays */
+	ck_assert_int_eq(b84 - b44, own + 4 * 4 * el + 4 * 4 + 4 * ptrs);
 	ck_assert_int_eq(b48 - b44, own + 4 * 4 * el + 4 * 4 + 4 * (long long)(sizeof(uint32_t) + 1));
 	/* launched, the elements go with the work (counted until it is done),
 	 * the rest of the gather is given back; the owners stay */
@@ -1465,10 +1477,165 @@ START_TEST(test_gather_bytes_charged)
 	give(a, part(0, 0, 1, 0, 2, 2, 0, PR), 0, &t);
 	ck_assert_int_eq(nworks, 1);
 	long long held = atomic_load(&inflight);
-	ck_assert_int_eq(held, own + PH * PR * el);
+	ck_assert_int_eq(held, own + PH * PR * el + (PH * ptrs + (long long)sizeof(void *)));
 	swd_asm_free(&a);
 	for (int i = 0; i < nworks; i++)
 		free(works[i].miss);
+}
+END_TEST
+
+/*
+ * conf.hold as the daemon's: the frame moves (here: copied to the heap, and
+ * the message's own tensor overwritten, as zmq_msg_move empties it).
+ */
+static int nhold, nrelease, hold_fail;
+static const void *
+test_hold(void *ud, const swp_msg *m, void **handle, size_t *extra)
+{
+	(void)ud;
+	if (hold_fail)
+		return NULL;
+	void *f = malloc(m->tensor_bytes);
+	ck_assert_ptr_nonnull(f);
+	memcpy(f, m->tensor, m->tensor_bytes);
+	memset((void *)m->tensor, 0xff, m->tensor_bytes);	/* NaNs: read there, they show */
+	*handle = f;
+	*extra = HOLD_EXTRA;
+	nhold++;
+	return f;
+}
+
+static void
+test_release(void *ud, void *handle)
+{
+	(void)ud;
+	free(handle);
+	nrelease++;
+}
+
+static swd_asm *
+mk_hold(atomic_llong *inflight, size_t hold_min)
+{
+	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .inflight = inflight, .work = work, .hold = test_hold,
+	    .release = test_release, .hold_min = hold_min };
+	nout = nincs = nsenders = nworks = work_refuse = 0;
+	nhold = nrelease = hold_fail = 0;
+	work_taken = 0;
+	atomic_store(inflight, 0);
+	return swd_asm_new(&c, emit, NULL);
+}
+
+/* Every cell of works[i] is the sent one, and heads named in gone[] are zeros. */
+static void
+ck_cells(int i, int64_t step, const int *gone)
+{
+	for (uint32_t h = 0; h < PH; h++)
+		for (uint32_t r = 0; r < PR; r++)
+			for (uint32_t k = 0; k < PK; k++) {
+				float want = gone && gone[h] ? 0.0f : cell(step, works[i].layer, h, r, k);
+				ck_assert_msg(works[i].data[(h * PR + r) * PK + k] == want,
+				    "work %d head %u row %u key %u: %g, want %g", i, h, r, k,
+				    works[i].data[(h * PR + r) * PK + k], want);
+			}
+}
+
+/*
+ * Parts whose heads are whole are kept, not copied (conf.hold), where their
+ * tensor reaches hold_min; the others are copied. The work reads the same
+ * cells either way, every kept frame is released exactly once (after the
+ * work, or with a gather that never launched), and inflight returns to 0.
+ */
+START_TEST(test_parts_held)
+{
+	atomic_llong inflight = 0;
+	swd_ticket t;
+	size_t whole2 = 2 * PR * PK * sizeof(float);	/* a part of 2 whole heads */
+	/* both parts whole: both kept; the gather charges each kept frame's extra */
+	swd_asm *a = mk_hold(&inflight, whole2);
+	ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nhold, 1);
+	long long one = atomic_load(&inflight);
+	ck_assert_int_eq(give(a, part(3, 0, 1, 0, 2, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nhold, 2);
+	ck_assert_int_eq(nworks, 1);
+	ck_assert_uint_eq(works[0].nheld, 2);
+	ck_cells(0, 3, NULL);
+	ck_assert_int_eq(nrelease, 2);	/* the work freed its parts */
+	/* rank 0 whole (kept), rank 1 by rows (copied) */
+	ck_assert_int_eq(give(a, part(4, 0, 0, 1, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(4, 0, 1, 1, 2, 2, 0, PR / 2), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(4, 0, 1, 2, 2, 2, PR / 2, PR / 2), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 2);
+	ck_assert_uint_eq(works[1].nheld, 1);
+	ck_cells(1, 4, NULL);
+	ck_assert_int_eq(nrelease, nhold);
+	finish_works(a, 0, 0.5, 0);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), work_taken);	/* the rest is given back */
+	atomic_store(&inflight, 0);
+
+	/* below hold_min, or hold refuses (no memory): copied */
+	for (int c = 0; c < 2; c++) {
+		a = mk_hold(&inflight, c ? 0 : whole2 + 1);
+		hold_fail = c;
+		ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+		/* a kept frame's charge is a copied part's and its extra */
+		ck_assert_int_eq(one, atomic_load(&inflight) + HOLD_EXTRA);
+		ck_assert_int_eq(give(a, part(3, 0, 1, 0, 2, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+		ck_assert_int_eq(nhold, 0);
+		ck_assert_uint_eq(works[0].nheld, 0);
+		ck_cells(0, 3, NULL);
+		finish_works(a, 0, 0.5, 0);
+		swd_asm_free(&a);
+		ck_assert_int_eq(atomic_load(&inflight), work_taken);
+		atomic_store(&inflight, 0);
+	}
+
+	/* a kept part whose layer never launches: released with the gather */
+	a = mk_hold(&inflight, 0);
+	ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nhold, 1);
+	long long charged = atomic_load(&inflight);
+	swd_asm_free(&a);
+	ck_assert_int_eq(nrelease, 1);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
+
+	/* the work refuses (budget) the whole layer: kept, started at the next tick */
+	a = mk_hold(&inflight, 0);
+	ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(atomic_load(&inflight), charged);	/* the same part, the same charge */
+	work_refuse = 1;
+	ck_assert_int_eq(give(a, part(3, 0, 1, 0, 2, 2, 0, PR / 2), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(give(a, part(3, 0, 1, 1, 2, 2, PR / 2, PR / 2), 0, &t), SWD_ASM_HELD);
+	ck_assert_int_eq(nworks, 0);
+	work_refuse = 0;
+	swd_asm_tick(a, 10);
+	ck_assert_int_eq(nworks, 1);
+	ck_assert_uint_eq(works[0].nheld, 1);
+	ck_assert_ptr_null(works[0].miss);
+	ck_cells(0, 3, NULL);
+	ck_assert_int_eq(nrelease, 1);
+	finish_works(a, 0, 0.5, 10);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), work_taken);	/* the rest is given back */
+	atomic_store(&inflight, 0);
+
+	/* at the step's timeout it starts with rank 1's heads missing: zeros
+	 * there, the kept heads intact */
+	a = mk_hold(&inflight, 0);
+	ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	swd_asm_tick(a, 5000);
+	ck_assert_int_eq(nworks, 1);
+	ck_assert_uint_eq(works[0].nheld, 1);
+	ck_assert_ptr_nonnull(works[0].miss);
+	static const int gone[PH] = { 0, 0, 1, 1 };
+	ck_cells(0, 3, gone);
+	ck_assert_int_eq(nrelease, 1);
+	finish_works(a, 0, 0.5, 5000);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), work_taken);	/* the rest is given back */
+	atomic_store(&inflight, 0);	/* miss went with the results */
 }
 END_TEST
 
@@ -1626,7 +1793,8 @@ END_TEST
 static int refuse_layer = -1;
 
 static int
-work_but(void *ud, const swd_ticket *t, const swp_msg *m, void *data, size_t bytes, int32_t *miss)
+work_but(void *ud, const swd_ticket *t, const swp_msg *m, swd_parts *data, size_t bytes,
+    int32_t *miss)
 {
 	if ((int)m->layer == refuse_layer)
 		return SWD_DROP_BUDGET;
@@ -1696,6 +1864,7 @@ suite(void)
 	tcase_add_test(tc, test_step_resume_and_seq);
 	tcase_add_test(tc, test_unnamed_waits_and_late_clock);
 	tcase_add_test(tc, test_full_table_spares_work);
+	tcase_add_test(tc, test_parts_held);
 	tcase_add_test(tc, test_admitted_and_failed_layers);
 	tcase_add_test(tc, test_unnamed_after_end);
 	suite_add_tcase(s, tc);

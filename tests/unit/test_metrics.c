@@ -1566,6 +1566,35 @@ START_TEST(test_block_and_pairs)
 	ck_assert(isnan(m[0][2 * H + 2]) && isnan(m[4][2 * H + 2]));	/* head 2 marked empty */
 	ck_assert_uint_eq(mr[0 * H + 1], 3);
 
+	/*
+	 * each head's rows in a buffer of its own (parts of several senders),
+	 * in another order and 4 bytes off alignment: every sum is the same,
+	 * bit for bit
+	 */
+	{
+		char *own[H];
+		const void *hd[H];
+		for (int h = 0; h < H; h++) {
+			own[h] = malloc(sizeof(data[0]) + 4);
+			ck_assert_ptr_nonnull(own[h]);
+			memcpy(own[h] + 4, data[H - 1 - h], sizeof(data[0]));
+			hd[H - 1 - h] = own[h] + 4;
+		}
+		swm_block hb = blk;
+		hb.data = NULL;
+		hb.head_stride = 0;
+		hb.head_data = hd;
+		swm_head_acc ha[H];
+		swm_pair_acc hp[H * H];
+		memset(ha, 0, sizeof(ha));
+		memset(hp, 0, sizeof(hp));
+		swm_block_add(&hb, &o, scratch, ha, hp);
+		ck_assert(memcmp(acc, ha, sizeof(acc)) == 0);
+		ck_assert(memcmp(pairs, hp, sizeof(pairs)) == 0);
+		for (int h = 0; h < H; h++)
+			free(own[h]);
+	}
+
 	/* without pairs, the head sums are the same */
 	swm_head_acc acc2[H];
 	memset(acc2, 0, sizeof(acc2));
