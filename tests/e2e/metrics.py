@@ -85,12 +85,15 @@ def case_scrape():
         assert value(fams, "sinkwatch_messages_dropped_total", reason="bad_msgpack") == 1
         assert value(fams, "sinkwatch_runs_live") == 3
         assert value(fams, "sinkwatch_steps_written_total") >= 3
+        for how in ("kept", "copied"):     # no parts of several senders here
+            assert value(fams, "sinkwatch_parts_total", how=how) == 0
         # no label that grows with the runs: every label value is from a fixed set
         for f in fams.values():
             for s in f.samples:
-                assert set(s.labels) <= {"reason", "version", "protocol", "socket", "stage"}, \
-                    (s.name, s.labels)
+                assert set(s.labels) <= {"reason", "version", "protocol", "socket", "stage",
+                                         "how"}, (s.name, s.labels)
                 assert s.labels.get("socket", "data") in ("data", "control"), s.labels
+                assert s.labels.get("how", "kept") in ("kept", "copied"), s.labels
                 assert not any(v.startswith("m") and v[1:].isdigit() for v in s.labels.values())
         # the writer's growth shows after a flush
         time.sleep(1.2)
