@@ -467,6 +467,59 @@ part_cover(const struct arun *r, const struct gather *g, const swp_msg *m)
 	return have == 0 ? 0 : have == n ? 1 : -1;
 }
 
+/*
+ * The gather of a layer's first part: its data charged, with what the whole
+ * layer's computation will hold. NULL: *reason (budget, nomem), why says.
+ */
+static struct gather *
+gather_new(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m, size_t hb,
+    char *why, size_t len, int *reason)
+{
+	uint32_t H = r->meta.heads, R = r->meta.rows, l = m->layer;
+	swp_msg whole = *m;
+	whole.head0 = whole.row0 = 0;
+	whole.shape[0] = H;
+	whole.shape[1] = whole.rows = R;
+	size_t reserve = a->c.work_bytes ? a->c.work_bytes(a->c.work_ud, &whole) : 0;
+	size_t db = (size_t)H * hb + (3 * (size_t)H + 1) * sizeof(void *);
+	size_t b = db + (size_t)H * R + R * (sizeof(uint32_t) + 1) + sizeof(struct gather) + reserve;
+	struct gather *g;
+	if (as_over_budget(a, b)) {
+		snprintf(why, len, "gathering layer %u (%zu bytes with its computation) would "
+		    "pass the budget", l, b);
+		*reason = SWD_DROP_BUDGET;
+		return NULL;
+	}
+	*reason = SWD_DROP_NOMEM;
+	snprintf(why, len, "no memory to gather layer %u", l);
+	if (!s->g && !(s->g = calloc(r->meta.layers, sizeof(*s->g))))
+		return NULL;
+	if (!(g = calloc(1, sizeof(*g))))
+		return NULL;
+	g->heads = H;
+	g->head = calloc(H, sizeof(*g->head));
+	g->own = calloc((size_t)H + 1, sizeof(*g->own));
+	g->held = calloc(H, sizeof(*g->held));
+	g->cover = calloc((size_t)H * R, 1);
+	g->qpos = calloc(R, sizeof(uint32_t));
+	g->qset = calloc(R, 1);
+	if (!g->head || !g->own || !g->held || !g->cover || !g->qpos || !g->qset) {
+		as_gather_free(a, g);	/* g->bytes 0: nothing charged yet */
+		return NULL;
+	}
+	g->data_bytes = db;
+	g->bytes = b;
+	g->reserve = reserve;
+	g->has_qpos = -1;
+	g->hdr = *m;
+	g->hdr.qpos = NULL;
+	g->hdr.tensor = NULL;
+	as_charge(a, (long long)b);
+	s->g[l] = g;
+	s->state[l] = 4;
+	return g;
+}
+
 /* Takes a part into its layer (its cells are new). SWD_ASM_HELD or a reason. */
 static int
 take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
@@ -475,51 +528,13 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
 	uint32_t H = r->meta.heads, R = r->meta.rows, K = r->meta.keys, l = m->layer;
 	size_t es = swp_dtype_size(r->meta.dtype), rowb = (size_t)K * es, hb = (size_t)R * rowb;
 	struct gather *g = s->g ? s->g[l] : NULL;
+	int reason;
 	if (!a->c.work) {
 		snprintf(why, len, "parts of layers are not taken here");
 		return SWD_DROP_NOMEM;
 	}
-	if (!g) {
-		/* the data, and what the whole layer's computation will hold */
-		swp_msg whole = *m;
-		whole.head0 = whole.row0 = 0;
-		whole.shape[0] = H;
-		whole.shape[1] = whole.rows = R;
-		size_t reserve = a->c.work_bytes ? a->c.work_bytes(a->c.work_ud, &whole) : 0;
-		size_t db = (size_t)H * hb + (3 * (size_t)H + 1) * sizeof(void *);
-		size_t b = db + (size_t)H * R + R * (sizeof(uint32_t) + 1) + sizeof(*g) + reserve;
-		if (as_over_budget(a, b)) {
-			snprintf(why, len, "gathering layer %u (%zu bytes with its computation) would "
-			    "pass the budget", l, b);
-			return SWD_DROP_BUDGET;
-		}
-		if (!s->g && !(s->g = calloc(r->meta.layers, sizeof(*s->g))))
-			goto nomem;
-		if (!(g = calloc(1, sizeof(*g))))
-			goto nomem;
-		g->heads = H;
-		g->head = calloc(H, sizeof(*g->head));
-		g->own = calloc((size_t)H + 1, sizeof(*g->own));
-		g->held = calloc(H, sizeof(*g->held));
-		g->cover = calloc((size_t)H * R, 1);
-		g->qpos = calloc(R, sizeof(uint32_t));
-		g->qset = calloc(R, 1);
-		if (!g->head || !g->own || !g->held || !g->cover || !g->qpos || !g->qset) {
-			g->bytes = 0;
-			as_gather_free(a, g);
-			goto nomem;
-		}
-		g->data_bytes = db;
-		g->bytes = b;
-		g->reserve = reserve;
-		g->has_qpos = -1;
-		g->hdr = *m;
-		g->hdr.qpos = NULL;
-		g->hdr.tensor = NULL;
-		as_charge(a, (long long)b);
-		s->g[l] = g;
-		s->state[l] = 4;
-	}
+	if (!g && !(g = gather_new(a, r, s, m, hb, why, len, &reason)))
+		return reason;
 	/* parts of one layer agree on qpos: present in all or none, equal where shared */
 	int hq = m->qpos != NULL;
 	int bad = g->has_qpos >= 0 && g->has_qpos != hq;
@@ -549,7 +564,9 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
 				s->g[l] = NULL;
 				s->state[l] = 0;
 			}
-			goto nomem;	/* else those taken stay, for the heads' later parts */
+			/* else those taken stay, for the heads' later parts */
+			snprintf(why, len, "no memory to gather layer %u", l);
+			return SWD_DROP_NOMEM;
 		}
 	g->has_qpos = hq;
 	for (uint32_t q = 0; hq && q < m->shape[1]; q++) {
@@ -581,9 +598,6 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
 	if (g->covered == (uint64_t)H * R)
 		as_launch(a, r, s, l, 0);	/* or at the next tick, if it cannot start now */
 	return SWD_ASM_HELD;
-nomem:
-	snprintf(why, len, "no memory to gather layer %u", l);
-	return SWD_DROP_NOMEM;
 }
 
 /* A duplicate of a several-sender incarnation: computed, then compared. */
