@@ -73,13 +73,13 @@ typedef struct swd_asm_conf {
 	 * Keeps the frame of the part m alive, not copied, when the part's
 	 * heads are whole and its tensor holds at least hold_min bytes: returns
 	 * where m's tensor lies now (NULL: not kept, the part is copied), with
-	 * *handle for release (both called with work_ud) and *extra, the bytes
-	 * the kept frame holds beyond the tensor, charged with it. NULL: every
-	 * part is copied.
+	 * *handle for release (both called with work_ud). A kept frame holds at
+	 * most hold_extra bytes beyond its tensor: a gather reserves that much
+	 * per head with its first part. NULL: every part is copied.
 	 */
-	const void *(*hold)(void *ud, const swp_msg *m, void **handle, size_t *extra);
+	const void *(*hold)(void *ud, const swp_msg *m, void **handle);
 	void (*release)(void *ud, void *handle);
-	size_t hold_min;
+	size_t hold_min, hold_extra;
 	/* new runs taken into the table: a token bucket (0: no limit) */
 	int64_t new_runs_per_s;		/* its rate */
 	int64_t new_runs_burst;		/* its size (0: the rate, at least 1) */

@@ -75,7 +75,7 @@ as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 	s->in_work++;
 	r->jobs++;
 	a->jobs++;
-	int rc = a->c.work(a->c.work_ud, &t, &m, p, g->data_bytes + g->extra, miss);
+	int rc = a->c.work(a->c.work_ud, &t, &m, p, g->data_bytes, miss);
 	if (rc != SWD_ASM_ACCEPT) {
 		s->state[l] = 4;
 		s->in_work--;
@@ -100,7 +100,7 @@ as_launch(swd_asm *a, struct arun *r, struct astep *s, uint32_t l, int partial)
 	g->own = NULL;
 	g->held = NULL;
 	g->nheld = 0;
-	g->bytes -= g->data_bytes + g->extra + g->reserve;
+	g->bytes -= g->data_bytes + g->reserve;
 	as_gather_free(a, g);
 	s->g[l] = NULL;
 	return SWD_ASM_ACCEPT;
@@ -481,7 +481,8 @@ gather_new(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m, size_t
 	whole.shape[0] = H;
 	whole.shape[1] = whole.rows = R;
 	size_t reserve = a->c.work_bytes ? a->c.work_bytes(a->c.work_ud, &whole) : 0;
-	size_t db = (size_t)H * hb + (3 * (size_t)H + 1) * sizeof(void *);
+	size_t db = (size_t)H * (hb + (a->c.hold ? a->c.hold_extra : 0)) +
+	    (3 * (size_t)H + 1) * sizeof(void *);
 	size_t b = db + (size_t)H * R + R * (sizeof(uint32_t) + 1) + sizeof(struct gather) + reserve;
 	struct gather *g;
 	if (as_over_budget(a, b)) {
@@ -553,18 +554,23 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
 	 */
 	const uint8_t *src = NULL;
 	void *handle = NULL;
-	size_t extra = 0;
 	if (a->c.hold && m->row0 == 0 && m->shape[1] == R && m->kind != SWP_ROWSTATS &&
 	    m->tensor_bytes >= a->c.hold_min && g->nheld < H)
-		src = a->c.hold(a->c.work_ud, m, &handle, &extra);
+		src = a->c.hold(a->c.work_ud, m, &handle);
 	for (uint32_t h = m->head0; !src && h < m->head0 + m->shape[0]; h++)
 		if (!g->own[h] && !(g->own[h] = calloc(1, hb ? hb : 1))) {
-			if (!g->covered) {	/* its first part: as if it never came */
+			/* as if the part never came: a head's buffer exists only
+			 * where a part of it is (own[h] set means head[h] is it) */
+			for (uint32_t k = m->head0; k < h; k++)
+				if (!g->head[k]) {
+					free(g->own[k]);
+					g->own[k] = NULL;
+				}
+			if (!g->covered) {
 				as_gather_free(a, g);
 				s->g[l] = NULL;
 				s->state[l] = 0;
 			}
-			/* else those taken stay, for the heads' later parts */
 			snprintf(why, len, "no memory to gather layer %u", l);
 			return SWD_DROP_NOMEM;
 		}
@@ -576,9 +582,6 @@ take_part(swd_asm *a, struct arun *r, struct astep *s, const swp_msg *m,
 	if (src) {
 		a->st.parts_kept++;
 		g->held[g->nheld++] = handle;
-		g->extra += extra;
-		g->bytes += extra;
-		as_charge(a, (long long)extra);
 		for (uint32_t h = 0; h < m->shape[0]; h++)
 			g->head[m->head0 + h] = src + h * hb;
 	} else {

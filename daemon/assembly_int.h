@@ -64,8 +64,8 @@ struct gather {
 	void **held;		/* [H] conf.hold's handles, nheld of them */
 	size_t nheld;
 	uint32_t heads;		/* H */
-	size_t data_bytes;	/* H R K elements and these arrays: they go with the work */
-	size_t extra;		/* what the kept frames hold beyond their tensors (charged) */
+	/* H R K elements, these arrays, hold_extra a head: they go with the work */
+	size_t data_bytes;
 	uint8_t *cover;		/* [H * R] 1 where the row of the head came */
 	uint32_t *qpos;		/* [R] */
 	uint8_t *qset;		/* [R] 1 where qpos[r] is known */

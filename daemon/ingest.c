@@ -288,25 +288,22 @@ start_gathered(void *ud, const swd_ticket *t, const swp_msg *m, swd_parts *data,
  * done. Returns where the tensor lies now, or NULL (no memory: copied).
  */
 static const void *
-hold_part(void *ud, const swp_msg *m, void **handle, size_t *extra)
+hold_part(void *ud, const swp_msg *m, void **handle)
 {
 	swd_daemon *d = ud;
 	zmq_msg_t *f;
 	if (!d->part_frame || !(f = malloc(sizeof(*f))))
 		return NULL;
-	const char *fd = zmq_msg_data(d->part_frame), *td = m->tensor;
-	size_t fb = zmq_msg_size(d->part_frame), off = (size_t)(td - fd);
-	if (td < fd || off > fb || m->tensor_bytes > fb - off) {
+	if (m->tensor != zmq_msg_data(d->part_frame) ||
+	    m->tensor_bytes != zmq_msg_size(d->part_frame)) {
 		free(f);
-		return NULL;	/* not this frame's: cannot happen */
+		return NULL;	/* the frame is the tensor (decoder): cannot happen */
 	}
 	zmq_msg_init(f);
 	zmq_msg_move(f, d->part_frame);
 	d->part_frame = NULL;
 	*handle = f;
-	/* the frame beyond the tensor, its handle, and ZeroMQ's own header of it */
-	*extra = fb - m->tensor_bytes + sizeof(*f) + 64;
-	return (const char *)zmq_msg_data(f) + off;
+	return zmq_msg_data(f);
 }
 
 static void
@@ -416,6 +413,7 @@ swd_ingest_asm(swd_daemon *d)
 		.inflight = &d->inflight, .budget_bytes = d->cfg.budget_mb << 20,
 		.work_bytes = gathered_bytes, .run_bytes = run_state_bytes, .work = start_gathered,
 		.work_ud = d, .hold = hold_part, .release = release_part, .hold_min = SWD_HOLD_MIN,
+		.hold_extra = SWD_HOLD_EXTRA,
 		.new_runs_per_s = d->cfg.new_runs_per_s, .new_runs_burst = d->cfg.new_runs_burst,
 	};
 	if (!(d->as = swd_asm_new(&ac, to_writer, d->writer))) {

@@ -45,11 +45,15 @@ typedef struct swd_work_conf {
 /*
  * A part of a layer (several senders) is kept as it came, not copied, when
  * its heads are whole and its tensor holds at least this many bytes. A
- * frame that fits in ZeroMQ's receive batch (ZMQ_IN_BATCH_SIZE, 8 KiB by
- * default, left so here) may share that buffer with other messages, and
- * keeping it would pin the whole buffer; a larger one has its own.
+ * frame that fits in ZeroMQ's receive batch may share that buffer with
+ * other messages, and keeping it would pin the whole buffer; a larger one
+ * has its own. The batch is 8 KiB: ZMQ_IN_BATCH_SIZE, which would change
+ * it, is a draft option that Debian's libzmq does not build.
  */
 #define SWD_HOLD_MIN (16 * 1024)
+/* What a kept frame holds beyond its tensor (the frame is the tensor): its
+ * zmq_msg_t on the heap and ZeroMQ's record of the data, with room. */
+#define SWD_HOLD_EXTRA (sizeof(zmq_msg_t) + 128)
 
 /*
  * A layer's metric work: made on the loop thread, the pool thread's alone

@@ -207,6 +207,10 @@ def layout_case(layout, senders):
             assert (kept, copied) == (nparts, 0), (layout, senders, kept, copied, nparts)
         elif layout == "rows":
             assert (kept, copied) == (0, nparts), (layout, senders, kept, copied, nparts)
+        else:       # whole layers: no parts
+            assert (kept, copied) == (0, 0), (layout, senders, kept, copied)
+        # every byte charged for the run, its parts and kept frames is given back
+        d.wait(lambda st: int(st["queue"]["inflight_bytes"]) == 0, what="inflight back to 0")
         compare(files["single"], path)
         close_reports(report(files["single"]), report(path))
         with h5py.File(path, "r") as f:

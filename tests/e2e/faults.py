@@ -73,17 +73,22 @@ def generations():
     assert heads == {2, 4}, heads
 
 
-def sigterm_keeps_parts():
+def sigterm_keeps_parts(rows=3, keys=8):
+    """rows x keys: 3 x 8 the part is copied; 64 x 64 (32 KiB) its frame is
+    kept as it came (sinkwatchd.h SWD_HOLD_MIN), and released at the end."""
     d = Daemon(extra=["--step-timeout-ms", "60000"]).start()
     inc = 7777
     try:
         s0 = Sender(d.listen, "part", layers=1, heads=4)
-        s0.snapshot(0, 0, random_probs(RNG, 2, 3, 8), inc=inc, v=2, rank=0, senders=2,
-                    head0=0, rows=3)
+        s0.snapshot(0, 0, random_probs(RNG, 2, rows, keys), inc=inc, v=2, rank=0, senders=2,
+                    head0=0, rows=rows)
         d.wait(lambda st: st["senders"].get("senders", 0) >= 1, what="rank 0 heard")
-        rows = senders_lines(d)
-        ok, row = adds_up(rows[(inc, 0)])
+        rows_ = senders_lines(d)
+        ok, row = adds_up(rows_[(inc, 0)])
         assert ok and row["pending"] == 1, row
+        tr = d.status()["traffic"]
+        kept = rows * keys * 4 * 2 >= 16 * 1024
+        assert (int(tr["parts_kept"]), int(tr["parts_copied"])) == (int(kept), int(not kept)), tr
         assert d.stop(signal.SIGTERM) == 0
         s0.close()
     finally:
@@ -592,5 +597,7 @@ R.check("a restart's loss in the sender row too", restart_lost_in_row)
 R.check("two generations of one run id at once", generations)
 R.check("a 14-field sender table is resumed in place", old_sender_table)
 R.check("SIGTERM writes the parts gathered so far", sigterm_keeps_parts)
+R.check("SIGTERM writes the parts gathered so far, kept as they came",
+        lambda: sigterm_keeps_parts(64, 64))
 R.check("senders_mismatch is not lost as well", senders_mismatch_not_lost)
 R.finish()

@@ -121,6 +121,7 @@ static int killed_since[MAXS];
 /* Sender k's last counters of a run object, with the writer's share, summed. */
 static struct {
 	int schedules, senders, sigterm, sigkill, reopened, budget;
+	int kept;		/* parts kept as they came (conf.hold) */
 } seen;		/* what the schedules covered, printed at the end */
 
 static void
@@ -213,6 +214,35 @@ work(void *ud, const swd_ticket *t, const swp_msg *m, swd_parts *data, size_t by
 	return SWD_ASM_ACCEPT;
 }
 
+/*
+ * conf.hold as the daemon's (the frame moves: here a copy, and the message's
+ * own tensor is no longer read), refusing one part in 5 (no memory: copied).
+ * Every kept frame must be released once: held counts those alive.
+ */
+static long long held;
+static const void *
+hold(void *ud, const swp_msg *m, void **handle)
+{
+	(void)ud;
+	if (rnd(5) == 0)
+		return NULL;
+	void *f = malloc(m->tensor_bytes);
+	ck_assert_ptr_nonnull(f);
+	memcpy(f, m->tensor, m->tensor_bytes);
+	*handle = f;
+	held++;
+	seen.kept++;
+	return f;
+}
+
+static void
+release(void *ud, void *handle)
+{
+	(void)ud;
+	free(handle);
+	held--;
+}
+
 static size_t
 work_bytes(void *ud, const swp_msg *m)
 {
@@ -249,7 +279,7 @@ start_session(const char *dir)
 	swd_asm_conf c = {
 		.step_timeout_ms = 1000, .max_open_steps = 4, .max_runs = 8, .run_idle_s = idle_s,
 		.inflight = &inflight, .budget_bytes = budget, .work = work,
-		.work_bytes = work_bytes,
+		.work_bytes = work_bytes, .hold = hold, .release = release, .hold_extra = 48,
 	};
 	as = swd_asm_new(&c, to_writer, NULL);
 	ck_assert_ptr_nonnull(as);
@@ -612,6 +642,7 @@ schedule(int seed)
 	swd_asm_tick(as, now);
 	end_session(now);
 	ck_assert_int_eq(atomic_load(&inflight), 0);
+	ck_assert_int_eq(held, 0);
 	check_file(dir, seed);
 	rm_dir(dir);
 }
@@ -1077,8 +1108,9 @@ START_TEST(test_invariant_random_schedules)
 	for (int seed = s0; seed < s0 + count; seed++)
 		schedule(seed);
 	fprintf(stderr, "accounting: %d schedules, %d senders, %d with a budget, %d SIGTERM, "
-	    "%d SIGKILL, %d runs reopened after an idle close\n", seen.schedules, seen.senders,
-	    seen.budget, seen.sigterm, seen.sigkill, seen.reopened);
+	    "%d SIGKILL, %d runs reopened after an idle close, %d parts kept\n", seen.schedules,
+	    seen.senders, seen.budget, seen.sigterm, seen.sigkill, seen.reopened, seen.kept);
+	ck_assert_int_gt(seen.kept, 0);
 }
 END_TEST
 

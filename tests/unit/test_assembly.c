@@ -698,7 +698,7 @@ END_TEST
 #define PR 4	/* rows */
 #define PK 2	/* keys */
 #define MAXWORK 16
-#define HOLD_EXTRA 100	/* what test_hold says a kept frame holds beyond its tensor */
+#define HOLD_EXTRA 100	/* conf.hold_extra of mk_hold */
 /* What conf.work was given: the gathered layers, as the daemon would get them. */
 static struct work {
 	swd_ticket t;
@@ -710,6 +710,7 @@ static struct work {
 } works[MAXWORK];
 static int nworks;
 static long long work_taken;	/* what conf.work took, counted in inflight */
+static size_t hold_reserve;	/* PH * conf.hold_extra where conf.hold is set (mk_hold) */
 static int work_refuse;		/* 1: the callee refuses (budget) */
 
 static int
@@ -725,9 +726,9 @@ work(void *ud, const swd_ticket *t, const swp_msg *m, swd_parts *data, size_t by
 	ck_assert_uint_eq(m->head0 + m->row0, 0);
 	ck_assert_ptr_null(m->tensor);
 	ck_assert_uint_eq(m->tensor_bytes, sizeof(works[0].data));
-	/* the elements, the head arrays, what kept frames hold beyond */
+	/* the elements, the head arrays, room for kept frames */
 	ck_assert_uint_eq(bytes, sizeof(works[0].data) + (3 * PH + 1) * sizeof(void *) +
-	    data->nheld * HOLD_EXTRA);
+	    hold_reserve);
 	work_taken += (long long)bytes;	/* the work's until it is done */
 	struct work *w = &works[nworks++];
 	w->t = *t;
@@ -1490,7 +1491,7 @@ END_TEST
  */
 static int nhold, nrelease, hold_fail;
 static const void *
-test_hold(void *ud, const swp_msg *m, void **handle, size_t *extra)
+test_hold(void *ud, const swp_msg *m, void **handle)
 {
 	(void)ud;
 	if (hold_fail)
@@ -1500,7 +1501,6 @@ test_hold(void *ud, const swp_msg *m, void **handle, size_t *extra)
 	memcpy(f, m->tensor, m->tensor_bytes);
 	memset((void *)m->tensor, 0xff, m->tensor_bytes);	/* NaNs: read there, they show */
 	*handle = f;
-	*extra = HOLD_EXTRA;
 	nhold++;
 	return f;
 }
@@ -1518,7 +1518,8 @@ mk_hold(atomic_llong *inflight, size_t hold_min)
 {
 	swd_asm_conf c = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
 	    .run_idle_s = 600, .inflight = inflight, .work = work, .hold = test_hold,
-	    .release = test_release, .hold_min = hold_min };
+	    .release = test_release, .hold_min = hold_min, .hold_extra = HOLD_EXTRA };
+	hold_reserve = PH * HOLD_EXTRA;
 	nout = nincs = nsenders = nworks = work_refuse = 0;
 	nhold = nrelease = hold_fail = 0;
 	work_taken = 0;
@@ -1551,18 +1552,28 @@ START_TEST(test_parts_held)
 	atomic_llong inflight = 0;
 	swd_ticket t;
 	size_t whole2 = 2 * PR * PK * sizeof(float);	/* a part of 2 whole heads */
-	/* both parts whole: both kept; the gather charges each kept frame's extra */
-	swd_asm *a = mk_hold(&inflight, whole2);
+	/* the charge without conf.hold */
+	atomic_llong in0 = 0;
+	swd_asm_conf c0 = { .step_timeout_ms = 1000, .max_open_steps = 16, .max_runs = 8,
+	    .run_idle_s = 600, .inflight = &in0, .work = work };
+	swd_asm *a = swd_asm_new(&c0, emit, NULL);
+	ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	long long plain = atomic_load(&in0);
+	swd_asm_free(&a);
+	/* both parts whole: both kept; the gather reserves room for kept frames
+	 * with its first part, hold_extra a head */
+	a = mk_hold(&inflight, 0);
 	ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
 	ck_assert_int_eq(nhold, 1);
 	long long one = atomic_load(&inflight);
+	ck_assert_int_eq(one, plain + PH * HOLD_EXTRA);
 	ck_assert_int_eq(give(a, part(3, 0, 1, 0, 2, 2, 0, PR), 0, &t), SWD_ASM_HELD);
 	ck_assert_int_eq(nhold, 2);
 	ck_assert_int_eq(nworks, 1);
 	ck_assert_uint_eq(works[0].nheld, 2);
 	ck_cells(0, 3, NULL);
 	ck_assert_int_eq(nrelease, 2);	/* the work freed its parts */
-	/* rank 0 whole (kept), rank 1 by rows (copied) */
+	/* rank 0 whole (kept), rank 1 by rows (copied, whatever their size) */
 	ck_assert_int_eq(give(a, part(4, 0, 0, 1, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
 	ck_assert_int_eq(give(a, part(4, 0, 1, 1, 2, 2, 0, PR / 2), 0, &t), SWD_ASM_HELD);
 	ck_assert_int_eq(give(a, part(4, 0, 1, 2, 2, 2, PR / 2, PR / 2), 0, &t), SWD_ASM_HELD);
@@ -1575,14 +1586,16 @@ START_TEST(test_parts_held)
 	ck_assert_int_eq(atomic_load(&inflight), work_taken);	/* the rest is given back */
 	atomic_store(&inflight, 0);
 
-	/* below hold_min, or hold refuses (no memory): copied */
-	for (int c = 0; c < 2; c++) {
-		a = mk_hold(&inflight, c ? 0 : whole2 + 1);
-		hold_fail = c;
-		ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
-		/* a kept frame's charge is a copied part's and its extra */
-		ck_assert_int_eq(one, atomic_load(&inflight) + HOLD_EXTRA);
-		ck_assert_int_eq(give(a, part(3, 0, 1, 0, 2, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	/* below hold_min, hold refuses (no memory), or row statistics: copied */
+	for (int c = 0; c < 3; c++) {
+		a = mk_hold(&inflight, c == 0 ? whole2 + 1 : 0);
+		hold_fail = c == 1;
+		swp_msg p0 = part(3, 0, 0, 0, 0, 2, 0, PR), p1 = part(3, 0, 1, 0, 2, 2, 0, PR);
+		if (c == 2)
+			p0.kind = p1.kind = SWP_ROWSTATS;
+		ck_assert_int_eq(give(a, p0, 0, &t), SWD_ASM_HELD);
+		ck_assert_int_eq(atomic_load(&inflight), one);	/* the same charge */
+		ck_assert_int_eq(give(a, p1, 0, &t), SWD_ASM_HELD);
 		ck_assert_int_eq(nhold, 0);
 		ck_assert_uint_eq(works[0].nheld, 0);
 		ck_cells(0, 3, NULL);
@@ -1620,6 +1633,18 @@ START_TEST(test_parts_held)
 	swd_asm_free(&a);
 	ck_assert_int_eq(atomic_load(&inflight), work_taken);	/* the rest is given back */
 	atomic_store(&inflight, 0);
+
+	/* at the step's timeout, refused (budget): the parts are dropped, the
+	 * kept frame released with its gather */
+	a = mk_hold(&inflight, 0);
+	ck_assert_int_eq(give(a, part(3, 0, 0, 0, 0, 2, 0, PR), 0, &t), SWD_ASM_HELD);
+	work_refuse = 1;
+	swd_asm_tick(a, 5000);
+	ck_assert_int_eq(nworks, 0);
+	ck_assert_int_eq(nrelease, 1);
+	ck_assert_int_eq(swd_asm_get_stats(a)->drops[SWD_DROP_BUDGET], 1);
+	swd_asm_free(&a);
+	ck_assert_int_eq(atomic_load(&inflight), 0);
 
 	/* at the step's timeout it starts with rank 1's heads missing: zeros
 	 * there, the kept heads intact */

@@ -1580,17 +1580,35 @@ START_TEST(test_block_and_pairs)
 			memcpy(own[h] + 4, data[H - 1 - h], sizeof(data[0]));
 			hd[H - 1 - h] = own[h] + 4;
 		}
-		swm_block hb = blk;
-		hb.data = NULL;
-		hb.head_stride = 0;
-		hb.head_data = hd;
-		swm_head_acc ha[H];
-		swm_pair_acc hp[H * H];
+		/* with row stats out and the ln parts of rows 1 and 4 (drift) too */
+		static const uint32_t lp[] = { 1, 4 };
+		swm_row ro[2][H * R];
+		float lo[2][H * 2 * K];
+		swm_head_acc ha[2][H];
+		swm_pair_acc hp[2][H * H];
+		memset(ro, 0, sizeof(ro));
+		memset(lo, 0, sizeof(lo));
 		memset(ha, 0, sizeof(ha));
 		memset(hp, 0, sizeof(hp));
-		swm_block_add(&hb, &o, scratch, ha, hp);
-		ck_assert(memcmp(acc, ha, sizeof(acc)) == 0);
-		ck_assert(memcmp(pairs, hp, sizeof(pairs)) == 0);
+		for (int v = 0; v < 2; v++) {
+			swm_block hb = blk;
+			if (v) {
+				hb.data = NULL;
+				hb.head_stride = 0;
+				hb.head_data = hd;
+			}
+			hb.rows_out = ro[v];
+			hb.ln_pick = lp;
+			hb.nln = 2;
+			hb.ln_out = lo[v];
+			swm_block_add(&hb, &o, scratch, ha[v], hp[v]);
+		}
+		ck_assert(memcmp(acc, ha[1], sizeof(acc)) == 0);
+		ck_assert(memcmp(pairs, hp[1], sizeof(pairs)) == 0);
+		ck_assert(memcmp(ha[0], ha[1], sizeof(ha[0])) == 0);
+		ck_assert(memcmp(hp[0], hp[1], sizeof(hp[0])) == 0);
+		ck_assert(memcmp(ro[0], ro[1], sizeof(ro[0])) == 0);
+		ck_assert(memcmp(lo[0], lo[1], sizeof(lo[0])) == 0);
 		for (int h = 0; h < H; h++)
 			free(own[h]);
 	}
