@@ -1,5 +1,6 @@
 """Daemon CPU per layer: whole layers from one sender vs the same layers as
-4 head parts from 4 senders (PROTOCOL.md 7b), side by side in one run."""
+4 head parts from 4 senders (PROTOCOL.md 7b), side by side in one run.
+--rows: 4 parts by rows (context parallel) instead of by heads."""
 import os
 import sys
 import time
@@ -8,6 +9,7 @@ import numpy as np
 from swharness import Daemon, Sender, random_probs
 
 L, H, R, K, STEPS = 12, 16, 64, 1024, 12
+BY_ROWS = "--rows" in sys.argv[1:]
 rng = np.random.default_rng(1)
 data = [random_probs(rng, H, R, K, dtype=np.float16) for _ in range(L)]
 
@@ -44,8 +46,13 @@ def run_parts(d, run):
     for st in range(STEPS):
         for l in range(L):
             for k, s in enumerate(ss):
-                s.snapshot(st, l, np.ascontiguousarray(data[l][4 * k:4 * k + 4]), v=2,
-                           inc=inc, rank=k, senders=4, head0=4 * k)
+                if BY_ROWS:
+                    q = R // 4
+                    s.snapshot(st, l, np.ascontiguousarray(data[l][:, q * k:q * k + q]), v=2,
+                               inc=inc, rank=k, senders=4, row0=q * k, rows=R)
+                else:
+                    s.snapshot(st, l, np.ascontiguousarray(data[l][4 * k:4 * k + 4]), v=2,
+                               inc=inc, rank=k, senders=4, head0=4 * k)
     wait_steps(d, run, STEPS)
     return cpu(d.proc.pid) - c0
 
@@ -68,4 +75,5 @@ n = L * STEPS
 w, p = sum(w) / len(w), sum(p) / len(p)
 print("layer %dx%dx%d f16 (%.1f MiB), %d layers each way, 4 runs of each" % (H, R, K, H * R * K * 2 / 2**20, n))
 print("parts kept as they came %s, copied %s" % (traffic.get("parts_kept", "-"), traffic.get("parts_copied", "-")))
-print("daemon CPU per layer: whole %.2f ms, 4 head parts %.2f ms, ratio %.2f" % (1e3 * w / n, 1e3 * p / n, p / w))
+print("daemon CPU per layer: whole %.2f ms, 4 %s parts %.2f ms, ratio %.2f" % (
+    1e3 * w / n, "row" if BY_ROWS else "head", 1e3 * p / n, p / w))
