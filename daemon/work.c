@@ -55,26 +55,18 @@ swd_result_bytes(const swd_work_conf *c, const swp_msg *m, int fixed)
  * reserved their room). Without room the layer simply has none: its heads
  * are NaN in the cross-layer matrices.
  */
-/* Where head h's rows start: in one frame (data), or each head's own (parts). */
-static const char *
-head_rows(const swd_job *j, const void *data, size_t h, size_t head_bytes)
-{
-	return j->parts ? (const char *)j->parts->head[h] : (const char *)data + h * head_bytes;
-}
-
 static void
-keep_cross_rows(swd_layer *ly, const swd_job *j, const void *data, swm_dtype dt,
-    const uint32_t *pick, size_t npick, const uint32_t *nvalid)
+keep_cross_rows(swd_layer *ly, const swm_block *blk, const uint32_t *pick, size_t npick,
+    const uint32_t *nvalid)
 {
-	size_t H = ly->heads, R = ly->rows, K = ly->keys, es = swm_dtype_size(dt);
+	size_t H = ly->heads, K = ly->keys, es = swm_dtype_size(blk->dtype);
 	size_t rows_b = H * npick * K * es;
 	char *x = malloc(rows_b + 2 * npick * sizeof(uint32_t));
 	if (!x)
 		return;
 	for (size_t h = 0; h < H; h++)
 		for (size_t i = 0; i < npick; i++)
-			memcpy(x + (h * npick + i) * K * es,
-			    head_rows(j, data, h, R * K * es) + pick[i] * K * es, K * es);
+			memcpy(x + (h * npick + i) * K * es, swm_block_row(blk, h, pick[i]), K * es);
 	ly->xrows = x;
 	ly->xvalid = (uint32_t *)(x + rows_b);
 	ly->xidx = ly->xvalid + npick;
@@ -139,16 +131,20 @@ add_rowstats(swd_layer *ly, const swd_job *j, const void *data)
 {
 	const swp_msg *m = &j->msg;
 	uint32_t H = m->shape[0], R = m->shape[1];
-	size_t es = swp_dtype_size(m->dtype);
+	swm_block blk = {
+		.data = data, .head_data = j->parts ? j->parts->head : NULL,
+		.dtype = (swm_dtype)m->dtype, .heads = H, .rows = R, .keys = 6,
+		.head_stride = (size_t)R * 6, .row_stride = 6,
+	};
 	swm_opts o;
 	swm_opts_default(&o);
 	double tol = swm_opts_tol(&o, (swm_dtype)m->dtype);
 	for (uint32_t h = 0; h < H; h++)
 		for (uint32_t r = 0; r < R; r++) {
 			double v[6];
-			const char *hr = head_rows(j, data, h, (size_t)R * 6 * es);
+			const void *x = swm_block_row(&blk, h, r);
 			for (int f = 0; f < 6; f++)
-				v[f] = swm_load(hr, (swm_dtype)m->dtype, (size_t)r * 6 + (size_t)f);
+				v[f] = swm_load(x, blk.dtype, (size_t)f);
 			swm_row row;
 			swm_row_from_stats(v, tol, &row);
 			swm_head_add(&ly->acc[h], &row);
@@ -198,7 +194,7 @@ add_tensor(swd_job *j, swd_layer *ly, const void *data)
 	};
 	swm_block_add(&blk, &o, scratch, ly->acc, ly->pairs);
 	if (cross && npair)
-		keep_cross_rows(ly, j, data, (swm_dtype)m->dtype, pick, npair, nvalid);
+		keep_cross_rows(ly, &blk, pick, npair, nvalid);
 	free(scratch);
 	free(nvalid);
 	ly->pair_idx = pick;	/* recorded in the run file (row_use) */

@@ -440,25 +440,14 @@ pairs_of_row(const struct swm_kernels *kn, const swm_row *st, const struct prep 
 	}
 }
 
-/* Row r of head h: in one buffer (base), or where the head's own rows start. */
-static inline const char *
-block_row(const swm_block *blk, const char *base, size_t h, size_t r, size_t es)
-{
-	const char *hb = blk->head_data ? (const char *)blk->head_data[h] :
-	    base + h * blk->head_stride * es;
-	return hb + r * blk->row_stride * es;
-}
-
 void
 swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
     swm_head_acc *acc, swm_pair_acc *pairs)
 {
 	size_t H = blk->heads, K = blk->keys, K8 = KEYS8(K);
-	size_t es = swm_dtype_size(blk->dtype);
 	swm_row *st = scratch;
 	struct prep *pp = (struct prep *)(st + H);
 	double *buf = (double *)((char *)scratch + rows_bytes(H));
-	const char *base = blk->data;
 
 	const struct swm_kernels *kn = swm_kernels_get(swm_isa());
 	for (size_t h = 0; h < H; h++) {
@@ -480,7 +469,7 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 		if (n > K)
 			n = K;
 		for (size_t h = 0; h < H; h++) {
-			const char *row = block_row(blk, base, h, r, es);
+			const char *row = swm_block_row(blk, h, r);
 			pp[h].raw = 0;
 			if (want_pairs || want_ln)
 				swm_row_stats_keep(row, blk->dtype, blk->kind, n, blk->sink, o, &st[h],
@@ -496,7 +485,7 @@ swm_block_add(const swm_block *blk, const swm_opts *o, void *scratch,
 		/* the pair work of the row, every head's rows already read: one span */
 		int64_t t0 = blk->clock_ns ? blk->clock_ns() : 0;
 		for (size_t h = 0; h < H; h++) {
-			const char *row = block_row(blk, base, h, r, es);
+			const char *row = swm_block_row(blk, h, r);
 			float *dst = want_ln ? blk->ln_out + (h * blk->nln + il) * K : NULL;
 			if (pp[h].raw) {
 				/* one pass per head: the values and logs the row kernel kept */

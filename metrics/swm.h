@@ -267,6 +267,16 @@ typedef struct swm_block {
 	int64_t *pair_ns;
 } swm_block;
 
+/* Row r of head h of the block: in data, or where the head's own rows start. */
+static inline const void *
+swm_block_row(const swm_block *blk, size_t h, size_t r)
+{
+	size_t es = swm_dtype_size(blk->dtype);
+	const char *hb = blk->head_data ? (const char *)blk->head_data[h] :
+	    (const char *)blk->data + h * blk->head_stride * es;
+	return hb + r * blk->row_stride * es;
+}
+
 /* Scratch bytes that swm_block_add() needs for `heads` heads of `keys` keys. */
 size_t swm_block_scratch(size_t heads, size_t keys);
 

@@ -1602,6 +1602,11 @@ START_TEST(test_block_and_pairs)
 			hb.nln = 2;
 			hb.ln_out = lo[v];
 			swm_block_add(&hb, &o, scratch, ha[v], hp[v]);
+			for (int h = 0; h < H; h++)	/* where swm_block_row finds each row */
+				for (int r = 0; r < R; r++)
+					ck_assert_ptr_eq(swm_block_row(&hb, h, r),
+					    v ? (const void *)((const float *)hd[h] + r * K) :
+					    (const void *)data[h][r]);
 		}
 		ck_assert(memcmp(acc, ha[1], sizeof(acc)) == 0);
 		ck_assert(memcmp(pairs, hp[1], sizeof(pairs)) == 0);
