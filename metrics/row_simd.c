@@ -108,13 +108,13 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
 
 /*
  * The rows' single-precision logarithms (p256_f32, p512_f32s): the relative
- * error of yf8 and ynf16 (-y), below 1.73e-7 at every float of their range
+ * error of yf8 and ynf16n (-y), below 1.73e-7 at every float of their range
  * (exhaustive, test_row_log_error), with a margin.
  */
 #define Y_KAPPA 2e-7
 /* their series (Cephes logf): y = ln(1 + f) - f = f^2 Q(f), Q = -1/2 +
  * f (YQ1 + f R), R = (YR0 + YR1 f) + f^2 (YR2 + YR3 f) + f^4 ((YR4 + YR5 f)
- * + f^2 (YR6 + YR7 f)): yf8 (AVX2), ynf16 (AVX-512, -y) */
+ * + f^2 (YR6 + YR7 f)): yf8 (AVX2), ynf16n (AVX-512, -y) */
 #define YQ1 3.3333331174e-1f
 #define YR0 -2.4999993993e-1f
 #define YR1 2.0000714765e-1f
@@ -554,7 +554,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
  * block of 16 elements that are all >= max(hi, FLT_MIN) and below 1/8 of
  * the content (the sink's lane apart, whatever it holds) takes
  * single-precision logarithms, x = 2^e z, z in [sqrt(1/2), sqrt(2)),
- * ln x = e ln2 + f + y, f = z - 1 exact, y = ln(1 + f) - f (ynf16 gives -y, yf8's
+ * ln x = e ln2 + f + y, f = z - 1 exact, y = ln(1 + f) - f (ynf16n gives -y, yf8's
  * series, the same float operations lane by lane), every sum in double;
  * eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| bound what that leaves
  * in P and L, and row.c takes the row again with probs_exact where that
@@ -566,20 +566,27 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
  * = 0: nothing added to L) and 0 for its weight. Two accumulators for P
  * and Y (one FMA a loop on each chain), one for the rest.
  */
-A512 __m512
-ynf16(__m512 f)
+/* for (b = 0; b < N; b++), unrolled: N blocks' statements interleaved */
+#define EACH(N) _Pragma("GCC unroll 2") for (int b = 0; b < (N); b++)
+
+/* -y of N blocks of 16 floats (N = 1 or 2, a constant where inlined) */
+A512 void
+ynf16n(const __m512 *f, __m512 *y, const int N)
 {
-	__m512 f2 = _mm512_mul_ps(f, f), f4 = _mm512_mul_ps(f2, f2);
-	__m512 e23 = _mm512_fmadd_ps(_mm512_set1_ps(YR1), f, _mm512_set1_ps(YR0));
-	__m512 e45 = _mm512_fmadd_ps(_mm512_set1_ps(YR3), f, _mm512_set1_ps(YR2));
-	__m512 e67 = _mm512_fmadd_ps(_mm512_set1_ps(YR5), f, _mm512_set1_ps(YR4));
-	__m512 e89 = _mm512_fmadd_ps(_mm512_set1_ps(YR7), f, _mm512_set1_ps(YR6));
-	__m512 e25 = _mm512_fmadd_ps(e45, f2, e23), e69 = _mm512_fmadd_ps(e89, f2, e67);
-	__m512 r = _mm512_fmadd_ps(e69, f4, e25);
+	__m512 f2[2], f4[2], e23[2], e45[2], e67[2], e89[2], e25[2], e69[2], r[2], s[2];
+	EACH(N) f2[b] = _mm512_mul_ps(f[b], f[b]);
+	EACH(N) e23[b] = _mm512_fmadd_ps(_mm512_set1_ps(YR1), f[b], _mm512_set1_ps(YR0));
+	EACH(N) e45[b] = _mm512_fmadd_ps(_mm512_set1_ps(YR3), f[b], _mm512_set1_ps(YR2));
+	EACH(N) e67[b] = _mm512_fmadd_ps(_mm512_set1_ps(YR5), f[b], _mm512_set1_ps(YR4));
+	EACH(N) e89[b] = _mm512_fmadd_ps(_mm512_set1_ps(YR7), f[b], _mm512_set1_ps(YR6));
+	EACH(N) f4[b] = _mm512_mul_ps(f2[b], f2[b]);
+	EACH(N) e25[b] = _mm512_fmadd_ps(e45[b], f2[b], e23[b]);
+	EACH(N) e69[b] = _mm512_fmadd_ps(e89[b], f2[b], e67[b]);
 	/* -y = (f^2 / 2 - q1 f^3) - f^4 R: yf8's operations, the signs flipped */
-	__m512 s = _mm512_fnmadd_ps(_mm512_mul_ps(f2, f), _mm512_set1_ps(YQ1),
-	    _mm512_mul_ps(f2, _mm512_set1_ps(0.5f)));
-	return _mm512_fnmadd_ps(f4, r, s);
+	EACH(N) s[b] = _mm512_fnmadd_ps(_mm512_mul_ps(f2[b], f[b]), _mm512_set1_ps(YQ1),
+	    _mm512_mul_ps(f2[b], _mm512_set1_ps(0.5f)));
+	EACH(N) r[b] = _mm512_fmadd_ps(e69[b], f4[b], e25[b]);
+	EACH(N) y[b] = _mm512_fnmadd_ps(f4[b], r[b], s[b]);
 }
 
 struct f512acc {
@@ -597,33 +604,45 @@ static const struct f512k f512k = { M_LN2, 0x3f3504f3, 0x007fffff };
 #define K32(f) _mm512_set1_epi32(K->f)
 #define KPD(f) _mm512_set1_pd(K->f)
 
-/* xl: 16 floats whose logarithms are taken, xw: their weights */
+/*
+ * N blocks (N = 1 or 2, a constant where inlined): xl[b], 16 floats whose
+ * logarithms are taken, xw[b] their weights. Two blocks' statements
+ * interleaved give the core two chains to overlap where one block is a
+ * single chain 40 cycles deep (issue 30: 1.06x on rows in L2). The sums
+ * take block 0, then block 1: the order of two calls with one each.
+ */
 A512 void
-f512_fast(__m512 xl, __m512 xw, struct f512acc *a)
+f512_fast(const __m512 *xl, const __m512 *xw, struct f512acc *a, const int N)
 {
 	const struct f512k *K = &f512k;
 	__asm__("" : "+r"(K));
-	__m512i u = _mm512_sub_epi32(_mm512_castps_si512(xl), K32(off));
-	__m512i e = _mm512_srai_epi32(u, 23);
-	__m512 f = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(_mm512_and_si512(u,
-	    K32(mant)), K32(off))), _mm512_set1_ps(1.0f));
-	__m512 y = ynf16(f);
-	__m512d x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(xw));
-	__m512d x1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xw, 1));
-	__m512d t0 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(e)),
-	    KPD(ln2), _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
-	__m512d t1 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti32x8_epi32(e, 1)),
-	    KPD(ln2), _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1)));
-	__m512d y0 = _mm512_cvtps_pd(_mm512_castps512_ps256(y));
-	__m512d y1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(y, 1));
-	a->W = _mm512_add_pd(a->W, _mm512_add_pd(x0, x1));
-	a->P0 = _mm512_fmadd_pd(x0, t0, a->P0);
-	a->P1 = _mm512_fmadd_pd(x1, t1, a->P1);
-	a->Y0 = _mm512_fmadd_pd(x0, y0, a->Y0);
-	a->Y1 = _mm512_fmadd_pd(x1, y1, a->Y1);
-	a->L = _mm512_add_pd(a->L, _mm512_add_pd(t0, t1));
-	a->LY = _mm512_add_pd(a->LY, _mm512_add_pd(y0, y1));
+	__m512i u[2], e[2];
+	__m512 f[2], y[2];
+	__m512d x0[2], x1[2], t0[2], t1[2], y0[2], y1[2];
+	EACH(N) u[b] = _mm512_sub_epi32(_mm512_castps_si512(xl[b]), K32(off));
+	EACH(N) e[b] = _mm512_srai_epi32(u[b], 23);
+	EACH(N) f[b] = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(_mm512_and_si512(
+	    u[b], K32(mant)), K32(off))), _mm512_set1_ps(1.0f));
+	ynf16n(f, y, N);
+	EACH(N) x0[b] = _mm512_cvtps_pd(_mm512_castps512_ps256(xw[b]));
+	EACH(N) x1[b] = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xw[b], 1));
+	EACH(N) t0[b] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(e[b])),
+	    KPD(ln2), _mm512_cvtps_pd(_mm512_castps512_ps256(f[b])));
+	EACH(N) t1[b] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti32x8_epi32(e[b], 1)),
+	    KPD(ln2), _mm512_cvtps_pd(_mm512_extractf32x8_ps(f[b], 1)));
+	EACH(N) y0[b] = _mm512_cvtps_pd(_mm512_castps512_ps256(y[b]));
+	EACH(N) y1[b] = _mm512_cvtps_pd(_mm512_extractf32x8_ps(y[b], 1));
+	EACH(N) {
+		a->W = _mm512_add_pd(a->W, _mm512_add_pd(x0[b], x1[b]));
+		a->P0 = _mm512_fmadd_pd(x0[b], t0[b], a->P0);
+		a->P1 = _mm512_fmadd_pd(x1[b], t1[b], a->P1);
+		a->Y0 = _mm512_fmadd_pd(x0[b], y0[b], a->Y0);
+		a->Y1 = _mm512_fmadd_pd(x1[b], y1[b], a->Y1);
+		a->L = _mm512_add_pd(a->L, _mm512_add_pd(t0[b], t1[b]));
+		a->LY = _mm512_add_pd(a->LY, _mm512_add_pd(y0[b], y1[b]));
+	}
 }
+#undef EACH
 
 /* 16 f32 elements at i (m of them in the row) through p512_blk16, the
  * sink's lane masked; not inlined: the fast loop keeps its registers */
@@ -642,6 +661,23 @@ f512_slow(const void *x, size_t i, size_t m, size_t k, __m512 lof, __m512 hif,
 		i = 0;
 	}
 	p512_blk16(x, i, SWM_F32, (__mmask16)vm, lof, hif, &c, a, NULL, NULL, 0);
+}
+
+/*
+ * The f32 rows' fast loop asks for the line ROW_AHEAD bytes on, one line
+ * a block. Rows streamed from memory ran 15-20% slower than rows in L2,
+ * where the reference loops (bench/refloops.c) streaming as fast lose 5%
+ * or less: this loop's chains, 40 cycles deep, leave the core little room
+ * to wait on a load (issue 30: 1.06-1.08x on streamed rows with this
+ * alone, 1.08-1.16x with two blocks a turn).
+ */
+#define ROW_AHEAD 2048
+
+/* the lanes of v a fast block takes: >= hff and below hv (p512_f32s) */
+A512 __mmask16
+fast16(__m512 v, __m512 hff, __m512 hv)
+{
+	return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, hff, _CMP_GE_OQ), v, hv, _CMP_LT_OQ);
 }
 
 F512 int
@@ -668,23 +704,35 @@ p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
 		 * sums stay in registers (a call takes every vector register) */
 		__m512 v;
 		__mmask16 ok;
+		for (; i + 32 <= n && k - i >= 32; i += 32) {
+			/* two blocks a turn (f512_fast), the row ROW_AHEAD bytes on
+			 * asked for (a row streamed from memory) */
+			_mm_prefetch((const char *)x + 4 * i + ROW_AHEAD, _MM_HINT_T0);
+			_mm_prefetch((const char *)x + 4 * i + ROW_AHEAD + 64, _MM_HINT_T0);
+			__m512 v2[2] = { ld16f(x, i, SWM_F32), ld16f(x, i + 16, SWM_F32) };
+			__mmask16 ok2 = fast16(v2[0], hff, hv) & fast16(v2[1], hff, hv);
+			if (__builtin_expect(ok2 != 0xffff, 0))
+				break;
+			f512_fast(v2, v2, &fa, 2);
+		}
 		for (; i + 16 <= n; i += 16) {
 			v = ld16f(x, i, SWM_F32);
-			ok = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, hff, _CMP_GE_OQ),
-			    v, hv, _CMP_LT_OQ);
+			ok = fast16(v, hff, hv);
 			if (__builtin_expect(ok != 0xffff || k - i < 16, 0))
 				break;
-			f512_fast(v, v, &fa);
+			f512_fast(&v, &v, &fa, 1);
 		}
 		if (i + 16 > n)
 			break;
 		/* the sink's block: its lane apart, fast when the others are */
 		__mmask16 sk = k - i < 16 ? (__mmask16)(1u << (k - i)) : 0;
-		if (sk && (__mmask16)(ok | sk) == 0xffff)
-			f512_fast(_mm512_mask_mov_ps(v, sk, _mm512_set1_ps(1.0f)),
-			    _mm512_maskz_mov_ps((__mmask16)~sk, v), &fa);
-		else
+		if (sk && (__mmask16)(ok | sk) == 0xffff) {
+			__m512 vl = _mm512_mask_mov_ps(v, sk, _mm512_set1_ps(1.0f));
+			__m512 vw = _mm512_maskz_mov_ps((__mmask16)~sk, v);
+			f512_fast(&vl, &vw, &fa, 1);
+		} else {
 			f512_slow(x, i, 16, k, lof, hif, &a);
+		}
 		i += 16;
 	}
 	if (i < n)

@@ -569,6 +569,71 @@ same_field(double got, double want, double scale, const char *isa,
 		*worst = d;
 }
 
+/*
+ * The f32 rows' fast loops (p512_f32s takes two blocks a turn, p256_f32
+ * one): an element that no fast block takes (above 1/8 of the content, or
+ * below FLT_MIN) at each of the first 100 positions, and none, with the
+ * sink on either side of the blocks' edges: each instruction set gives
+ * the generic statistics, within the single-precision budget where the
+ * kernel took its logarithms in single precision.
+ */
+START_TEST(test_f32_fast_edges)
+{
+	if (swm_kernels_get(isa_names[_i]) == NULL)
+		return;
+	const char *isa = isa_names[_i];
+	static const size_t ns[] = { 96, 101, 130 };
+	static const size_t ks[] = { 0, 5, 15, 16, 31, 32, 33, 47, 63, 64, 95 };
+	enum { NMAX = 130 };
+	double a[NMAX];
+	float x[NMAX];
+	swm_opts o = dflt();
+	double worst = 0, wb = 0;
+	int rows = 0;
+	rng_state = 41;
+	for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
+		for (size_t ik = 0; ik <= sizeof(ks) / sizeof(ks[0]); ik++)
+			for (int j = -1; j < 100; j++)
+				for (int big = 0; big < 2; big++) {
+					size_t n = ns[in], k = ik < sizeof(ks) / sizeof(ks[0]) ? ks[ik] : n - 1;
+					if (k >= n || (j < 0 && big) ||
+					    (j >= 0 && ((size_t)j == k || (size_t)j >= n)))
+						continue;
+					make_row(a, n, k, 0.3, 1.0);
+					if (j >= 0) {
+						double v = big ? 0.2 : 1e-40;	/* 1/8 of it: 0.0875 */
+						a[k] += a[j] - v;
+						a[j] = v;
+					}
+					store_row(x, SWM_F32, a, n);
+					swm_row g, v;
+					ck_assert_int_eq(swm_set_isa("generic"), 0);
+					swm_status sg = swm_row_stats(x, SWM_F32, SWM_PROBS, n, k, &o, &g);
+					ck_assert_msg(sg == SWM_OK, "n %zu k %zu j %d big %d: %s", n, k, j, big,
+					    swm_status_name(sg));
+					ck_assert_int_eq(swm_set_isa(isa), 0);
+					ck_assert_int_eq(swm_row_stats(x, SWM_F32, SWM_PROBS, n, k, &o, &v),
+					    SWM_OK);
+					int t = (int)(n * 1000 + k) * 1000 + j;
+					double lW = fabs(log(g.w) + log(g.norm));
+					same_field(v.s, g.s, 0, isa, "s", t, SWM_F32, SWM_PROBS, n, &worst, NULL);
+					same_field(v.w, g.w, 0, isa, "w", t, SWM_F32, SWM_PROBS, n, &worst, NULL);
+					same_field(v.H, g.H, 1, isa, "H", t, SWM_F32, SWM_PROBS, n, &worst, &wb);
+					same_field(v.Hc, g.Hc, 1 + g.Hc + 2 * lW, isa, "Hc", t, SWM_F32,
+					    SWM_PROBS, n, &worst, &wb);
+					same_field(v.C, g.C, g.w * (1 + g.Hc + 2 * lW), isa, "C", t, SWM_F32,
+					    SWM_PROBS, n, &worst, &wb);
+					same_field(v.b, g.b, 1 + 2 * fabs(log(o.delta)), isa, "b", t, SWM_F32,
+					    SWM_PROBS, n, &worst, &wb);
+					rows++;
+				}
+	ck_assert_int_gt(rows, 6000);
+	fprintf(stderr, "test_f32_fast_edges: %s, %d rows, largest relative difference %.3g\n",
+	    isa, rows, wb);
+	swm_set_isa("auto");
+}
+END_TEST
+
 /* Every instruction set gives the generic results, on thousands of rows. */
 START_TEST(test_isa_same_as_generic)
 {
@@ -2903,6 +2968,7 @@ metrics_suite(void)
 	tcase_add_test(tc, test_isa_api);
 	tcase_add_loop_test(tc, test_isa_ln_exp, 0, NISA - 1);
 	tcase_add_loop_test(tc, test_isa_same_as_generic, 0, NISA - 1);
+	tcase_add_loop_test(tc, test_f32_fast_edges, 0, NISA - 1);
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_opts);
 	tcase_add_test(tc, test_ln_exp);
