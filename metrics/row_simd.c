@@ -974,12 +974,9 @@ ln512_array(const double *x, double *y, size_t n)
 	struct ln512c c;
 	ln512_init(&c);
 	for (size_t i = 0; i < n; i += 8) {
-		double buf[8] = { 0 };
-		size_t m = n - i < 8 ? n - i : 8;
-		memcpy(buf, x + i, m * 8);
-		__m512d v = ln512(_mm512_loadu_pd(buf), &c, 1);
-		_mm512_storeu_pd(buf, _mm512_mul_pd(v, _mm512_set1_pd(LN2_16)));
-		memcpy(y + i, buf, m * 8);
+		__mmask8 lv = n - i < 8 ? (__mmask8)((1u << (n - i)) - 1) : 0xff;
+		__m512d v = ln512(_mm512_maskz_loadu_pd(lv, x + i), &c, 1);
+		_mm512_mask_storeu_pd(y + i, lv, _mm512_mul_pd(v, _mm512_set1_pd(LN2_16)));
 	}
 }
 
@@ -989,13 +986,10 @@ ex512_array(const double *y, double *e, size_t n)
 	struct ex512c c;
 	ex512_init(&c);
 	for (size_t i = 0; i < n; i += 8) {
-		double buf[8] = { 0 };
-		size_t m = n - i < 8 ? n - i : 8;
-		memcpy(buf, y + i, m * 8);
-		__m512d v = _mm512_loadu_pd(buf);
+		__mmask8 lv = n - i < 8 ? (__mmask8)((1u << (n - i)) - 1) : 0xff;
+		__m512d v = _mm512_maskz_loadu_pd(lv, y + i);
 		__mmask8 pos = _mm512_cmp_pd_mask(v, _mm512_set1_pd(EX_MIN), _CMP_GE_OQ);
-		_mm512_storeu_pd(buf, ex512(_mm512_maskz_mov_pd(pos, v), pos, &c));
-		memcpy(e + i, buf, m * 8);
+		_mm512_mask_storeu_pd(e + i, lv, ex512(_mm512_maskz_mov_pd(pos, v), pos, &c));
 	}
 }
 
@@ -1682,12 +1676,9 @@ F256 void
 ln256_array(const double *x, double *y, size_t n)
 {
 	for (size_t i = 0; i < n; i += 4) {
-		double buf[4] = { 0 };
-		size_t m = n - i < 4 ? n - i : 4;
-		memcpy(buf, x + i, m * 8);
-		__m256d v = ln256(_mm256_loadu_pd(buf), 1);
-		_mm256_storeu_pd(buf, _mm256_mul_pd(v, S1(LN2_16)));
-		memcpy(y + i, buf, m * 8);
+		__m256i lv = _mm256_castpd_si256(lanes4(n - i < 4 ? (1u << (n - i)) - 1 : 15));
+		__m256d v = ln256(_mm256_maskload_pd(x + i, lv), 1);
+		_mm256_maskstore_pd(y + i, lv, _mm256_mul_pd(v, S1(LN2_16)));
 	}
 }
 
@@ -1695,13 +1686,11 @@ F256 void
 ex256_array(const double *y, double *e, size_t n)
 {
 	for (size_t i = 0; i < n; i += 4) {
-		double buf[4] = { 0 };
-		size_t m = n - i < 4 ? n - i : 4;
-		memcpy(buf, y + i, m * 8);
-		__m256d v = _mm256_loadu_pd(buf);
+		__m256i lv = _mm256_castpd_si256(lanes4(n - i < 4 ? (1u << (n - i)) - 1 : 15));
+		__m256d v = _mm256_maskload_pd(y + i, lv);
 		__m256d pos = _mm256_cmp_pd(v, S1(EX_MIN), _CMP_GE_OQ);
-		_mm256_storeu_pd(buf, _mm256_and_pd(pos, ex256(_mm256_max_pd(v, S1(EX_MIN)))));
-		memcpy(e + i, buf, m * 8);
+		_mm256_maskstore_pd(e + i, lv, _mm256_and_pd(pos, ex256(_mm256_max_pd(v,
+		    S1(EX_MIN)))));
 	}
 }
 
