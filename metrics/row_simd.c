@@ -564,7 +564,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
  *
  * The sink's lane of a fast block takes 1.0 for its logarithm (e = f = y
  * = 0: nothing added to L) and 0 for its weight. Two accumulators for P
- * and Y (one FMA a loop on each chain), one for the rest.
+ * and Y (one FMA a block on each chain), one for the rest.
  */
 /* for (b = 0; b < N; b++), unrolled: N blocks' statements interleaved */
 #define EACH(N) _Pragma("GCC unroll 2") for (int b = 0; b < (N); b++)
@@ -606,10 +606,10 @@ static const struct f512k f512k = { M_LN2, 0x3f3504f3, 0x007fffff };
 
 /*
  * N blocks (N = 1 or 2, a constant where inlined): xl[b], 16 floats whose
- * logarithms are taken, xw[b] their weights. Two blocks' statements
- * interleaved give the core two chains to overlap where one block is a
- * single chain 40 cycles deep (issue 30: 1.06x on rows in L2). The sums
- * take block 0, then block 1: the order of two calls with one each.
+ * logarithms are taken, xw[b] their weights. Two blocks a turn, their
+ * statements interleaved, as ln512xn takes the double logs (issue 30,
+ * bench/RESULTS.md). The sums take block 0, then block 1: the order of two
+ * calls with one block each, the same results bit for bit.
  */
 A512 void
 f512_fast(const __m512 *xl, const __m512 *xw, struct f512acc *a, const int N)
@@ -665,11 +665,11 @@ f512_slow(const void *x, size_t i, size_t m, size_t k, __m512 lof, __m512 hif,
 
 /*
  * The f32 rows' fast loop asks for the line ROW_AHEAD bytes on, one line
- * a block. Rows streamed from memory ran 15-20% slower than rows in L2,
- * where the reference loops (bench/refloops.c) streaming as fast lose 5%
- * or less: this loop's chains, 40 cycles deep, leave the core little room
- * to wait on a load (issue 30: 1.06-1.08x on streamed rows with this
- * alone, 1.08-1.16x with two blocks a turn).
+ * a block (the next row's first lines at a row's end, where rows lie one
+ * after the other). With two blocks a turn and this, the rows of `make
+ * bench` (streamed from memory) ran 1.08x as fast, best of 7 rounds; two
+ * blocks a turn without it were no faster there, and slower in a review's
+ * run (issue 30, bench/RESULTS.md).
  */
 #define ROW_AHEAD 2048
 
@@ -707,8 +707,9 @@ p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
 		for (; i + 32 <= n && k - i >= 32; i += 32) {
 			/* two blocks a turn (f512_fast), the row ROW_AHEAD bytes on
 			 * asked for (a row streamed from memory) */
-			_mm_prefetch((const char *)x + 4 * i + ROW_AHEAD, _MM_HINT_T0);
-			_mm_prefetch((const char *)x + 4 * i + ROW_AHEAD + 64, _MM_HINT_T0);
+			uintptr_t ahead = (uintptr_t)x + 4 * i + ROW_AHEAD;
+			_mm_prefetch((const char *)ahead, _MM_HINT_T0);
+			_mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
 			__m512 v2[2] = { ld16f(x, i, SWM_F32), ld16f(x, i + 16, SWM_F32) };
 			__mmask16 ok2 = fast16(v2[0], hff, hv) & fast16(v2[1], hff, hv);
 			if (__builtin_expect(ok2 != 0xffff, 0))

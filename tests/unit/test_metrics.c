@@ -572,10 +572,11 @@ same_field(double got, double want, double scale, const char *isa,
 /*
  * The f32 rows' fast loops (p512_f32s takes two blocks a turn, p256_f32
  * one): an element that no fast block takes (above 1/8 of the content, or
- * below FLT_MIN) at each of the first 100 positions, and none, with the
- * sink on either side of the blocks' edges: each instruction set gives
- * the generic statistics, within the single-precision budget where the
- * kernel took its logarithms in single precision.
+ * below FLT_MIN) at each position, and none, with the sink on either side
+ * of the blocks' edges: each instruction set gives the generic statistics,
+ * within the single-precision budget where the kernel took its logarithms
+ * in single precision. Past the row lie values a fast block would take: a
+ * kernel that read them would count them.
  */
 START_TEST(test_f32_fast_edges)
 {
@@ -584,16 +585,16 @@ START_TEST(test_f32_fast_edges)
 	const char *isa = isa_names[_i];
 	static const size_t ns[] = { 96, 101, 130 };
 	static const size_t ks[] = { 0, 5, 15, 16, 31, 32, 33, 47, 63, 64, 95 };
-	enum { NMAX = 130 };
+	enum { NMAX = 130, PAST = 64 };
 	double a[NMAX];
-	float x[NMAX];
+	float x[NMAX + PAST];
 	swm_opts o = dflt();
 	double worst = 0, wb = 0;
 	int rows = 0;
 	rng_state = 41;
 	for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
 		for (size_t ik = 0; ik <= sizeof(ks) / sizeof(ks[0]); ik++)
-			for (int j = -1; j < 100; j++)
+			for (int j = -1; j < NMAX; j++)
 				for (int big = 0; big < 2; big++) {
 					size_t n = ns[in], k = ik < sizeof(ks) / sizeof(ks[0]) ? ks[ik] : n - 1;
 					if (k >= n || (j < 0 && big) ||
@@ -601,11 +602,13 @@ START_TEST(test_f32_fast_edges)
 						continue;
 					make_row(a, n, k, 0.3, 1.0);
 					if (j >= 0) {
-						double v = big ? 0.2 : 1e-40;	/* 1/8 of it: 0.0875 */
+						double v = big ? 0.2 : 1e-40;	/* 1/8 of it: < 0.12 */
 						a[k] += a[j] - v;
 						a[j] = v;
 					}
 					store_row(x, SWM_F32, a, n);
+					for (size_t q = n; q < n + PAST; q++)
+						x[q] = (float)(0.5 / (double)n);
 					swm_row g, v;
 					ck_assert_int_eq(swm_set_isa("generic"), 0);
 					swm_status sg = swm_row_stats(x, SWM_F32, SWM_PROBS, n, k, &o, &g);
