@@ -570,6 +570,23 @@ same_field(double got, double want, double scale, const char *isa,
 }
 
 /*
+ * same_field on a row's statistics that sum over the content, at their
+ * scales: lW = |ln W| (Hc = ln W - P/W cancels between terms of that
+ * size), ld the size of the logs b is made of; wb as same_field's budget.
+ */
+static void
+same_sums(const swm_row *v, const swm_row *g, double lW, double ld, const char *isa,
+    int t, swm_dtype dt, swm_kind kind, size_t n, double *worst, double *wb)
+{
+	same_field(v->s, g->s, 0, isa, "s", t, dt, kind, n, worst, NULL);
+	same_field(v->w, g->w, 0, isa, "w", t, dt, kind, n, worst, NULL);
+	same_field(v->H, g->H, 1, isa, "H", t, dt, kind, n, worst, wb);
+	same_field(v->Hc, g->Hc, 1 + g->Hc + 2 * lW, isa, "Hc", t, dt, kind, n, worst, wb);
+	same_field(v->C, g->C, g->w * (1 + g->Hc + 2 * lW), isa, "C", t, dt, kind, n, worst, wb);
+	same_field(v->b, g->b, 1 + 2 * ld, isa, "b", t, dt, kind, n, worst, wb);
+}
+
+/*
  * The f32 rows' fast loops (p512_f32s takes two blocks a turn, p256_f32
  * one): an element that no fast block takes (above 1/8 of the content, or
  * below FLT_MIN) at each position, and none, with the sink on either side
@@ -619,15 +636,8 @@ START_TEST(test_f32_fast_edges)
 					    SWM_OK);
 					int t = (int)(n * 1000 + k) * 1000 + j;
 					double lW = fabs(log(g.w) + log(g.norm));
-					same_field(v.s, g.s, 0, isa, "s", t, SWM_F32, SWM_PROBS, n, &worst, NULL);
-					same_field(v.w, g.w, 0, isa, "w", t, SWM_F32, SWM_PROBS, n, &worst, NULL);
-					same_field(v.H, g.H, 1, isa, "H", t, SWM_F32, SWM_PROBS, n, &worst, &wb);
-					same_field(v.Hc, g.Hc, 1 + g.Hc + 2 * lW, isa, "Hc", t, SWM_F32,
-					    SWM_PROBS, n, &worst, &wb);
-					same_field(v.C, g.C, g.w * (1 + g.Hc + 2 * lW), isa, "C", t, SWM_F32,
-					    SWM_PROBS, n, &worst, &wb);
-					same_field(v.b, g.b, 1 + 2 * fabs(log(o.delta)), isa, "b", t, SWM_F32,
-					    SWM_PROBS, n, &worst, &wb);
+					same_sums(&v, &g, lW, fabs(log(o.delta)), isa, t, SWM_F32, SWM_PROBS, n,
+					    &worst, &wb);
 					rows++;
 				}
 	ck_assert_int_gt(rows, 6000);
@@ -704,13 +714,8 @@ START_TEST(test_isa_same_as_generic)
 		/* f32 probability rows of a kernel with single-precision row logs */
 		double *wb = kind == SWM_PROBS && dt == SWM_F32 && kn->row_logs != NULL &&
 		    strcmp(kn->row_logs, "f32") == 0 ? &wbudget : NULL;
-		same_field(v.s, g.s, 0, isa, "s", t, dt, kind, n, &worst, NULL);
-		same_field(v.w, g.w, 0, isa, "w", t, dt, kind, n, &worst, NULL);
-		same_field(v.H, g.H, 1, isa, "H", t, dt, kind, n, &worst, wb);
+		same_sums(&v, &g, lW, ld, isa, t, dt, kind, n, &worst, wb);
 		same_field(v.hb, g.hb, 1, isa, "hb", t, dt, kind, n, &worst, NULL);
-		same_field(v.Hc, g.Hc, 1 + g.Hc + 2 * lW, isa, "Hc", t, dt, kind, n, &worst, wb);
-		same_field(v.C, g.C, g.w * (1 + g.Hc + 2 * lW), isa, "C", t, dt, kind, n, &worst, wb);
-		same_field(v.b, g.b, 1 + 2 * ld, isa, "b", t, dt, kind, n, &worst, wb);
 		same_field(v.norm, g.norm, 0, isa, "norm", t, dt, kind, n, &worst, NULL);
 		same_field(v.lnz, g.lnz, 1, isa, "lnz", t, dt, kind, n, &worst, NULL);
 		same_field(v.lnscale, g.lnscale, 1, isa, "lnscale", t, dt, kind, n, &worst, NULL);
