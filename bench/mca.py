@@ -43,12 +43,12 @@ import sys
 import tempfile
 
 # (function, llvm-mca model, elements per iteration, what it is)
-KERNELS = [("pair256", "znver3", 8, "pairs avx2 (float logs)"),
+KERNELS = [("pair256", "znver3", 16, "pairs avx2 (float logs, software-pipelined: 16 keys a turn)"),
            ("pair512s", "icelake-server", 8, "pairs avx512 (double logs, the shorter series)"),
            ("pair512", "icelake-server", 8, "pairs avx512 (double logs, ln_array's series: pair_f64)"),
            ("p256_f32", "znver3", 8, "rows f32 avx2, single-precision logs"),
            ("p256_f32x", "znver3", 8, "rows f32 avx2, double logs (probs_exact)"),
-           ("p512_f32s", "icelake-server", 32, "rows f32 avx512, single-precision logs (two blocks a turn)"),
+           ("p512_f32s", "icelake-server", 32, "rows f32 avx512, single-precision logs (two blocks a turn, software-pipelined)"),
            ("p512_f32", "icelake-server", 16, "rows f32 avx512, double logs (probs_exact)"),
            ("p512_f16", "icelake-server", 16, "rows f16 avx512")]
 REF_ENTRY = re.compile(r'\{ "(ref\w+)", "(avx512|avx2)", (\d+), (\d+),')

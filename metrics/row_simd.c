@@ -609,20 +609,29 @@ static const struct f512k f512k = { M_LN2, 0x3f3504f3, 0x007fffff };
  * logarithms are taken, xw[b] their weights. Two blocks a turn, their
  * statements interleaved, as ln512xn takes the double logs (issue 30,
  * bench/RESULTS.md). The sums take block 0, then block 1: the order of two
- * calls with one block each, the same results bit for bit.
+ * calls with one block each, the same results bit for bit. In two halves,
+ * for the software pipeline of p512_f32s: f512_a takes e and f from the
+ * bits, f512_b the series and the sums.
  */
 A512 void
-f512_fast(const __m512 *xl, const __m512 *xw, struct f512acc *a, const int N)
+f512_a(const __m512 *xl, __m512i *e, __m512 *f, const int N)
 {
 	const struct f512k *K = &f512k;
 	__asm__("" : "+r"(K));
-	__m512i u[2], e[2];
-	__m512 f[2], y[2];
-	__m512d x0[2], x1[2], t0[2], t1[2], y0[2], y1[2];
+	__m512i u[2];
 	EACH(N) u[b] = _mm512_sub_epi32(_mm512_castps_si512(xl[b]), K32(off));
 	EACH(N) e[b] = _mm512_srai_epi32(u[b], 23);
 	EACH(N) f[b] = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(_mm512_and_si512(
 	    u[b], K32(mant)), K32(off))), _mm512_set1_ps(1.0f));
+}
+
+A512 void
+f512_b(const __m512 *xw, const __m512i *e, const __m512 *f, struct f512acc *a, const int N)
+{
+	const struct f512k *K = &f512k;
+	__asm__("" : "+r"(K));
+	__m512 y[2];
+	__m512d x0[2], x1[2], t0[2], t1[2], y0[2], y1[2];
 	ynf16n(f, y, N);
 	EACH(N) x0[b] = _mm512_cvtps_pd(_mm512_castps512_ps256(xw[b]));
 	EACH(N) x1[b] = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xw[b], 1));
@@ -641,6 +650,16 @@ f512_fast(const __m512 *xl, const __m512 *xw, struct f512acc *a, const int N)
 		a->L = _mm512_add_pd(a->L, _mm512_add_pd(t0[b], t1[b]));
 		a->LY = _mm512_add_pd(a->LY, _mm512_add_pd(y0[b], y1[b]));
 	}
+}
+
+/* both halves at once: the blocks the pipeline does not take */
+A512 void
+f512_fast(const __m512 *xl, const __m512 *xw, struct f512acc *a, const int N)
+{
+	__m512i e[2];
+	__m512 f[2];
+	f512_a(xl, e, f, N);
+	f512_b(xw, e, f, a, N);
 }
 #undef EACH
 
@@ -680,6 +699,50 @@ fast16(__m512 v, __m512 hff, __m512 hv)
 	return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, hff, _CMP_GE_OQ), v, hv, _CMP_LT_OQ);
 }
 
+/*
+ * The fast blocks from i on, two a turn (f512_fast), while they are fast
+ * and the sink is not among them; returns where they stop. Software-
+ * pipelined: each turn takes the next two blocks' first halves (f512_a)
+ * beside this two's second (f512_b), so that the operations the core is
+ * given wait on chains about half as deep; the same operations and sums
+ * as a turn of f512_fast, the same results bit for bit; 1.06x as fast on
+ * rows in L2 (Zen 5; issue 30, bench/RESULTS.md). It asks for the row
+ * ROW_AHEAD bytes on.
+ */
+A512 size_t
+f512_run2(const void *x, size_t n, size_t k, size_t i, __m512 hff, __m512 hv,
+    struct f512acc *fa)
+{
+	if (i + 32 > n || k - i < 32)
+		return i;
+	__m512 v[2] = { ld16f(x, i, SWM_F32), ld16f(x, i + 16, SWM_F32) };
+	__mmask16 ok = fast16(v[0], hff, hv) & fast16(v[1], hff, hv);
+	__m512i e[2];
+	__m512 f[2];
+	f512_a(v, e, f, 2);
+	while (ok == 0xffff) {
+		size_t j = i + 32;
+		uintptr_t ahead = (uintptr_t)x + 4 * i + ROW_AHEAD;
+		_mm_prefetch((const char *)ahead, _MM_HINT_T0);
+		_mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
+		__m512 vn[2] = { v[0], v[1] }, fn[2] = { f[0], f[1] };
+		__m512i en[2] = { e[0], e[1] };
+		ok = 0;
+		if (__builtin_expect(j + 32 <= n && k - j >= 32, 1)) {
+			vn[0] = ld16f(x, j, SWM_F32);
+			vn[1] = ld16f(x, j + 16, SWM_F32);
+			ok = fast16(vn[0], hff, hv) & fast16(vn[1], hff, hv);
+			f512_a(vn, en, fn, 2);
+		}
+		f512_b(v, e, f, fa, 2);
+		i = j;
+		v[0] = vn[0], v[1] = vn[1];
+		e[0] = en[0], e[1] = en[1];
+		f[0] = fn[0], f[1] = fn[1];
+	}
+	return i;
+}
+
 F512 int
 p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
     struct swm_psum *ps)
@@ -704,18 +767,7 @@ p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
 		 * sums stay in registers (a call takes every vector register) */
 		__m512 v;
 		__mmask16 ok;
-		for (; i + 32 <= n && k - i >= 32; i += 32) {
-			/* two blocks a turn (f512_fast), the row ROW_AHEAD bytes on
-			 * asked for (a row streamed from memory) */
-			uintptr_t ahead = (uintptr_t)x + 4 * i + ROW_AHEAD;
-			_mm_prefetch((const char *)ahead, _MM_HINT_T0);
-			_mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
-			__m512 v2[2] = { ld16f(x, i, SWM_F32), ld16f(x, i + 16, SWM_F32) };
-			__mmask16 ok2 = fast16(v2[0], hff, hv) & fast16(v2[1], hff, hv);
-			if (__builtin_expect(ok2 != 0xffff, 0))
-				break;
-			f512_fast(v2, v2, &fa, 2);
-		}
+		i = f512_run2(x, n, k, i, hff, hv, &fa);
 		for (; i + 16 <= n; i += 16) {
 			v = ld16f(x, i, SWM_F32);
 			ok = fast16(v, hff, hv);
@@ -1754,18 +1806,25 @@ yf8(__m256 f)
 }
 
 /*
- * Accumulates sum m ln m over 8 doubles m >= 0 (two vectors) with the
- * logarithm above and a double sum: acc += m (e ln2 + f + y), one
- * accumulator (the loops that call it run out of registers otherwise).
+ * sum m ln m over 8 doubles m >= 0 (two vectors), in two halves: mln_a
+ * takes e ln2 + f in double and f in 8 float lanes, mln_b the series and
+ * acc += m (e ln2 + f + y), one accumulator (pair256 runs out of
+ * registers otherwise).
  */
 A256 void
-mlnm8(__m256d m0, __m256d m1, __m256d *acc)
+mln_a(__m256d m0, __m256d m1, __m256d *t0, __m256d *t1, __m256 *f)
 {
-	__m256d t0, t1, f0, f1;
-	ef4(m0, &t0, &f0);
-	ef4(m1, &t1, &f1);
-	__m256 y = yf8(_mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(f0)),
-	    _mm256_cvtpd_ps(f1), 1));
+	__m256d f0, f1;
+	ef4(m0, t0, &f0);
+	ef4(m1, t1, &f1);
+	*f = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(f0)),
+	    _mm256_cvtpd_ps(f1), 1);
+}
+
+A256 void
+mln_b(__m256d m0, __m256d m1, __m256d t0, __m256d t1, __m256 f, __m256d *acc)
+{
+	__m256 y = yf8(f);
 	t0 = _mm256_add_pd(t0, _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
 	t1 = _mm256_add_pd(t1, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
 	*acc = _mm256_fmadd_pd(m0, t0, *acc);
@@ -1780,34 +1839,74 @@ hsum4(__m256d u)
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/* the two mixtures of 8 keys at j: their first halves (mln_a) */
+#define PAIR_A(j, t0, t1, f, u0, u1, g) do { \
+	mln_a(M2(ax, ay, j), M2(ax, ay, (j) + 4), &t0, &t1, &f); \
+	mln_a(M2(cx, cy, j), M2(cx, cy, (j) + 4), &u0, &u1, &g); \
+} while (0)
+/* the rest of the 8 keys at j: the mixtures' second halves, dot, c2 */
+#define PAIR_B(j, t0, t1, f, u0, u1, g) do { \
+	__m256d a0_ = _mm256_loadu_pd(ax + (j)), a1_ = _mm256_loadu_pd(ax + (j) + 4); \
+	__m256d b0_ = _mm256_loadu_pd(ay + (j)), b1_ = _mm256_loadu_pd(ay + (j) + 4); \
+	mln_b(_mm256_add_pd(a0_, b0_), _mm256_add_pd(a1_, b1_), t0, t1, f, &hm); \
+	mln_b(M2(cx, cy, j), M2(cx, cy, (j) + 4), u0, u1, g, &hmc); \
+	dot = _mm256_fmadd_pd(a0_, b0_, dot); \
+	dot = _mm256_fmadd_pd(a1_, b1_, dot); \
+	__m256d d0_ = _mm256_sub_pd(_mm256_loadu_pd(lx + (j)), _mm256_loadu_pd(ly + (j))); \
+	__m256d d1_ = _mm256_sub_pd(_mm256_loadu_pd(lx + (j) + 4), \
+	    _mm256_loadu_pd(ly + (j) + 4)); \
+	c2 = _mm256_fmadd_pd(d0_, d0_, c2); \
+	c2 = _mm256_fmadd_pd(d1_, d1_, c2); \
+} while (0)
+#define M2(p, q, j) _mm256_add_pd(_mm256_loadu_pd((p) + (j)), _mm256_loadu_pd((q) + (j)))
+
 /*
  * Head-pair sums (swm_simd.h, pair) with single-precision logarithms and
  * double sums (METRICS.md §6, precision budget): 8 elements at a time, the
  * two mixtures' logs in 8 float lanes, every product and sum in double.
+ * Software-pipelined: each turn takes the first halves of the logs of the
+ * next 8 keys (PAIR_A) beside the rest of this 8's (PAIR_B), two sets of
+ * them in turn, so the operations the core is given are about half as
+ * deep (each mixture's log is about 60 cycles of dependent operations).
+ * The same operations as a turn of 8 keys, each sum in the same order:
+ * the results are those of the loop without it, bit for bit; 1.04-1.06x as
+ * fast on Zen 5 (issue 30, bench/RESULTS.md).
  */
 F256 void
 pair256(const double *ax, const double *cx, const double *lx, const double *ay,
     const double *cy, const double *ly, size_t n, double out[4])
 {
 	__m256d hm = _mm256_setzero_pd(), hmc = hm, dot = hm, c2 = hm;
-	for (size_t i = 0; i < n; i += 8) {
-		__m256d a0 = _mm256_loadu_pd(ax + i), a1 = _mm256_loadu_pd(ax + i + 4);
-		__m256d b0 = _mm256_loadu_pd(ay + i), b1 = _mm256_loadu_pd(ay + i + 4);
-		mlnm8(_mm256_add_pd(a0, b0), _mm256_add_pd(a1, b1), &hm);
-		mlnm8(_mm256_add_pd(_mm256_loadu_pd(cx + i), _mm256_loadu_pd(cy + i)),
-		    _mm256_add_pd(_mm256_loadu_pd(cx + i + 4), _mm256_loadu_pd(cy + i + 4)), &hmc);
-		dot = _mm256_fmadd_pd(a0, b0, dot);
-		dot = _mm256_fmadd_pd(a1, b1, dot);
-		__m256d d0 = _mm256_sub_pd(_mm256_loadu_pd(lx + i), _mm256_loadu_pd(ly + i));
-		__m256d d1 = _mm256_sub_pd(_mm256_loadu_pd(lx + i + 4), _mm256_loadu_pd(ly + i + 4));
-		c2 = _mm256_fmadd_pd(d0, d0, c2);
-		c2 = _mm256_fmadd_pd(d1, d1, c2);
+	__m256d t0, t1, u0, u1, T0, T1, U0, U1;
+	__m256 f, g, F, G;
+	size_t i = 0;
+
+	if (n == 0) {
+		out[0] = out[1] = out[2] = out[3] = 0;
+		return;
+	}
+	PAIR_A(0, t0, t1, f, u0, u1, g);
+	for (; i + 16 < n; i += 16) {
+		PAIR_A(i + 8, T0, T1, F, U0, U1, G);
+		PAIR_B(i, t0, t1, f, u0, u1, g);
+		PAIR_A(i + 16, t0, t1, f, u0, u1, g);
+		PAIR_B(i + 8, T0, T1, F, U0, U1, G);
+	}
+	if (i + 8 < n) {
+		PAIR_A(i + 8, T0, T1, F, U0, U1, G);
+		PAIR_B(i, t0, t1, f, u0, u1, g);
+		PAIR_B(i + 8, T0, T1, F, U0, U1, G);
+	} else {
+		PAIR_B(i, t0, t1, f, u0, u1, g);
 	}
 	out[0] = hsum4(hm);
 	out[1] = hsum4(hmc);
 	out[2] = hsum4(dot);
 	out[3] = hsum4(c2);
 }
+#undef M2
+#undef PAIR_A
+#undef PAIR_B
 
 /* the same sums with double logarithms (ln256): the float64 reference of tests */
 F256 void
