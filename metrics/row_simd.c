@@ -605,13 +605,13 @@ static const struct f512k f512k = { M_LN2, 0x3f3504f3, 0x007fffff };
 #define KPD(f) _mm512_set1_pd(K->f)
 
 /*
- * N blocks (N = 1 or 2, a constant where inlined): xl[b], 16 floats whose
- * logarithms are taken, xw[b] their weights. Two blocks a turn, their
- * statements interleaved, as ln512xn takes the double logs (issue 30,
- * bench/RESULTS.md). The sums take block 0, then block 1: the order of two
- * calls with one block each, the same results bit for bit. In two halves,
- * for the software pipeline of p512_f32s: f512_a takes e and f from the
- * bits, f512_b the series and the sums.
+ * A fast block's sums in two halves, for N blocks (N = 1 or 2, a constant
+ * where inlined): f512_a takes e and f from the bits of xl[b], 16 floats
+ * whose logarithms are taken; f512_b the series and the sums, xw[b] their
+ * weights. With N = 2 (f512_run2's turns) the two blocks' statements are
+ * interleaved, as ln512xn takes the double logs (issue 30,
+ * bench/RESULTS.md), and the sums take block 0, then block 1: the order of
+ * two blocks taken one at a time, the same results bit for bit.
  */
 A512 void
 f512_a(const __m512 *xl, __m512i *e, __m512 *f, const int N)
@@ -700,14 +700,14 @@ fast16(__m512 v, __m512 hff, __m512 hv)
 }
 
 /*
- * The fast blocks from i on, two a turn (f512_fast), while they are fast
+ * The fast blocks from i on, two a turn (f512_a, f512_b), while they are fast
  * and the sink is not among them; returns where they stop. Software-
  * pipelined: each turn takes the next two blocks' first halves (f512_a)
  * beside this two's second (f512_b), so that the operations the core is
  * given wait on chains about half as deep; the same operations and sums
- * as a turn of f512_fast, the same results bit for bit; 1.06x as fast on
- * rows in L2 (Zen 5; issue 30, bench/RESULTS.md). It asks for the row
- * ROW_AHEAD bytes on.
+ * as two blocks taken one at a time, the same results bit for bit;
+ * 1.06x as fast on rows in L2, 1.02x streamed (Zen 5, ABBA medians; issue
+ * 30, bench/RESULTS.md). It asks for the row ROW_AHEAD bytes on.
  */
 A512 size_t
 f512_run2(const void *x, size_t n, size_t k, size_t i, __m512 hff, __m512 hv,
@@ -1839,12 +1839,17 @@ hsum4(__m256d u)
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-/* the two mixtures of 8 keys at j: their first halves (mln_a) */
+/*
+ * pair256's halves of a turn, as macros over its arguments (ax .. ly) and
+ * sums (hm, hmc, dot, c2): PAIR_A, the two mixtures of the 8 keys at j,
+ * their first halves (mln_a) into the set t0 .. g; PAIR_B, the rest of
+ * those 8 keys from that set: the mixtures' second halves, dot, c2.
+ */
+#define M2(p, q, j) _mm256_add_pd(_mm256_loadu_pd((p) + (j)), _mm256_loadu_pd((q) + (j)))
 #define PAIR_A(j, t0, t1, f, u0, u1, g) do { \
 	mln_a(M2(ax, ay, j), M2(ax, ay, (j) + 4), &t0, &t1, &f); \
 	mln_a(M2(cx, cy, j), M2(cx, cy, (j) + 4), &u0, &u1, &g); \
 } while (0)
-/* the rest of the 8 keys at j: the mixtures' second halves, dot, c2 */
 #define PAIR_B(j, t0, t1, f, u0, u1, g) do { \
 	__m256d a0_ = _mm256_loadu_pd(ax + (j)), a1_ = _mm256_loadu_pd(ax + (j) + 4); \
 	__m256d b0_ = _mm256_loadu_pd(ay + (j)), b1_ = _mm256_loadu_pd(ay + (j) + 4); \
@@ -1858,19 +1863,19 @@ hsum4(__m256d u)
 	c2 = _mm256_fmadd_pd(d0_, d0_, c2); \
 	c2 = _mm256_fmadd_pd(d1_, d1_, c2); \
 } while (0)
-#define M2(p, q, j) _mm256_add_pd(_mm256_loadu_pd((p) + (j)), _mm256_loadu_pd((q) + (j)))
 
 /*
  * Head-pair sums (swm_simd.h, pair) with single-precision logarithms and
  * double sums (METRICS.md §6, precision budget): 8 elements at a time, the
  * two mixtures' logs in 8 float lanes, every product and sum in double.
  * Software-pipelined: each turn takes the first halves of the logs of the
- * next 8 keys (PAIR_A) beside the rest of this 8's (PAIR_B), two sets of
- * them in turn, so the operations the core is given are about half as
- * deep (each mixture's log is about 60 cycles of dependent operations).
- * The same operations as a turn of 8 keys, each sum in the same order:
- * the results are those of the loop without it, bit for bit; 1.04-1.06x as
- * fast on Zen 5 (issue 30, bench/RESULTS.md).
+ * next 8 keys (PAIR_A) beside the rest of this 8's (PAIR_B), two register
+ * sets in turn (no copies at the loop's end), so that the operations a
+ * turn hands the core wait on chains about half as deep. The same
+ * operations as a turn of 8 keys, each sum in the same order: the results
+ * are those of the loop without it, bit for bit. With 16 registers it
+ * spills, and still runs 1.03-1.06x as fast on Zen 5 (ABBA medians; issue
+ * 30, bench/RESULTS.md). Reads exactly n doubles of each array.
  */
 F256 void
 pair256(const double *ax, const double *cx, const double *lx, const double *ay,

@@ -2440,9 +2440,10 @@ END_TEST
  * sets of 8 keys in turn, software-pipelined, and ends with one or two):
  * the four sums against long double, held to the single-precision budget
  * (1e-7 of the sum of the terms' sizes) where the kernel takes float logs,
- * else to 1e-13; and one key at a time at each position of 40 keys (the
- * others 0), so a key taken twice, never, or with another key's
- * logarithm shows.
+ * else to 1e-13; and one key at a time at each position of 40 and of 48
+ * keys (the others 0; one group after the loop, and two), so a key taken
+ * twice, never, or with another key's logarithm shows. Past n every array
+ * holds NaN: a kernel that reads past n has NaN sums.
  */
 static void
 pair_check(swm_pair_fn f, const double *v, size_t n, size_t stride, double tol,
@@ -2477,23 +2478,26 @@ START_TEST(test_pair_lengths)
 	const struct swm_kernels *kn = swm_kernels_get(isa_names[_i]);
 	if (kn == NULL || kn->pair == NULL)
 		return;
-	enum { N = 200, M = 40 };
-	static double v[6 * N] __attribute__((aligned(64)));
+	enum { N = 200, S = N + 16 };
+	static double v[6 * S] __attribute__((aligned(64)));
 	int f32 = kn->pair_logs != NULL && strcmp(kn->pair_logs, "f32") == 0;
 	double tol = f32 ? 1e-7 : 1e-13, worst = 0;
 	rng_state = 59;
 	for (size_t n = 8; n <= N; n += 8) {
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < S; i++)
 			for (int q = 0; q < 6; q++)
-				v[q * N + i] = q % 3 == 2 ? nrand() : exp(2 * nrand()) / (double)n;
-		pair_check(kn->pair, v, n, N, tol, isa_names[_i], N, &worst);
+				v[q * S + i] = i >= n ? NAN : q % 3 == 2 ? nrand() :
+				    exp(2 * nrand()) / (double)n;
+		pair_check(kn->pair, v, n, S, tol, isa_names[_i], N, &worst);
 	}
-	for (size_t j = 0; j < M; j++) {
-		memset(v, 0, sizeof(v));
-		for (int q = 0; q < 6; q++)
-			v[q * N + j] = q % 3 == 2 ? (q < 3 ? 1.5 : -0.25) : 0.01 * (double)(j + 1 + q);
-		pair_check(kn->pair, v, M, N, tol, isa_names[_i], j, &worst);
-	}
+	for (size_t m = 40; m <= 48; m += 8)
+		for (size_t j = 0; j < m; j++) {
+			for (size_t i = 0; i < S; i++)
+				for (int q = 0; q < 6; q++)
+					v[q * S + i] = i >= m ? NAN : i != j ? 0 : q % 3 == 2 ?
+					    (q < 3 ? 1.5 : -0.25) : 0.01 * (double)(j + 1 + q);
+			pair_check(kn->pair, v, m, S, tol, isa_names[_i], j, &worst);
+		}
 	fprintf(stderr, "test_pair_lengths: %s (%s logs), largest relative error %.3g\n",
 	    isa_names[_i], f32 ? "float" : "double", worst);
 }
