@@ -609,10 +609,11 @@ static const struct f512k f512k = { M_LN2, 0x3f3504f3, 0x007fffff };
  * where inlined): f512_a takes e and f from the bits of xl[b], 16 floats
  * whose logarithms are taken; f512_b the series and the sums, xw[b] their
  * weights (or, where xp is not NULL, the 16 N floats there, converted
- * from memory without an extract: 1.02-1.03x, issue 30). With N = 2 (f512_run2's turns) the two blocks' statements are
- * interleaved, as ln512xn takes the double logs (issue 30,
- * bench/RESULTS.md), and the sums take block 0, then block 1: the order of
- * two blocks taken one at a time, the same results bit for bit.
+ * from memory without an extract: 1.02-1.03x, issue 30). With N = 2
+ * (f512_run2's turns) the two blocks' statements are interleaved, as
+ * ln512xn takes the double logs (issue 30, bench/RESULTS.md), and the
+ * sums take block 0, then block 1: the order of two blocks taken one at a
+ * time, the same results bit for bit.
  */
 A512 void
 f512_a(const __m512 *xl, __m512i *e, __m512 *f, const int N)
