@@ -155,6 +155,27 @@ tail_block(void *buf, size_t bufsz, const void *x, size_t i, size_t m, size_t es
 	return buf;
 }
 
+/*
+ * The row loops ask for the line ROW_AHEAD bytes past the block they take
+ * (the next row's first lines at a row's end, where rows lie one after the
+ * other): a hint, never a fault, harmless past the message's end. The f32
+ * rows' fast loop (f512_run2), one line a block: with two blocks a turn
+ * the rows of `make bench` (streamed from memory) ran 1.08x as fast, best
+ * of 7 rounds; two blocks a turn without it were no faster there. The
+ * general loops (p512_row, p256_row: every f16 and bf16 row, the rows
+ * with outputs): in the daemon, on messages fresh from ZeroMQ's I/O
+ * thread, the f16 rows' stage ran 0.89-0.97x as long, the kernels alone
+ * on a buffer written by another thread 0.98x (issue 30, bench/RESULTS.md).
+ */
+#define ROW_AHEAD 2048
+
+static inline void
+row_ahead(const void *x, size_t byte)
+{
+	/* an address, not a pointer into x: it may lie past x's end */
+	_mm_prefetch((const char *)((uintptr_t)x + byte + ROW_AHEAD), _MM_HINT_T0);
+}
+
 /* The smallest float >= t: for a float x, x >= t iff x >= fceil(t). */
 static float
 fceil(double t)
@@ -470,14 +491,18 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	if (dt == SWM_F64) {
 		__m512d lod = _mm512_set1_pd(lo), hid = _mm512_set1_pd(hi);
 		size_t kb = k & ~(size_t)7;
-		for (; i < kb; i += 8)
+		for (; i < kb; i += 8) {
+			row_ahead(x, 8 * i);
 			p512_blk8(x, i, 0xff, lod, hid, &c, &a, XO(i), VO(i), 8);
+		}
 		if (i + 8 <= n) {
 			p512_blk8(x, i, (__mmask8)~(1u << (k - i)), lod, hid, &c, &a, XO(i), VO(i), 8);
 			i += 8;
 		}
-		for (; i + 8 <= n; i += 8)
+		for (; i + 8 <= n; i += 8) {
+			row_ahead(x, 8 * i);
 			p512_blk8(x, i, 0xff, lod, hid, &c, &a, XO(i), VO(i), 8);
+		}
 		if (i < n) {
 			double buf[8];
 			const void *tb = tail_block(buf, sizeof(buf), x, i, n - i, 8);
@@ -499,6 +524,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 		 */
 		int fast = hf >= FLT_MIN && xo == NULL;
 		for (; i < kb; i += 16) {
+			row_ahead(x, es * i);
 			if (fast)
 				p512_blk16f(x, i, dt, lof, hif, &c, &fbits, &a);
 			else
@@ -510,6 +536,7 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 			i += 16;
 		}
 		for (; i + 16 <= n; i += 16) {
+			row_ahead(x, es * i);
 			if (fast)
 				p512_blk16f(x, i, dt, lof, hif, &c, &fbits, &a);
 			else
@@ -690,16 +717,6 @@ f512_slow(const void *x, size_t i, size_t m, size_t k, __m512 lof, __m512 hif,
 	p512_blk16(x, i, SWM_F32, (__mmask16)vm, lof, hif, &c, a, NULL, NULL, 0);
 }
 
-/*
- * The f32 rows' fast loop asks for the line ROW_AHEAD bytes on, one line
- * a block (the next row's first lines at a row's end, where rows lie one
- * after the other). With two blocks a turn and this, the rows of `make
- * bench` (streamed from memory) ran 1.08x as fast, best of 7 rounds; two
- * blocks a turn without it were no faster there, and slower in a review's
- * run (issue 30, bench/RESULTS.md).
- */
-#define ROW_AHEAD 2048
-
 /* the lanes of v a fast block takes: >= hff and below hv (p512_f32s) */
 A512 __mmask16
 fast16(__m512 v, __m512 hff, __m512 hv)
@@ -730,9 +747,8 @@ f512_run2(const void *x, size_t n, size_t k, size_t i, __m512 hff, __m512 hv,
 	f512_a(v, e, f, 2);
 	while (ok == 0xffff) {
 		size_t j = i + 32;
-		uintptr_t ahead = (uintptr_t)x + 4 * i + ROW_AHEAD;
-		_mm_prefetch((const char *)ahead, _MM_HINT_T0);
-		_mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
+		row_ahead(x, 4 * i);
+		row_ahead(x, 4 * i + 64);
 		__m512 vn[2] = { v[0], v[1] }, fn[2] = { f[0], f[1] };
 		__m512i en[2] = { e[0], e[1] };
 		ok = 0;
@@ -1551,6 +1567,7 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 	a.nbig = a.nlo = _mm256_setzero_si256();
 	b = a;
 	for (; i + 8 <= kb; i += 8) {
+		row_ahead(x, es * i);
 		BLK(i, 15, &a, XO(i), VO(i), 4);
 		BLK(i + 4, 15, &b, XO(i + 4), VO(i + 4), 4);
 	}
@@ -1562,6 +1579,7 @@ p256_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
 		i += 4;
 	}
 	for (; i + 8 <= n; i += 8) {
+		row_ahead(x, es * i);
 		BLK(i, 15, &a, XO(i), VO(i), 4);
 		BLK(i + 4, 15, &b, XO(i + 4), VO(i + 4), 4);
 	}
