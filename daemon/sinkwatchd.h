@@ -73,7 +73,7 @@ typedef struct swd_job {
 	swd_layer *out;
 	int64_t rows_counted, rejects[SWM_STATUS__N];
 	int64_t kernel_ns;	/* the job's CPU (the kernel stage) */
-	int64_t pair_ns;	/* the pair work's share of it (swm_block) */
+	int64_t pair_ns;	/* the pair work's share of it (swm_block, swd_work_run) */
 } swd_job;
 
 /* The loop's counters: what the status and /metrics report. */

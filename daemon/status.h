@@ -37,7 +37,7 @@ extern const char *const swd_drop_names[SWD_DROP_REASONS];
 	X(ROWS, rows, "worker threads: a layer's metric work but its pairs (swm_block_add: " \
 	    "row statistics, one read of the data), with its allocations") \
 	X(PAIRS, pairs, "worker threads: the pair and drift rows' preparation and the " \
-	    "head-pair sums (swm_block_add's pair_ns)") \
+	    "head-pair sums (swm_block_add's pair_ns: their share of the job's time)") \
 	X(DRIFT, drift, "the writer: drift distances between consecutive fixed-probe steps") \
 	X(WRITE, write, "the rest of the writer: pair matrices, splits, HDF5 appends and flushes")
 enum {
