@@ -163,13 +163,16 @@ tail_block(void *buf, size_t bufsz, const void *x, size_t i, size_t m, size_t es
  * the rows of `make bench` (streamed from memory) ran 1.08x as fast, best
  * of 7 rounds; two blocks a turn without it were no faster there. The
  * general loops (p512_row, p256_row: every f16 and bf16 row, the rows
- * with outputs): in the daemon, on messages fresh from ZeroMQ's I/O
- * thread, the f16 rows' stage ran 0.89-0.97x as long, the kernels alone
- * on a buffer written by another thread 0.98x (issue 30, bench/RESULTS.md).
+ * with outputs): `bench message fresh` (one 4 MiB f16 message written by
+ * another thread before each repeat) took 0.95x as long, the daemon's
+ * kernel stages 0.95x (ABBA medians; f16 rows streamed or in L2 alone
+ * unchanged; issue 30, bench/RESULTS.md). Always inlined: a function that
+ * only prefetches is, called, a call without effect to gcc, which drops
+ * it (tests/e2e/structure.py checks the compiled kernels).
  */
 #define ROW_AHEAD 2048
 
-static inline void
+__attribute__((always_inline)) static inline void
 row_ahead(const void *x, size_t byte)
 {
 	/* an address, not a pointer into x: it may lie past x's end */

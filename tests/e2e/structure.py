@@ -7,7 +7,12 @@ does not drift back:
     preprocessor lines aside): a rule written twice is written once and
     called;
   - no two C files call each other in a circle (the file graph of the
-    built objects' symbols, dev/calls.py).
+    built objects' symbols, dev/calls.py);
+  - every row kernel's loop, as compiled, asks for its data ahead
+    (prefetcht0, metrics/row_simd.c row_ahead): a helper that only
+    prefetches, not inlined, is a call with no effect to the compiler,
+    which drops it, and the kernels lost their prefetch that way once
+    (issue 30, eleventh session) with every result the same.
 
 dev/funclen.py and dev/calls.py are the tools behind the first and last."""
 import hashlib
@@ -108,6 +113,36 @@ def circles():
     return len(objs), [" -> ".join(c) for c in calls.cycles(g)]
 
 
+# the row kernels whose loops prefetch (metrics/row_simd.c: p512_row,
+# p256_row and the f32 fast loop, each dtype and its _out twin)
+PREFETCHED = ["p512_f32s"] + ["%s_%s%s" % (isa, dt, out) for isa in ("p512", "p256")
+                               for dt in ("f16", "bf16", "f64") for out in ("", "_out")]
+
+
+def prefetches():
+    """The PREFETCHED kernels without a prefetch in the built row_simd
+    object, or why it could not be read."""
+    objs = [os.path.join(BUILD, "metrics", "libswm_la-row_simd.o"),
+            os.path.join(BUILD, "metrics", ".libs", "libswm_la-row_simd.o")]
+    obj = next((o for o in objs if os.path.exists(o)), None)
+    if not obj:
+        return ["no %s: not a built tree" % objs[0]]
+    try:
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        return ["objdump %s: %s" % (obj, e)]
+    body, fn = {}, None
+    for line in dis.splitlines():
+        if line.endswith(">:"):
+            fn = line.split("<", 1)[1][:-2]
+            body[fn] = []
+        elif fn:
+            body[fn].append(line)
+    return ["%s: %s" % (f, "not in the object" if f not in body else "no prefetcht0")
+            for f in PREFETCHED if not any("prefetcht0" in ln for ln in body.get(f, ["-"]))]
+
+
 def main():
     files = sources()
     assert len(files) > 40, files
@@ -121,6 +156,12 @@ def main():
         fails += len(bad)
     n, bad = circles()
     print("%-26s %s" % ("circles", "ok (%d files)" % n if not bad else "%d found" % len(bad)))
+    for b in bad:
+        print("   " + b)
+    fails += len(bad)
+    bad = prefetches()
+    print("%-26s %s" % ("row kernels' prefetch", "ok (%d kernels)" % len(PREFETCHED) if not bad
+                        else "%d found" % len(bad)))
     for b in bad:
         print("   " + b)
     fails += len(bad)
