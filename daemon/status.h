@@ -26,7 +26,9 @@ extern const char *const swd_drop_names[SWD_DROP_REASONS];
 /*
  * The stages the daemon's CPU time is counted by (the status cpu section,
  * sinkwatch_stage_cpu_seconds_total): each thread's CPU clock
- * (CLOCK_THREAD_CPUTIME_ID) read around the stage, summed. Name, where.
+ * (CLOCK_THREAD_CPUTIME_ID) read around the stage, summed; pairs is the
+ * share of a job's CPU time that its pair spans take of the job's time on
+ * the monotonic clock (work.c swd_work_run). Name, where.
  */
 #define SWD_STAGES(X) \
 	X(RECEIVE, receive, "the event loop taking frames off the SUB socket (zmq_msg_recv)") \

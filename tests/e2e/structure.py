@@ -14,7 +14,8 @@ does not drift back:
     which drops it, and the kernels lost their prefetch that way once
     (issue 30, eleventh session) with every result the same.
 
-dev/funclen.py and dev/calls.py are the tools behind the first and last."""
+dev/funclen.py and dev/calls.py are the tools behind the first and the
+third; objdump behind the last."""
 import hashlib
 import importlib.util
 import os
@@ -113,34 +114,56 @@ def circles():
     return len(objs), [" -> ".join(c) for c in calls.cycles(g)]
 
 
-# the row kernels whose loops prefetch (metrics/row_simd.c: p512_row,
-# p256_row and the f32 fast loop, each dtype and its _out twin)
-PREFETCHED = ["p512_f32s"] + ["%s_%s%s" % (isa, dt, out) for isa in ("p512", "p256")
-                               for dt in ("f16", "bf16", "f64") for out in ("", "_out")]
+# the row kernels whose loops prefetch (metrics/row_simd.c): p512_row's and
+# p256_row's two loops in each dtype's kernel and its _out twin, and the
+# f32 fast loop (f512_run2) in p512_f32s; each at least PREFETCH_MIN times
+PREFETCHED = ["p512_f32s"] + ["%s_%s%s" % (isa, dt, out)
+                               for isa, dts in (("p512", ("f32", "f16", "bf16", "f64")),
+                                                ("p256", ("f32x", "f16", "bf16", "f64")))
+                               for dt in dts for out in ("", "_out")]
+PREFETCH_MIN = 2
+
+
+def disassembly(obj):
+    """{function: its prefetcht0 count} of a built object; None where it
+    holds no machine code (-flto) or objdump is missing."""
+    try:
+        p = subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
+                           text=True)
+        h = subprocess.run(["objdump", "-h", obj], capture_output=True, text=True)
+    except OSError:
+        return None
+    if p.returncode != 0 or ".gnu.lto_" in h.stdout:
+        return None
+    got, fn = {}, None
+    for line in p.stdout.splitlines():
+        if line.endswith(">:"):
+            fn = line.split("<", 1)[1][:-2]
+            got[fn] = 0
+        elif fn and "prefetcht0" in line:
+            got[fn] += 1
+    return got
 
 
 def prefetches():
-    """The PREFETCHED kernels without a prefetch in the built row_simd
-    object, or why it could not be read."""
-    objs = [os.path.join(BUILD, "metrics", "libswm_la-row_simd.o"),
-            os.path.join(BUILD, "metrics", ".libs", "libswm_la-row_simd.o")]
-    obj = next((o for o in objs if os.path.exists(o)), None)
-    if not obj:
-        return ["no %s: not a built tree" % objs[0]]
-    try:
-        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
-                             text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        return ["objdump %s: %s" % (obj, e)]
-    body, fn = {}, None
-    for line in dis.splitlines():
-        if line.endswith(">:"):
-            fn = line.split("<", 1)[1][:-2]
-            body[fn] = []
-        elif fn:
-            body[fn].append(line)
-    return ["%s: %s" % (f, "not in the object" if f not in body else "no prefetcht0")
-            for f in PREFETCHED if not any("prefetcht0" in ln for ln in body.get(f, ["-"]))]
+    """(how many objects were read, the PREFETCHED kernels short of
+    PREFETCH_MIN prefetches in each built row_simd object: libtool's PIC
+    one, which the programs link, and the other where it was built)."""
+    objs = [o for o in (os.path.join(BUILD, "metrics", ".libs", "libswm_la-row_simd.o"),
+                        os.path.join(BUILD, "metrics", "libswm_la-row_simd.o"))
+            if os.path.exists(o)]
+    if not objs:
+        return 0, ["no metrics/libswm_la-row_simd.o under %s: not a built tree" % BUILD]
+    bad, n = [], 0
+    for obj in objs:
+        got = disassembly(obj)
+        if got is None:
+            continue
+        n += 1
+        bad += ["%s: %s" % (os.path.relpath(obj, BUILD), "%s not in it" % f if f not in got else
+                            "%s has %d prefetcht0" % (f, got[f]))
+                for f in PREFETCHED if got.get(f, 0) < PREFETCH_MIN]
+    return n, bad
 
 
 def main():
@@ -159,9 +182,10 @@ def main():
     for b in bad:
         print("   " + b)
     fails += len(bad)
-    bad = prefetches()
-    print("%-26s %s" % ("row kernels' prefetch", "ok (%d kernels)" % len(PREFETCHED) if not bad
-                        else "%d found" % len(bad)))
+    n, bad = prefetches()
+    print("%-26s %s" % ("row kernels' prefetch", "%d found" % len(bad) if bad else
+                        "ok (%d kernels, %d objects)" % (len(PREFETCHED), n) if n else
+                        "skipped (no objdump, or objects without machine code: -flto)"))
     for b in bad:
         print("   " + b)
     fails += len(bad)
