@@ -10,6 +10,15 @@
 
 #include "daemon/sinkwatchd.h"
 
+/* Clock c, ns. */
+static int64_t
+clock_ns(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /*
  * This thread's CPU time, ns: a system call (1.3 us on the bench's VM,
  * whose kernel, with page-table isolation and no PCID, empties the TLB at
@@ -18,18 +27,14 @@
 int64_t
 swd_thread_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 /* The monotonic clock, ns: read in user space (vDSO, 26 ns), no system call. */
 static int64_t
 mono_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return clock_ns(CLOCK_MONOTONIC);
 }
 
 /*
