@@ -2,7 +2,8 @@
 """The metric kernels' inner loops as compiled (issue 30): compiles
 metrics/row_simd.c (and bench/refloops.c, the reference loops) to
 assembly with the build's flags, takes each kernel's
-hottest loop (the backward branch whose body has the most FMAs and no call)
+hottest loop (the backward branch whose body has the most FMAs and no call;
+both loops of a kernel split in two, LOOPS)
 and counts what it issues:
 
 - fma: FMA-class operations (fused multiply-adds and multiplies: the FMA
@@ -46,7 +47,7 @@ import tempfile
 KERNELS = [("pair256", "znver3", 16, "pairs avx2 (float logs, software-pipelined: 16 keys a turn)"),
            ("pair512s", "icelake-server", 8, "pairs avx512 (double logs, the shorter series)"),
            ("pair512", "icelake-server", 8, "pairs avx512 (double logs, ln_array's series: pair_f64)"),
-           ("p256_f32", "znver3", 8, "rows f32 avx2, single-precision logs"),
+           ("p256_f32", "znver3", 8, "rows f32 avx2, single-precision logs (two loops a chunk: the logs, the sums)"),
            ("p256_f32x", "znver3", 8, "rows f32 avx2, double logs (probs_exact)"),
            ("p512_f32s", "icelake-server", 32, "rows f32 avx512, single-precision logs (two blocks a turn, software-pipelined)"),
            ("p512_f32", "icelake-server", 16, "rows f32 avx512, double logs (probs_exact)"),
@@ -71,27 +72,52 @@ FLAGS = ["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE", "-ftree-v
 FMA_RE = re.compile(r"^v(fn?m(add|sub)\w*|mul[ps][sd])$")
 
 
-def hottest_loop(lines, fn):
+# kernels whose work on a block is split over several loops (loop fission:
+# p256_f32 takes a chunk's logarithms in one loop, their sums in the next):
+# the probe and the counts take that many loops, the call-free ones with
+# the most FMAs that hold no other, their bodies one after the other (one
+# block of elements through each)
+LOOPS = {"p256_f32": 2}
+
+
+def loop_candidates(lines, fn):
+    """[(first line, last line, the body)] of fn's call-free loops: the
+    instructions from a label to a backward branch to it."""
     start = lines.index(fn + ":")
     end = next(i for i in range(start + 1, len(lines))
                if re.match(r"^\s*\.size\s+" + re.escape(fn) + ",", lines[i]))
     body = lines[start:end]
     labels = {l.rstrip(":"): i for i, l in enumerate(body) if re.match(r"^\.L\w+:$", l)}
-    best = None
+    out = []
     for i, l in enumerate(body):
         m = re.match(r"^\s+j\w+\s+(\.L\w+)$", l)
         if not (m and m.group(1) in labels and labels[m.group(1)] < i):
             continue
         seg = [x for x in body[labels[m.group(1)] + 1:i + 1]
                if x.startswith("\t") and not x.strip().startswith(".")]
-        if any("call" in x or x.strip() == "ret" for x in seg):
-            continue
-        fmas = sum(bool(FMA_RE.match(x.split()[0])) for x in seg)
-        # ties: the first in the function (the main loop; gcc places the
-        # rarer paths' copies after it)
-        if best is None or fmas > best[0]:
-            best = (fmas, seg)
-    return best
+        if not any("call" in x or x.strip() == "ret" for x in seg):
+            out.append((labels[m.group(1)], i, seg))
+    return out
+
+
+def fmas(seg):
+    return sum(bool(FMA_RE.match(x.split()[0])) for x in seg)
+
+
+def hottest_loop(lines, fn):
+    """(FMAs, body) of fn's loop: the call-free loop with the most FMAs
+    (ties: the first in the function, the main loop; gcc places the rarer
+    paths' copies after it), or LOOPS[fn] such loops that hold no other,
+    their bodies in the function's order."""
+    cands = loop_candidates(lines, fn)
+    n = LOOPS.get(fn, 1)
+    if n > 1:
+        cands = [c for c in cands if not any(o is not c and c[0] <= o[0] and o[1] <= c[1]
+                                             for o in cands)]
+    # sorted() keeps the function's order among ties
+    best = sorted(sorted(cands, key=lambda c: -fmas(c[2]))[:n], key=lambda c: c[0])
+    seg = [x for c in best for x in c[2]]
+    return fmas(seg), seg
 
 
 def is_vec_op(line):

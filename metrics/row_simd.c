@@ -2067,32 +2067,57 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
  */
 
 struct f32acc {
-	__m256d W, P, Y, L, LY;
+	__m256d W, P0, P1, Y0, Y1, L, LY;
 };
 
+/*
+ * The fast blocks in two loops over a chunk of up to F32_CHUNK blocks
+ * (loop fission): f32_a takes each block's e, f and y (the integer steps
+ * and yf8, in float) to buffers in L1, f32_b then the conversions and the
+ * double sums, each half converted from memory (no extract). The single
+ * loop gave the core one iteration of 45 vector operations whose chain,
+ * from the load to the sums, is about 40 cycles deep: it ran at 0.67-0.72
+ * of the rate it issues the same instructions without their dependences.
+ * In two loops each iteration's chain is about half as deep. P and Y take
+ * each half in a sum of its own (P0, P1; Y0, Y1, as p512_f32s), so that
+ * f32_b's chains are one FMA a block. The same operations: the sums are
+ * those of one block at a time, in the same order. ABBA against the
+ * single loop (issue 30, bench/RESULTS.md): 1.11x on rows in L2 and 1.08x
+ * streamed; the two sums a half, alone, 1.02-1.035x. 16 blocks (1.5 KiB
+ * of buffers) ran as fast as 32 and 64, within 2%.
+ */
+#define F32_CHUNK 16
+
 A256 void
-f32_fast(__m256 xv, const float *xp, struct f32acc *a)
+f32_a(__m256 xv, float *fb, float *yb, int32_t *eb)
 {
 	__m256i u = _mm256_sub_epi32(_mm256_castps_si256(xv), _mm256_set1_epi32(0x3f3504f3));
 	__m256i e = _mm256_srai_epi32(u, 23);
 	__m256 z = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(u,
 	    _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f3504f3)));
 	__m256 f = _mm256_sub_ps(z, _mm256_set1_ps(1.0f));
-	__m256 y = yf8(f);
-	/* the weights xp[0 .. 8) (xv's) converted from memory: no extract,
-	 * 1.02-1.03x (issue 30, bench/RESULTS.md) */
+	_mm256_store_ps(fb, f);
+	_mm256_store_ps(yb, yf8(f));
+	_mm256_store_si256((__m256i *)(void *)eb, e);
+}
+
+/* the weights xp[0 .. 8) and the buffers' halves converted from memory */
+A256 void
+f32_b(const float *xp, const float *fb, const float *yb, const int32_t *eb, struct f32acc *a)
+{
 	__m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(xp));
 	__m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps(xp + 4));
-	__m256d t0 = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(e)), S1(M_LN2),
-	    _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
-	__m256d t1 = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(e, 1)), S1(M_LN2),
-	    _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
-	__m256d y0 = _mm256_cvtps_pd(_mm256_castps256_ps128(y));
-	__m256d y1 = _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1));
-	/* one accumulator a sum (the loop runs out of registers otherwise) */
+	__m256d e0 = _mm256_cvtepi32_pd(_mm_load_si128((const __m128i *)(const void *)eb));
+	__m256d e1 = _mm256_cvtepi32_pd(_mm_load_si128((const __m128i *)(const void *)(eb + 4)));
+	__m256d t0 = _mm256_fmadd_pd(e0, S1(M_LN2), _mm256_cvtps_pd(_mm_load_ps(fb)));
+	__m256d t1 = _mm256_fmadd_pd(e1, S1(M_LN2), _mm256_cvtps_pd(_mm_load_ps(fb + 4)));
+	__m256d y0 = _mm256_cvtps_pd(_mm_load_ps(yb));
+	__m256d y1 = _mm256_cvtps_pd(_mm_load_ps(yb + 4));
 	a->W = _mm256_add_pd(_mm256_add_pd(a->W, x0), x1);
-	a->P = _mm256_fmadd_pd(x1, t1, _mm256_fmadd_pd(x0, t0, a->P));
-	a->Y = _mm256_fmadd_pd(x1, y1, _mm256_fmadd_pd(x0, y0, a->Y));
+	a->P0 = _mm256_fmadd_pd(x0, t0, a->P0);
+	a->P1 = _mm256_fmadd_pd(x1, t1, a->P1);
+	a->Y0 = _mm256_fmadd_pd(x0, y0, a->Y0);
+	a->Y1 = _mm256_fmadd_pd(x1, y1, a->Y1);
 	a->L = _mm256_add_pd(_mm256_add_pd(a->L, t0), t1);
 	a->LY = _mm256_add_pd(_mm256_add_pd(a->LY, y0), y1);
 }
@@ -2144,18 +2169,27 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 	a.W = a.P = a.L = a.WB = a.bits = _mm256_setzero_pd();
 	a.nbig = a.nlo = _mm256_setzero_si256();
 	b = a;
-	fa.W = fa.P = fa.Y = fa.L = fa.LY = _mm256_setzero_pd();
+	fa.W = fa.P0 = fa.P1 = fa.Y0 = fa.Y1 = fa.L = fa.LY = _mm256_setzero_pd();
+	float fb[F32_CHUNK * 8] __attribute__((aligned(32)));
+	float yb[F32_CHUNK * 8] __attribute__((aligned(32)));
+	int32_t eb[F32_CHUNK * 8] __attribute__((aligned(32)));
 	while (i + 8 <= n) {
-		/* the fast blocks in a loop without a call: its sums stay in registers */
-		for (; i + 8 <= n; i += 8) {
+		/* a chunk of fast blocks, in two loops without a call: the sums
+		 * stay in registers */
+		size_t i0 = i, nb = 0;
+		for (; nb < F32_CHUNK && i + 8 <= n; i += 8, nb++) {
 			__m256 v = _mm256_loadu_ps(x + i);
 			__m256 ok = _mm256_and_ps(_mm256_cmp_ps(v, hif, _CMP_GE_OQ),
 			    _mm256_cmp_ps(v, hv, _CMP_LT_OQ));
 			if (k - i < 8 || _mm256_movemask_ps(ok) != 0xff)
 				break;
-			f32_fast(v, x + i, &fa);
-			nfast++;
+			f32_a(v, fb + 8 * nb, yb + 8 * nb, eb + 8 * nb);
 		}
+		for (size_t j = 0; j < nb; j++)
+			f32_b(x + i0 + 8 * j, fb + 8 * j, yb + 8 * j, eb + 8 * j, &fa);
+		nfast += nb;
+		if (nb == F32_CHUNK)
+			continue;	/* a full chunk: the next one */
 		if (i + 8 > n)
 			break;
 		f32_slow4(x, n, k, i, lo, hi, &a);
@@ -2164,9 +2198,9 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 	}
 	for (; i < n; i += 4)
 		f32_slow4(x, n, k, i, lo, hi, &a);
-	double Wf = hsum4(fa.W), Yf = hsum4(fa.Y), LYf = hsum4(fa.LY);
+	double Wf = hsum4(fa.W), Yf = hsum8(fa.Y0, fa.Y1), LYf = hsum4(fa.LY);
 	double W = hsum8(a.W, b.W) + Wf;
-	double P = hsum8(a.P, b.P) * LN2_16 + (hsum4(fa.P) + Yf);
+	double P = hsum8(a.P, b.P) * LN2_16 + (hsum8(fa.P0, fa.P1) + Yf);
 	double L = hsum8(a.L, b.L) * LN2_16 + (hsum4(fa.L) + LYf);
 	if (!(fabs(W) <= DBL_MAX) || !(fabs(P) <= DBL_MAX) || !(fabs(L) <= DBL_MAX))
 		return -1;

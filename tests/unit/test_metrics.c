@@ -588,8 +588,9 @@ same_sums(const swm_row *v, const swm_row *g, double lW, double ld, const char *
 
 /*
  * The f32 rows' fast loops (p512_f32s takes two blocks a turn,
- * software-pipelined: it leaves its pipeline at each block; p256_f32 one
- * a turn): an element that no fast block takes (above 1/8 of the content, or
+ * software-pipelined: it leaves its pipeline at each block; p256_f32
+ * chunks of 16 blocks of 8, two loops each: rows of 257 and 264 hold two
+ * whole chunks and a part): an element that no fast block takes (above 1/8 of the content, or
  * below FLT_MIN) at each position, and none, with the sink on either side
  * of the blocks' edges: each instruction set gives the generic statistics,
  * within the single-precision budget where the kernel took its logarithms
@@ -601,9 +602,9 @@ START_TEST(test_f32_fast_edges)
 	if (swm_kernels_get(isa_names[_i]) == NULL)
 		return;
 	const char *isa = isa_names[_i];
-	static const size_t ns[] = { 96, 101, 130 };
-	static const size_t ks[] = { 0, 5, 15, 16, 31, 32, 33, 47, 63, 64, 95 };
-	enum { NMAX = 130, PAST = 64 };
+	static const size_t ns[] = { 96, 101, 130, 257, 264 };
+	static const size_t ks[] = { 0, 5, 15, 16, 31, 32, 33, 47, 63, 64, 95, 127, 128, 255, 256 };
+	enum { NMAX = 264, PAST = 64 };
 	double a[NMAX];
 	float x[NMAX + PAST];
 	swm_opts o = dflt();
