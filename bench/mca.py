@@ -116,6 +116,10 @@ def hottest_loop(lines, fn):
                                              for o in cands)]
     # sorted() keeps the function's order among ties
     best = sorted(sorted(cands, key=lambda c: -fmas(c[2]))[:n], key=lambda c: c[0])
+    if len(best) < n:
+        # fewer loops than the kernel has: its counts and probe would be
+        # short (run_bench.py then takes the recorded counts)
+        raise ValueError("%s: %d call-free loops, %d expected" % (fn, len(best), n))
     seg = [x for c in best for x in c[2]]
     return fmas(seg), seg
 

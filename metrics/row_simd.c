@@ -109,9 +109,9 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
 /*
  * The rows' single-precision logarithms (p256_f32, p512_f32s): the relative
  * error of yf8 and ynf16n (-y), below 1.73e-7 at every float of their range
- * (exhaustive, test_row_log_error), with a margin.
+ * (exhaustive, test_row_log_error), with a margin (swm_simd.h).
  */
-#define Y_KAPPA 2e-7
+#define Y_KAPPA SWM_Y_KAPPA
 /* their series (Cephes logf): y = ln(1 + f) - f = f^2 Q(f), Q = -1/2 +
  * f (YQ1 + f R), R = (YR0 + YR1 f) + f^2 (YR2 + YR3 f) + f^4 ((YR4 + YR5 f)
  * + f^2 (YR6 + YR7 f)): yf8 (AVX2), ynf16n (AVX-512, -y) */
@@ -2074,17 +2074,18 @@ struct f32acc {
  * The fast blocks in two loops over a chunk of up to F32_CHUNK blocks
  * (loop fission): f32_a takes each block's e, f and y (the integer steps
  * and yf8, in float) to buffers in L1, f32_b then the conversions and the
- * double sums, each half converted from memory (no extract). The single
- * loop gave the core one iteration of 45 vector operations whose chain,
- * from the load to the sums, is about 40 cycles deep: it ran at 0.67-0.72
- * of the rate it issues the same instructions without their dependences.
- * In two loops each iteration's chain is about half as deep. P and Y take
- * each half in a sum of its own (P0, P1; Y0, Y1, as p512_f32s), so that
- * f32_b's chains are one FMA a block. The same operations: the sums are
- * those of one block at a time, in the same order. ABBA against the
- * single loop (issue 30, bench/RESULTS.md): 1.11x on rows in L2 and 1.08x
- * streamed; the two sums a half, alone, 1.02-1.035x. 16 blocks (1.5 KiB
- * of buffers) ran as fast as 32 and 64, within 2%.
+ * double sums, each half converted from memory (no extract). As one loop
+ * (f32_fast until 2026-12-06) it ran at 0.67-0.72 of the rate at which
+ * the core issues its instructions without their dependences (mca.py's
+ * probe); each turn handed the core a chain from the load through the
+ * series and the conversions to the sums, whose depth we estimate at
+ * 35-55 cycles (not measured). In two loops: 0.79. P and Y take each half
+ * in a sum of its own (P0, P1; Y0, Y1, as p512_f32s): one FMA a block on
+ * each of their chains. W, L and LY are summed as before, bit for bit; P
+ * and Y regrouped (within 1e-15 of them). ABBA against the one loop with
+ * P0/P1 and Y0/Y1 (issue 30, bench/RESULTS.md, twelfth session): 1.11x on
+ * rows in L2, 1.08x streamed; the two sums a half alone 1.02-1.035x; 16
+ * blocks (1.5 KiB of buffers) ran as fast as 32 and 64, within 2%.
  */
 #define F32_CHUNK 16
 

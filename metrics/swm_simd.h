@@ -138,10 +138,19 @@ struct swm_kernels {
 	 * go through it again. row_logs: "f32" when some probs[] does.
 	 */
 	swm_probs_fn probs_exact[SWM_DTYPE__N];
-	const char *row_logs;
+	const char *row_logs;	/* eP, eL: SWM_Y_KAPPA, below */
 	/* swm_content_dist2_f32 (the writer's drift); NULL: the generic loop */
 	double (*dist2_f32)(const float *lx, const float *ly, size_t n, size_t k);
 };
+
+/*
+ * The rows' single-precision logarithms (row_logs "f32"): the relative
+ * error of their series (row_simd.c, yf8 and ynf16n) is below 1.73e-7 at
+ * every float of its range (exhaustive, test_row_log_error); with a
+ * margin, eP = SWM_Y_KAPPA sum x |y| and eL = SWM_Y_KAPPA sum |y| over the
+ * elements that took them (y = ln(1 + f) - f).
+ */
+#define SWM_Y_KAPPA 2e-7
 
 extern const struct swm_kernels swm_kernels_avx512;
 extern const struct swm_kernels swm_kernels_avx2;
