@@ -107,14 +107,12 @@ static const double ln_g[16] __attribute__((aligned(64))) = {
 #define LNA6 0x1.a6aa4cb1fefa0p+1
 
 /*
- * The rows' single-precision logarithms (p256_f32, p512_f32s): the relative
- * error of yf8 and ynf16n (-y), below 1.73e-7 at every float of their range
- * (exhaustive, test_row_log_error), with a margin (swm_simd.h).
+ * The rows' single-precision logarithms (p256_f32, p512_f32s; their error
+ * bound SWM_Y_KAPPA, swm_simd.h), their series (Cephes logf): y = ln(1 +
+ * f) - f = f^2 Q(f), Q = -1/2 + f (YQ1 + f R), R = (YR0 + YR1 f) + f^2
+ * (YR2 + YR3 f) + f^4 ((YR4 + YR5 f) + f^2 (YR6 + YR7 f)): yf8 (AVX2),
+ * ynf16n (AVX-512, -y)
  */
-#define Y_KAPPA SWM_Y_KAPPA
-/* their series (Cephes logf): y = ln(1 + f) - f = f^2 Q(f), Q = -1/2 +
- * f (YQ1 + f R), R = (YR0 + YR1 f) + f^2 (YR2 + YR3 f) + f^4 ((YR4 + YR5 f)
- * + f^2 (YR6 + YR7 f)): yf8 (AVX2), ynf16n (AVX-512, -y) */
 #define YQ1 3.3333331174e-1f
 #define YR0 -2.4999993993e-1f
 #define YR1 2.0000714765e-1f
@@ -586,8 +584,8 @@ p512_row(const void *x, swm_dtype dt, size_t n, size_t k, double thr,
  * single-precision logarithms, x = 2^e z, z in [sqrt(1/2), sqrt(2)),
  * ln x = e ln2 + f + y, f = z - 1 exact, y = ln(1 + f) - f (ynf16n gives -y, yf8's
  * series, the same float operations lane by lane), every sum in double;
- * eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| bound what that leaves
- * in P and L, and row.c takes the row again with probs_exact where that
+ * eP = SWM_Y_KAPPA sum x |y| and eL = SWM_Y_KAPPA sum |y| bound what that
+ * leaves in P and L, and row.c takes the row again with probs_exact where that
  * could move a statistic by more than the budget. Any other block, the
  * tail and rows with an infinity or NaN go through p512_blk16 (f512_slow)
  * as in p512_row.
@@ -836,8 +834,8 @@ p512_f32s(const void *x, size_t n, size_t k, double thr, double blo, double bhi,
 	/* a fast block's elements are >= FLT_MIN: no sign bit there */
 	ps->neg = _mm512_reduce_or_epi64(a.bits) < 0 ? 1.0 : 0.0;
 	ps->nonfin = 0;
-	ps->eP = Y_KAPPA * fabs(Yf);
-	ps->eL = Y_KAPPA * fabs(LYf);
+	ps->eP = SWM_Y_KAPPA * fabs(Yf);
+	ps->eL = SWM_Y_KAPPA * fabs(LYf);
 	return ps->neg > 0 ? -1 : 0;
 }
 
@@ -2058,8 +2056,8 @@ prep256_raw(double *a, double *c, double *l, size_t n, size_t k, size_t keys8,
  * double. yf8's relative error is below 1.73e-7 at every float f of that
  * range (exhaustive, test_row_log_error), and y <= 0 throughout (-f^2/2 +
  * q1 f^3 and f^4 R are both <= 0 there, and so is their rounded sum), so
- * eP = Y_KAPPA sum x |y| and eL = Y_KAPPA sum |y| over those blocks bound
- * the error left in P and in L; row.c takes the row again with
+ * eP = SWM_Y_KAPPA sum x |y| and eL = SWM_Y_KAPPA sum |y| over those
+ * blocks bound the error left in P and in L; row.c takes the row again with
  * probs_exact where that could move a statistic by more than the budget
  * (METRICS.md §6). Other blocks (the sink's, the tail, any element below
  * hi, negative, subnormal or NaN) go through p256_blk as in p256_row, an
@@ -2157,7 +2155,7 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 	 * An element of 1/8 of the content or more (W = 1 - x_k in a row that
 	 * sums to 1) takes the double way too: a fast block's elements then
 	 * hold a share M of the content whose entropy is at least M ln 8, and
-	 * their bound, below 0.064 Y_KAPPA M, stays under 6.2e-9 of Hc (and of
+	 * their bound, below 0.064 SWM_Y_KAPPA M, stays under 6.2e-9 of Hc (and of
 	 * H): a row of concentrated content is not taken twice. A heuristic
 	 * of speed only: the bound is what row.c checks.
 	 */
@@ -2220,8 +2218,8 @@ p256_f32(const void *xv, size_t n, size_t k, double thr, double blo, double bhi,
 	/* a fast block's elements are >= FLT_MIN: no sign bit there */
 	ps->neg = _mm256_movemask_pd(_mm256_or_pd(a.bits, b.bits)) != 0 ? 1.0 : 0.0;
 	ps->nonfin = 0;
-	ps->eP = Y_KAPPA * fabs(Yf);
-	ps->eL = Y_KAPPA * fabs(LYf);
+	ps->eP = SWM_Y_KAPPA * fabs(Yf);
+	ps->eL = SWM_Y_KAPPA * fabs(LYf);
 	return ps->neg > 0 ? -1 : 0;
 }
 

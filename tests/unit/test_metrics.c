@@ -590,8 +590,8 @@ same_sums(const swm_row *v, const swm_row *g, double lW, double ld, const char *
  * The f32 rows' fast loops (p512_f32s takes two blocks a turn,
  * software-pipelined: it leaves its pipeline at each block; p256_f32
  * chunks of 16 blocks of 8, two loops each: rows of 257 and 264 hold two
- * whole chunks and a part): an element that no fast block takes (above 1/8 of the content, or
- * below FLT_MIN) at each position, and none, with the sink on either side
+ * whole chunks and a part): an element that no fast block takes (above
+ * 1/8 of the content, or below FLT_MIN) at each position, and none, with the sink on either side
  * of the blocks' edges: each instruction set gives the generic statistics,
  * within the single-precision budget where the kernel took its logarithms
  * in single precision. Past the row lie values a fast block would take: a
@@ -2374,7 +2374,7 @@ END_TEST
  * 1.73e-7. Those elements: AVX2 (p256_f32) every block of 8 within the
  * row without the sink, AVX-512 (p512_f32s) every block of 16 within the
  * row, the sink's lane apart. A block that went the slow way lowers both
- * by 1/32 to 1/516 of them.
+ * by about 1/33 to 1/516 of them (AVX2), 1/16 to 1/258 (AVX-512).
  */
 START_TEST(test_f32_fast_taken)
 {
