@@ -441,10 +441,7 @@ def bench_ingest(tmp, res, transport, seconds=10.0, max_trials=7):
     likewise until one passes, then bisection), each trial a fresh run of
     about `seconds`. The daemon's CPU per message by stage comes from its
     own counters (status cpu) over the best passing trial."""
-    if transport == "ipc":
-        ep = "ipc://%s/swi-%d.sock" % (tmp, free_port())
-    else:
-        ep = "tcp://127.0.0.1:%d" % free_port()
+    ep = endpoint(tmp, transport)
     d = start_default(tmp, ep)
     out = {}
     try:
@@ -503,53 +500,89 @@ def bench_ingest(tmp, res, transport, seconds=10.0, max_trials=7):
     finally:
         d.stop()
     res.setdefault("ingest", {})[transport] = out
-    bench_ingest_isas(tmp, res, transport, ep, out)
 
 
-def bench_ingest_isas(tmp, res, transport, ep, out, seconds=10.0, trials=5):
+def endpoint(tmp, transport):
+    """A fresh endpoint of transport ("tcp" on loopback, or "ipc" in tmp)."""
+    if transport == "ipc":
+        return "ipc://%s/swi-%d.sock" % (tmp, free_port())
+    return "tcp://127.0.0.1:%d" % free_port()
+
+
+def bench_overhead(tmp, res, seconds=10.0, trials=5):
     """The daemon's CPU per f16 message with each instruction set of this
-    CPU forced (--isa avx512, --isa avx2 on an AVX-512 machine), the
-    overhead's figures: `trials` paced trials at half the zero-loss rate of
-    the automatic choice (a rate every one keeps up with; CPU per message,
-    not capacity, is the figure), by its counters, each with 3 runs of its
-    kernels alone before and 3 after, in the same minute. Every instruction
-    set at the same rate, the automatic choice included: until 2026-12-05 its overhead
-    came from the search's fastest passing trial, at the edge of capacity,
-    the others' from this rate. The stages' mean over the trials, the
-    kernels' median of the trials' medians (one set's 9 runs read 4.2 and
-    5.2 ms for the same kernels minutes apart)."""
+    CPU forced (--isa avx512, --isa avx2 on an AVX-512 machine), over each
+    transport the capacity search ran: the overhead's figures. One daemon
+    per instruction set and transport, all started first; then `trials`
+    rounds, each a paced trial of every daemon in turn (the order reversed
+    every other round), at half the zero-loss rate of the automatic choice
+    on that transport (a rate every one keeps up with; CPU per message, not
+    capacity, is the figure), by its counters, each with 3 runs of its
+    kernels alone before and 3 after, in the same minute. The stages' mean
+    over the trials, the kernels' median of the trials' medians (one set's
+    9 runs read 4.2 and 5.2 ms for the same kernels minutes apart).
+
+    In turns, not one daemon's trials after another's: the machine's load
+    moves over minutes, and it moves the daemon's kernels more than the
+    same kernels alone. Until 2026-12-06 each daemon took its five trials
+    in a row (about 80 s); in two runs 20 minutes apart the kernels in the
+    daemon ran 1.10x and 1.20x as long as alone over tcp and ipc in one,
+    1.21x and 1.04x in the other, while two identical daemons in turns
+    read within 1-3% of each other (bench/RESULTS.md, thirteenth
+    session): the line measured the minute as much as the transport."""
     auto = (res.get("message") or {}).get("isa")
-    rate = 0.5 * (out.get("f16", {}).get("zero_loss_messages_per_s") or 0)
-    if not auto or rate <= 0:
+    if not auto:
         return
-    for isa in ("avx512", "avx2"):
-        if isa != auto and isa not in res.get("other_isas", {}):
-            continue
-        d = start_default(tmp, ep, ["--isa", isa])
-        try:
-            paced_trial(d, ep, "paced-warm-%s-%s" % (transport, isa), "f16", 20.0, 3.0,
-                        kernels=0)
-            ts = [paced_trial(d, ep, "paced-%s-f16-%s-%d" % (transport, isa, i), "f16", rate,
-                              seconds, isa=isa, kernels=3, paced_kernels=True)
-                  for i in range(trials)]
+    cfgs = []
+    for tr in ("tcp", "ipc"):
+        f = ((res.get("ingest") or {}).get(tr) or {}).get("f16") or {}
+        rate = 0.5 * (f.get("zero_loss_messages_per_s") or 0)
+        for isa in ("avx512", "avx2"):
+            if rate > 0 and (isa == auto or isa in res.get("other_isas", {})):
+                cfgs.append((isa, tr, rate))
+    ds = {}
+    try:
+        for isa, tr, rate in cfgs:
+            sub = os.path.join(tmp, "overhead-%s-%s" % (isa, tr))
+            os.makedirs(sub, exist_ok=True)
+            ep = endpoint(sub, tr)
+            d = start_default(sub, ep, ["--isa", isa])
+            ds[isa, tr] = (d, ep, rate)
+            paced_trial(d, ep, "paced-warm-%s-%s" % (tr, isa), "f16", 20.0, 3.0, kernels=0)
+        ts = {c: [] for c in ds}
+        for i in range(trials):
+            for isa, tr in (list(ds) if i % 2 == 0 else list(ds)[::-1]):
+                d, ep, rate = ds[isa, tr]
+                ts[isa, tr].append(paced_trial(
+                    d, ep, "paced-%s-f16-%s-%d" % (tr, isa, i), "f16", rate, seconds, isa=isa,
+                    kernels=3, paced_kernels=True))
+        for (isa, tr), (d, _, _) in ds.items():
             st = d.status()
-        finally:
+            t = overhead_trials(ts[isa, tr])
+            t["kernel_isa"] = next((v["kernel_isa"] for v in st.values()
+                                    if isinstance(v, dict) and "kernel_isa" in v), None)
+            res.setdefault("ingest_isa", {}).setdefault(isa, {})[tr] = t
+    finally:
+        for d, _, _ in ds.values():
             d.stop()
-        t = dict(ts[0])
-        t["ok"] = all(x["ok"] for x in ts)
-        t["messages"] = sum(x["messages"] for x in ts)
-        t["cpu_ms_per_message"] = {k: float(np.mean([x["cpu_ms_per_message"][k] for x in ts]))
-                                   for k in ts[0]["cpu_ms_per_message"]}
-        for k in ("kernels_alone_cpu_ms", "kernels_hot_cpu_ms"):
-            t[k] = float(np.median([x[k] for x in ts]))
-        t["kernels_late_reps"] = sum(x["kernels_late_reps"] for x in ts)
-        t["trials"] = [{"cpu_ms_per_message": x["cpu_ms_per_message"],
-                        "kernels_alone_cpu_ms": x["kernels_alone_cpu_ms"],
-                        "kernels_hot_cpu_ms": x["kernels_hot_cpu_ms"], "ok": x["ok"]}
-                       for x in ts]
-        t["kernel_isa"] = next((v["kernel_isa"] for v in st.values()
-                                if isinstance(v, dict) and "kernel_isa" in v), None)
-        res.setdefault("ingest_isa", {}).setdefault(isa, {})[transport] = t
+
+
+def overhead_trials(ts):
+    """One daemon's paced trials ts as one: the first's fields, every trial
+    kept up, the stages' mean, the kernels' median, each trial's own."""
+    t = dict(ts[0])
+    t["ok"] = all(x["ok"] for x in ts)
+    t["messages"] = sum(x["messages"] for x in ts)
+    t["cpu_ms_per_message"] = {k: float(np.mean([x["cpu_ms_per_message"][k] for x in ts]))
+                               for k in ts[0]["cpu_ms_per_message"]}
+    for k in ("kernels_alone_cpu_ms", "kernels_hot_cpu_ms"):
+        t[k] = float(np.median([x[k] for x in ts]))
+    t["kernels_late_reps"] = sum(x["kernels_late_reps"] for x in ts)
+    t["trials"] = [{"cpu_ms_per_message": x["cpu_ms_per_message"],
+                    "kernels_alone_cpu_ms": x["kernels_alone_cpu_ms"],
+                    "kernels_hot_cpu_ms": x["kernels_hot_cpu_ms"], "ok": x["ok"]}
+                   for x in ts]
+    return t
 
 
 def overhead_split(c, k):
@@ -1009,7 +1042,7 @@ def overhead(res):
     ZeroMQ I/O threads' (zmq_io), over its kernels alone on the same
     message as the daemon gets it (bench message fresh at the trial's rate,
     same instruction set, run before and after each trial: the same minutes
-    of a shared machine). From bench_ingest_isas' trials at half the zero-loss
+    of a shared machine). From bench_overhead's trials at half the zero-loss
     rate: the mean of the trials' stages over the median of the trials'
     kernel medians (a trial's own ratio pairs 10 s of the daemon with about
     a second of its kernels, a sample of one moment: 1.23 to 1.46 in one
@@ -1188,6 +1221,7 @@ def main():
              ("baseline_tcp", lambda: bench_baseline(tmp, res, "tcp")),
              ("ingest_tcp", lambda: bench_ingest(tmp, res, "tcp")),
              ("ingest_ipc", lambda: bench_ingest(tmp, res, "ipc")),
+             ("overhead", lambda: bench_overhead(tmp, res)),
              ("training", lambda: bench_training(tmp, res)),
              ("client", lambda: bench_client(tmp, res)),
              ("visibility", lambda: bench_visibility(tmp, res)),
