@@ -288,10 +288,7 @@ def bench_e2e(tmp, res, transport, reps=3, binary=None, key="e2e"):
     steps = 24
     n = steps * L
     elems = H * R * K
-    if transport == "ipc":
-        ep = "ipc://%s/sw-%d.sock" % (tmp, free_port())
-    else:
-        ep = "tcp://127.0.0.1:%d" % free_port()
+    ep = endpoint(tmp, transport)
     raw_runs, raw_cpu = [], []
     for i in range(reps):
         rr = subprocess.Popen([BENCH, "rawrecv", ep, str(n + 1)], stdout=subprocess.PIPE, text=True)
@@ -611,7 +608,7 @@ def bench_training(tmp, res, steps=100):
     not inflate it) and by the wall clock, split into the forward pass with
     attention weights (with saving the model's flags and generators), the
     copy (row selection, cast or rowstats, copy to host) and the send."""
-    ep = "tcp://127.0.0.1:%d" % free_port()
+    ep = endpoint(tmp, "tcp")
     d = start_default(tmp, ep)
     ex = os.path.join(SRC, "contrib", "examples", "train_tiny_gpt.py")
     runs = {}
@@ -672,8 +669,7 @@ def bench_client(tmp, res, reps=3):
             runs["daemon_up"].append(run_json([BENCH, "sendcost", d.listen, n, size, gap_us]))
         finally:
             d.stop()
-        runs["daemon_down"].append(run_json([BENCH, "sendcost", "tcp://127.0.0.1:%d" % free_port(),
-                                             n, size, gap_us]))
+        runs["daemon_down"].append(run_json([BENCH, "sendcost", endpoint(tmp, "tcp"), n, size, gap_us]))
     res["client"] = {}
     for k, rs in runs.items():
         m = {f: float(np.median([r[f] for r in rs])) for f in rs[0]}

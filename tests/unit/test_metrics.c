@@ -591,11 +591,11 @@ same_sums(const swm_row *v, const swm_row *g, double lW, double ld, const char *
  * software-pipelined: it leaves its pipeline at each block; p256_f32
  * chunks of 16 blocks of 8, two loops each: rows of 257 and 264 hold two
  * whole chunks and a part): an element that no fast block takes (above
- * 1/8 of the content, or below FLT_MIN) at each position, and none, with the sink on either side
- * of the blocks' edges: each instruction set gives the generic statistics,
- * within the single-precision budget where the kernel took its logarithms
- * in single precision. Past the row lie values a fast block would take: a
- * kernel that read them would count them.
+ * 1/8 of the content, or below FLT_MIN) at each position, and none, with
+ * the sink on either side of the blocks' edges: each instruction set gives
+ * the generic statistics, within the single-precision budget where the
+ * kernel took its logarithms in single precision. Past the row lie values
+ * a fast block would take: a kernel that read them would count them.
  */
 START_TEST(test_f32_fast_edges)
 {
